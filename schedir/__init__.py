@@ -1,0 +1,1 @@
+"""schedir: a scheduler IR for LLM serving engines."""

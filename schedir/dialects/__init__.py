@@ -1,0 +1,21 @@
+"""The three dialects of a scheduling step: `sched`, `req` and `mem`."""
+
+from __future__ import annotations
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import Builtin
+
+from schedir.dialects.mem import Mem
+from schedir.dialects.req import Req
+from schedir.dialects.sched import Sched
+
+DIALECTS = (Sched, Req, Mem)
+
+
+def make_context() -> Context:
+    """A context that parses step IR: builtin plus sched, req and mem."""
+    ctx = Context()
+    ctx.load_dialect(Builtin)
+    for dialect in DIALECTS:
+        ctx.load_dialect(dialect)
+    return ctx

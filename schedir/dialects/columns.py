@@ -1,0 +1,156 @@
+"""`#req.cols`: per-request columns of a request set, stored as int64 bytes.
+
+A step op holds one entry per request of its set in each column. Measured on
+this machine kind: ten 1024-entry columns cost ~2 µs as one `Data` attribute
+over `(name, bytes)` pairs, against ~38 µs as a dictionary of `DenseArrayBase`.
+The bytes are immutable, so equality, hashing and structural comparison work,
+and `np.frombuffer` reads a column back without a copy (read-only).
+
+Text form, in the op's custom syntax and inside `#req.cols<...>`:
+
+    {id = [3, 7, 9], tokens = [1, 1, 1], reason = [budget, memory, budget]}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+import numpy as np
+from xdsl.ir import Data
+from xdsl.irdl import irdl_attr_definition
+from xdsl.parser import AttrParser, BaseParser
+from xdsl.printer import Printer
+from xdsl.utils.exceptions import VerifyException
+
+from schedir.dialects.codes import ENUM_COLUMNS, keywords
+
+ColumnData = tuple[tuple[str, bytes], ...]
+
+_ENUM_NAMES: dict[str, list[str]] = {
+    col: [""] * (max(int(m) for m in enum) + 1) for col, enum in ENUM_COLUMNS.items()
+}
+for _col, _enum in ENUM_COLUMNS.items():
+    for _member in _enum:
+        _ENUM_NAMES[_col][int(_member)] = _member.name.lower()
+_ENUM_CODES: dict[str, dict[str, int]] = {col: keywords(e) for col, e in ENUM_COLUMNS.items()}
+
+
+def as_i64(values: Iterable[int] | np.ndarray) -> np.ndarray:
+    arr = np.asarray(values, dtype=np.int64)
+    if arr.ndim != 1:
+        raise ValueError(f"a column must be one-dimensional, got shape {arr.shape}")
+    return arr
+
+
+@irdl_attr_definition
+class ColumnsAttr(Data[ColumnData]):
+    """Named int64 columns of equal length, one entry per request of a set."""
+
+    name = "req.cols"
+
+    # ------------------------------------------------------------ construction
+    @staticmethod
+    def of(columns: Mapping[str, Iterable[int] | np.ndarray]) -> ColumnsAttr:
+        """Columns from arrays or lists (the fast path: one `tobytes` each)."""
+        data: list[tuple[str, bytes]] = []
+        for name, values in columns.items():
+            arr = values if isinstance(values, np.ndarray) and values.dtype == np.int64 else as_i64(values)
+            data.append((name, arr.tobytes()))
+        return ColumnsAttr(tuple(data))
+
+    # ------------------------------------------------------------ access
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.data)
+
+    def has(self, name: str) -> bool:
+        return any(n == name for n, _ in self.data)
+
+    def get(self, name: str) -> np.ndarray:
+        """The column as a read-only int64 array; KeyError names what exists."""
+        for n, raw in self.data:
+            if n == name:
+                return np.frombuffer(raw, dtype=np.int64)
+        raise KeyError(f"no column '{name}' (columns: {', '.join(self.names) or 'none'})")
+
+    def get_or(self, name: str, default: np.ndarray) -> np.ndarray:
+        for n, raw in self.data:
+            if n == name:
+                return np.frombuffer(raw, dtype=np.int64)
+        return default
+
+    def __len__(self) -> int:
+        return len(self.data[0][1]) // 8 if self.data else 0
+
+    def as_dict(self) -> dict[str, np.ndarray]:
+        return {n: np.frombuffer(raw, dtype=np.int64) for n, raw in self.data}
+
+    # ------------------------------------------------------------ checks
+    def verify(self) -> None:
+        seen: set[str] = set()
+        for entry in self.data:
+            if not (isinstance(entry, tuple) and len(entry) == 2):
+                raise VerifyException("#req.cols entries must be (name, bytes) pairs")
+            name, raw = entry
+            if not isinstance(name, str) or not isinstance(raw, bytes) or len(raw) % 8:
+                raise VerifyException(f"#req.cols column '{name}' must hold int64 bytes")
+            if name in seen:
+                raise VerifyException(f"#req.cols column '{name}' appears twice")
+            seen.add(name)
+
+    # ------------------------------------------------------------ text
+    @classmethod
+    def parse_parameter(cls, parser: AttrParser) -> ColumnData:
+        with parser.in_angle_brackets():
+            return parse_column_entries(parser)
+
+    def print_parameter(self, printer: Printer) -> None:
+        printer.print_string("<" + columns_text(self) + ">")
+
+
+def columns_text(cols: ColumnsAttr) -> str:
+    """`id = [3, 7], reason = [budget, memory]` (no delimiters)."""
+    parts: list[str] = []
+    for name, raw in cols.data:
+        values = np.frombuffer(raw, dtype=np.int64).tolist()
+        names = _ENUM_NAMES.get(name)
+        if names is not None:
+            text = ", ".join(names[v] if 0 <= v < len(names) and names[v] else str(v) for v in values)
+        else:
+            text = ", ".join(map(str, values))
+        parts.append(f"{name} = [{text}]")
+    return ", ".join(parts)
+
+
+def parse_column_entries(parser: BaseParser) -> ColumnData:
+    """Parse `name = [v, ...], ...` up to (not including) the closing delimiter."""
+    entries: list[tuple[str, bytes]] = []
+    seen: set[str] = set()
+
+    def parse_entry() -> None:
+        name = parser.parse_identifier(" (a column name)")
+        if name in seen:
+            parser.raise_error(f"column '{name}' appears twice")
+        seen.add(name)
+        parser.parse_punctuation("=", f" after column name '{name}'")
+        codes = _ENUM_CODES.get(name)
+
+        def parse_value() -> int:
+            if codes is not None:
+                word = parser.parse_optional_identifier()
+                if word is not None:
+                    if word not in codes:
+                        parser.raise_error(
+                            f"unknown {name} '{word}' (expected one of: {', '.join(codes)})"
+                        )
+                    return codes[word]
+            return parser.parse_integer(allow_boolean=False, context_msg=f" in column '{name}'")
+
+        values = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, parse_value, f" for column '{name}'")
+        entries.append((name, np.asarray(values, dtype=np.int64).tobytes()))
+
+    if parser.parse_optional_punctuation("}") is not None or parser.parse_optional_punctuation(">") is not None:
+        parser.raise_error("expected at least one column")
+    parse_entry()
+    while parser.parse_optional_punctuation(",") is not None:
+        parse_entry()
+    return tuple(entries)

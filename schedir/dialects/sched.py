@@ -1,0 +1,235 @@
+"""The `sched` dialect: one scheduling step and the batch it yields.
+
+`sched.step` carries every fact a pass may read about the engine this step
+(budgets, pool counts, model length, the policy) and the analysis facts already
+established (`facts`), so a dumped step is self-contained and replays alone.
+
+    sched.step 42 {token_budget = 8192, max_seqs = 256, block_size = 16,
+                   free_blocks = 1200, cached_free_blocks = 30, total_blocks = 2000,
+                   max_model_len = 4096, policy = "fcfs", facts = []} {
+      %run = req.queue running {...}
+      ...
+      sched.yield %dec, %adm
+    }
+
+`sched.yield` lists the scheduled sets in batch order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import ClassVar
+
+import attrs
+from xdsl.dialects.builtin import I64, ArrayAttr, IntegerAttr, StringAttr, i64
+from xdsl.ir import Attribute, Block, Dialect, Region
+from xdsl.irdl import (
+    IRDLOperation,
+    irdl_op_definition,
+    prop_def,
+    region_def,
+    traits_def,
+    var_operand_def,
+)
+from xdsl.parser import Parser
+from xdsl.printer import Printer
+from xdsl.traits import IsTerminator, SingleBlockImplicitTerminator
+from xdsl.utils.exceptions import VerifyException
+
+from schedir.dialects.base import SET, RequestSetType, parse_attr_dict, print_attr_dict
+from schedir.dialects.req import ScheduleOp
+
+INT_FACTS = (
+    "token_budget",
+    "max_seqs",
+    "block_size",
+    "free_blocks",
+    "cached_free_blocks",
+    "total_blocks",
+    "max_model_len",
+)
+
+
+@attrs.frozen
+class StepFacts:
+    """The engine facts of one step, as plain Python values."""
+
+    step: int
+    token_budget: int
+    max_seqs: int
+    block_size: int
+    free_blocks: int
+    cached_free_blocks: int
+    total_blocks: int
+    max_model_len: int
+    policy: str = "fcfs"
+    facts: tuple[str, ...] = ()
+
+
+_INT_CACHE: dict[int, IntegerAttr] = {}
+
+
+def i64_attr(value: int) -> IntegerAttr:
+    """A cached `IntegerAttr<i64>`: building one costs more than looking it up."""
+    attr = _INT_CACHE.get(value)
+    if attr is None:
+        attr = IntegerAttr(value, i64)
+        if len(_INT_CACHE) < 65536:
+            _INT_CACHE[value] = attr
+    return attr
+
+
+_FACTS_CACHE: dict[tuple[str, ...], ArrayAttr[StringAttr]] = {}
+
+
+def facts_attr(facts: Iterable[str]) -> ArrayAttr[StringAttr]:
+    key = tuple(sorted(set(facts)))
+    attr = _FACTS_CACHE.get(key)
+    if attr is None:
+        attr = _FACTS_CACHE[key] = ArrayAttr([StringAttr(f) for f in key])
+    return attr
+
+
+@irdl_op_definition
+class YieldOp(IRDLOperation):
+    """Ends a step: the scheduled sets, in the order the batch runs them.
+
+        sched.yield %dec, %adm
+    """
+
+    name = "sched.yield"
+    sets = var_operand_def(RequestSetType)
+    traits = traits_def(IsTerminator())
+
+    def verify_(self) -> None:
+        if not isinstance(self.parent_op(), StepOp):
+            raise VerifyException("sched.yield must end a sched.step")
+        for value in self.sets:
+            if not isinstance(value.owner, ScheduleOp):
+                raise VerifyException("sched.yield: every operand must be a req.schedule result")
+
+    def print(self, printer: Printer) -> None:
+        if self.sets:
+            printer.print_string(" ")
+            printer.print_list(self.sets, printer.print_operand)
+        print_attr_dict(printer, self)
+
+    @classmethod
+    def parse(cls, parser: Parser) -> YieldOp:
+        values = []
+        first = parser.parse_optional_unresolved_operand()
+        if first is not None:
+            values.append(parser.resolve_operand(first, SET))
+            while parser.parse_optional_punctuation(",") is not None:
+                values.append(parser.parse_operand(SET))
+        return cls.create(operands=values, attributes=parse_attr_dict(parser))
+
+
+@irdl_op_definition
+class StepOp(IRDLOperation):
+    """One scheduling step: the engine's facts and a single block of decisions."""
+
+    name = "sched.step"
+    step = prop_def(IntegerAttr[I64])
+    token_budget = prop_def(IntegerAttr[I64])
+    max_seqs = prop_def(IntegerAttr[I64])
+    block_size = prop_def(IntegerAttr[I64])
+    free_blocks = prop_def(IntegerAttr[I64])
+    cached_free_blocks = prop_def(IntegerAttr[I64])
+    total_blocks = prop_def(IntegerAttr[I64])
+    max_model_len = prop_def(IntegerAttr[I64])
+    policy = prop_def(StringAttr)
+    facts = prop_def(ArrayAttr[StringAttr])
+    body = region_def("single_block")
+    traits = traits_def(SingleBlockImplicitTerminator(YieldOp))
+
+    FACT_NAMES: ClassVar[tuple[str, ...]] = INT_FACTS + ("policy", "facts")
+
+    @staticmethod
+    def build(facts: StepFacts, ops: Iterable[IRDLOperation] = ()) -> StepOp:
+        props: dict[str, Attribute] = {name: i64_attr(getattr(facts, name)) for name in INT_FACTS}
+        props["step"] = i64_attr(facts.step)
+        props["policy"] = StringAttr(facts.policy)
+        props["facts"] = facts_attr(facts.facts)
+        return StepOp.create(properties=props, regions=[Region(Block(ops))])
+
+    @property
+    def block(self) -> Block:
+        return self.body.block
+
+    def read_facts(self) -> StepFacts:
+        return StepFacts(
+            step=self.step.value.data,
+            policy=self.policy.data,
+            facts=tuple(f.data for f in self.facts.data),
+            **{name: getattr(self, name).value.data for name in INT_FACTS},
+        )
+
+    def fact_set(self) -> frozenset[str]:
+        return frozenset(f.data for f in self.facts.data)
+
+    def verify_(self) -> None:
+        for name in INT_FACTS:
+            value = getattr(self, name).value.data
+            if value < 0:
+                raise VerifyException(f"sched.step: {name} = {value} is negative")
+        for name in ("token_budget", "max_seqs", "block_size", "max_model_len"):
+            if getattr(self, name).value.data == 0:
+                raise VerifyException(f"sched.step: {name} must be positive")
+        free, cached, total = (getattr(self, n).value.data for n in ("free_blocks", "cached_free_blocks", "total_blocks"))
+        if free > total:
+            raise VerifyException(f"sched.step: free_blocks = {free} exceeds total_blocks = {total}")
+        if cached > free:
+            raise VerifyException(f"sched.step: cached_free_blocks = {cached} exceeds free_blocks = {free}")
+
+    def print(self, printer: Printer) -> None:
+        f = self.read_facts()
+        ints = ", ".join(f"{name} = {getattr(f, name)}" for name in INT_FACTS)
+        facts = ", ".join(f'"{x}"' for x in f.facts)
+        printer.print_string(f' {f.step} {{{ints}, policy = "{f.policy}", facts = [{facts}]}}')
+        print_attr_dict(printer, self)
+        printer.print_string(" ")
+        printer.print_region(self.body, print_entry_block_args=False, print_empty_block=False)
+
+    @classmethod
+    def parse(cls, parser: Parser) -> StepOp:
+        step = parser.parse_integer(allow_boolean=False, allow_negative=False, context_msg=" (the step index)")
+        values: dict[str, object] = {}
+
+        def parse_fact() -> None:
+            key = parser.parse_identifier(" (a step fact)")
+            if key not in cls.FACT_NAMES:
+                parser.raise_error(f"unknown step fact '{key}' (expected: {', '.join(cls.FACT_NAMES)})")
+            if key in values:
+                parser.raise_error(f"step fact '{key}' given twice")
+            parser.parse_punctuation("=")
+            if key == "policy":
+                values[key] = parser.parse_str_literal(" (the policy name)")
+            elif key == "facts":
+                values[key] = tuple(
+                    parser.parse_comma_separated_list(parser.Delimiter.SQUARE, parser.parse_str_literal, " (facts)")
+                )
+            else:
+                values[key] = parser.parse_integer(allow_boolean=False, context_msg=f" for {key}")
+
+        parser.parse_comma_separated_list(parser.Delimiter.BRACES, parse_fact, " (the step facts)")
+        missing = [k for k in INT_FACTS if k not in values]
+        if missing:
+            parser.raise_error(f"sched.step is missing fact(s): {', '.join(missing)}")
+        attributes = parse_attr_dict(parser)
+        region = parser.parse_region()
+        facts = StepFacts(step=step, **values)  # type: ignore[arg-type]
+        op = StepOp.build(facts)
+        op.body.detach_block(0)
+        for block in list(region.blocks):
+            region.detach_block(block)
+            op.body.add_block(block)
+        op.attributes.update(attributes)
+        if not op.body.blocks:
+            op.body.add_block(Block())
+        if not isinstance(op.body.block.last_op, YieldOp):
+            op.body.block.add_op(YieldOp.create())
+        return op
+
+
+Sched = Dialect("sched", [StepOp, YieldOp], [])

@@ -1,0 +1,1 @@
+"""The IR machinery: the step view, the pass base and manager, text and Graphviz dumps."""

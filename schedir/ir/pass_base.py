@@ -1,0 +1,56 @@
+"""`StepPass`: a scheduling pass over step IR, with its declared dependencies.
+
+A pass is an xDSL `ModulePass` (a frozen dataclass whose fields are its
+options, `name{opt=v}` on the command line) that also declares
+
+- `requires`: facts that must hold before it runs (provided by an earlier pass,
+  or recorded in the input step's `facts`),
+- `provides`: facts that hold after it runs,
+- `invalidates`: facts it breaks (a later pass needing them must re-establish them).
+
+The pass manager checks these before running anything; see `schedir.ir.pipeline`.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from dataclasses import dataclass, fields
+from typing import ClassVar
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+
+from schedir.ir.step import Step, steps_of
+
+
+@dataclass(frozen=True)
+class StepPass(ModulePass):
+    """Base of every schedir pass: override `run(step)`."""
+
+    name: ClassVar[str] = ""
+    requires: ClassVar[frozenset[str]] = frozenset()
+    provides: ClassVar[frozenset[str]] = frozenset()
+    invalidates: ClassVar[frozenset[str]] = frozenset()
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for step_op in steps_of(op):
+            self.run(Step(step_op))
+
+    @abstractmethod
+    def run(self, step: Step) -> None:
+        """Read the step's columns, append this pass's decisions."""
+
+    @classmethod
+    def summary(cls) -> str:
+        doc = (cls.__doc__ or "").strip()
+        return doc.splitlines()[0] if doc else ""
+
+    @classmethod
+    def options(cls) -> list[tuple[str, str, object]]:
+        """(name, type, default) of each option, for `schedir passes`."""
+        out = []
+        for f in fields(cls):
+            type_name = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+            out.append((f.name.replace("_", "-"), str(type_name), f.default))
+        return out

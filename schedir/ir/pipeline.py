@@ -1,0 +1,220 @@
+"""The pass manager: parse a pipeline, check its dependencies, run it, instrument it.
+
+A pipeline is refused before anything runs when a pass is unknown, an option
+is bad, or a pass requires a fact that no earlier pass provides (or that an
+earlier pass invalidated). Passes are never reordered silently: the message
+says which pass to move where.
+"""
+
+from __future__ import annotations
+
+import difflib
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TextIO
+
+import attrs
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.utils.arg_spec import ArgSpecParseError, parse_pipeline
+from xdsl.utils.exceptions import VerifyException
+
+from schedir.ir.errors import PassFailure, PipelineError
+from schedir.ir.pass_base import StepPass
+from schedir.ir.step import Step, steps_of
+from schedir.ir.textio import print_ir, verify_message
+
+Registry = Mapping[str, type[StepPass]]
+
+
+@attrs.define
+class Instrumentation:
+    """What to record around each pass: IR text (stream or folder) and Graphviz dumps."""
+
+    print_ir_after_all: TextIO | None = None  # IR text after every pass, to this stream
+    dump_dir: Path | None = None  # IR text after every pass, one file each: 01-order-fcfs.mlir
+    dot_dir: Path | None = None  # DOT (and SVG when Graphviz is installed) after every pass
+    svg: bool | None = None  # None: SVG when `dot` is on PATH
+    prefix: str = ""  # file-name prefix, e.g. "step-42-" for dumps from a live run
+    written: list[Path] = attrs.field(factory=list)
+
+    def record(self, index: int, label: str, module: ModuleOp) -> None:
+        stem = f"{self.prefix}{index:02d}-{label}"
+        if self.print_ir_after_all is not None:
+            self.print_ir_after_all.write(f"// -----// IR after {label} //----- //\n")
+            self.print_ir_after_all.write(print_ir(module))
+        if self.dump_dir is not None:
+            self.dump_dir.mkdir(parents=True, exist_ok=True)
+            path = self.dump_dir / f"{stem}.mlir"
+            path.write_text(print_ir(module))
+            self.written.append(path)
+        if self.dot_dir is not None:
+            from schedir.ir.dot import write_dot
+
+            self.dot_dir.mkdir(parents=True, exist_ok=True)
+            self.written.extend(write_dot(module, self.dot_dir / f"{stem}.dot", title=label, svg=self.svg))
+
+
+@attrs.frozen
+class PassTiming:
+    name: str
+    seconds: float
+
+
+def default_registry() -> Registry:
+    from schedir.passes import PASSES
+
+    return PASSES
+
+
+def default_presets() -> Mapping[str, str]:
+    from schedir.passes.presets import PRESETS
+
+    return PRESETS
+
+
+def _suggest(name: str, known: Sequence[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1)
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
+def parse_passes(spec: str, registry: Registry | None = None, presets: Mapping[str, str] | None = None) -> list[StepPass]:
+    """`"a,b{x=1}"` -> pass instances; a preset name expands to its pipeline."""
+    registry = registry if registry is not None else default_registry()
+    presets = presets if presets is not None else default_presets()
+    spec = spec.strip()
+    if not spec:
+        return []
+    try:
+        specs = list(parse_pipeline(spec))
+    except ArgSpecParseError as err:
+        raise PipelineError(f"cannot parse pipeline '{spec}': {str(err).strip()}") from None
+    passes: list[StepPass] = []
+    for item in specs:
+        if item.name in presets and item.name not in registry:
+            if item.parameters:
+                raise PipelineError(f"preset '{item.name}' takes no options; give them to its passes instead")
+            passes.extend(parse_passes(presets[item.name], registry, {}))
+            continue
+        cls = registry.get(item.name)
+        if cls is None:
+            known = sorted(registry)
+            raise PipelineError(
+                f"unknown pass '{item.name}'{_suggest(item.name, [*known, *presets])} "
+                f"(passes: {', '.join(known)}; presets: {', '.join(sorted(presets))})"
+            )
+        try:
+            passes.append(cls.from_spec(item))
+        except (ValueError, TypeError) as err:
+            opts = ", ".join(f"{n}: {t} = {d}" for n, t, d in cls.options()) or "none"
+            raise PipelineError(f"pass '{item.name}': bad option: {err} (options: {opts})") from None
+    return passes
+
+
+def check_pipeline(passes: Sequence[StepPass], initial: frozenset[str] = frozenset(), registry: Registry | None = None) -> frozenset[str]:
+    """Refuse a pipeline whose requirements are not met in order; return the facts after it."""
+    registry = registry if registry is not None else default_registry()
+    available = set(initial)
+    provided_by: dict[str, str] = {f: "the input step" for f in initial}
+    invalidated_by: dict[str, str] = {}
+    for index, p in enumerate(passes):
+        for fact in sorted(p.requires):
+            if fact in available:
+                continue
+            where = f"pass '{p.name}' (#{index + 1})"
+            if fact in invalidated_by:
+                raise PipelineError(
+                    f"{where} requires '{fact}', but '{invalidated_by[fact]}' invalidated it after "
+                    f"{provided_by[fact]} provided it; run a pass that provides '{fact}' after '{invalidated_by[fact]}'"
+                )
+            later = [f"'{q.name}' (#{j + 1})" for j, q in enumerate(passes) if j > index and fact in q.provides]
+            if later:
+                raise PipelineError(
+                    f"{where} requires '{fact}', which is provided only later, by {later[0]}: "
+                    f"move it before '{p.name}'"
+                )
+            providers = sorted(name for name, cls in registry.items() if fact in cls.provides)
+            hint = f"add one of: {', '.join(providers)} before it" if providers else "no known pass provides it"
+            raise PipelineError(f"{where} requires '{fact}', which no earlier pass provides; {hint}")
+        for fact in p.invalidates:
+            available.discard(fact)
+            invalidated_by[fact] = p.name
+        for fact in p.provides:
+            available.add(fact)
+            provided_by[fact] = f"'{p.name}'"
+            invalidated_by.pop(fact, None)
+    return frozenset(available)
+
+
+@attrs.define
+class PassManager:
+    """Runs an ordered, checked pipeline of passes over step IR.
+
+    `verify_each` runs the IR verifier after every pass (debug, dumps, tests);
+    production runs leave it off (it costs ~60-100 µs a call).
+    """
+
+    passes: list[StepPass]
+    verify_each: bool = False
+    instrument: Instrumentation | None = None
+    registry: Registry | None = None
+    timings: list[PassTiming] = attrs.field(factory=list)
+    _checked: dict[frozenset[str], frozenset[str]] = attrs.field(factory=dict)
+
+    @classmethod
+    def parse(cls, spec: str, **kwargs: object) -> PassManager:
+        registry = kwargs.get("registry")
+        return cls(parse_passes(spec, registry), **kwargs)  # type: ignore[arg-type]
+
+    @property
+    def spec(self) -> str:
+        return ",".join(str(p.spec()) for p in self.passes)
+
+    def check(self, initial: frozenset[str] = frozenset()) -> frozenset[str]:
+        after = self._checked.get(initial)
+        if after is None:
+            after = self._checked[initial] = check_pipeline(self.passes, initial, self.registry)
+        return after
+
+    def run(self, module: ModuleOp, ctx: Context | None = None, on_pass: Callable[[StepPass, ModuleOp], None] | None = None) -> None:
+        """Check, then run every pass in order over every step of `module` (in place)."""
+        steps = steps_of(module)
+        if not steps:
+            raise PipelineError("the input holds no sched.step op")
+        for step_op in steps:
+            self.check(step_op.fact_set())
+        ctx = ctx or _CONTEXT
+        timed = self.timings
+        timed.clear()
+        if self.instrument is not None:
+            self.instrument.record(0, "input", module)
+        for index, p in enumerate(self.passes):
+            start = time.perf_counter()
+            p.apply(ctx, module)
+            for step_op in steps:
+                facts = (step_op.fact_set() - p.invalidates) | p.provides
+                Step(step_op).set_facts(facts)
+            timed.append(PassTiming(p.name, time.perf_counter() - start))
+            if self.verify_each:
+                self._verify(module, p)
+            if self.instrument is not None:
+                self.instrument.record(index + 1, p.name, module)
+            if on_pass is not None:
+                on_pass(p, module)
+
+    @staticmethod
+    def _verify(module: ModuleOp, after: StepPass) -> None:
+        try:
+            module.verify()
+        except VerifyException as err:
+            raise PassFailure(after.name, f"left invalid IR: {verify_message(err)}") from None
+
+
+def _make_context() -> Context:
+    from schedir.dialects import make_context
+
+    return make_context()
+
+
+_CONTEXT = _make_context()

@@ -1,0 +1,28 @@
+"""Every built-in pass, by name. `register_pass` adds a user's pass to the same table."""
+
+from __future__ import annotations
+
+from schedir.ir.pass_base import StepPass
+from schedir.passes.admit_greedy import AdmitGreedy
+from schedir.passes.order_fcfs import OrderFcfs
+from schedir.passes.order_priority import OrderPriority
+from schedir.passes.reject_oversized import RejectOversized
+from schedir.passes.schedule_running import ScheduleRunning
+from schedir.passes.verify_step import VerifyStep
+
+PASSES: dict[str, type[StepPass]] = {}
+
+
+def register_pass(cls: type[StepPass]) -> type[StepPass]:
+    """Make a pass known to pipelines and to `schedir passes` (usable as a decorator)."""
+    if not cls.name:
+        raise ValueError(f"{cls.__qualname__} has no name")
+    existing = PASSES.get(cls.name)
+    if existing is not None and existing is not cls:
+        raise ValueError(f"a pass named '{cls.name}' is already registered ({existing.__qualname__})")
+    PASSES[cls.name] = cls
+    return cls
+
+
+for _cls in (RejectOversized, OrderFcfs, OrderPriority, ScheduleRunning, AdmitGreedy, VerifyStep):
+    register_pass(_cls)

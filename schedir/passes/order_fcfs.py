@@ -1,0 +1,25 @@
+"""order-fcfs: first come, first served."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from schedir.ir.pass_base import StepPass
+from schedir.ir.step import Step
+from schedir.passes.ordering import sort_by_columns
+
+
+@dataclass(frozen=True)
+class OrderFcfs(StepPass):
+    """Order a queue by arrival time (ties keep queue order)."""
+
+    name: ClassVar[str] = "order-fcfs"
+    provides: ClassVar[frozenset[str]] = frozenset({"order"})
+
+    queue: str = "waiting"
+
+    def run(self, step: Step) -> None:
+        pending = step.pending(self.queue)
+        if pending is not None:
+            sort_by_columns(step, pending, ("arrival",))

@@ -1,0 +1,25 @@
+"""order-priority: the most urgent first (lower priority value), then first come."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from schedir.ir.pass_base import StepPass
+from schedir.ir.step import Step
+from schedir.passes.ordering import sort_by_columns
+
+
+@dataclass(frozen=True)
+class OrderPriority(StepPass):
+    """Order a queue by priority (lower value first), then by arrival time."""
+
+    name: ClassVar[str] = "order-priority"
+    provides: ClassVar[frozenset[str]] = frozenset({"order"})
+
+    queue: str = "waiting"
+
+    def run(self, step: Step) -> None:
+        pending = step.pending(self.queue)
+        if pending is not None:
+            sort_by_columns(step, pending, ("priority", "arrival"))

@@ -1,0 +1,21 @@
+"""Sorting a pending set by columns: the shared mechanism of the order-* passes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from xdsl.ir import SSAValue
+
+from schedir.ir.step import Step
+
+
+def sort_by_columns(step: Step, value: SSAValue, keys: Sequence[str]) -> SSAValue:
+    """Emit `req.sort` of `value` by `keys` ("col" ascending, "col desc"), stable on ties."""
+    names = [k.split()[0] for k in keys]
+    columns = step.columns(value, names)
+    # np.lexsort sorts by the last key first, so feed the keys reversed.
+    sort_keys = [(-c if key.endswith(" desc") else c) for c, key in zip(columns, keys, strict=True)]
+    ids = step.ids(value)
+    order = np.lexsort(sort_keys[::-1]) if ids.size else np.zeros(0, dtype=np.int64)
+    return step.sort(value, keys, ids[order])

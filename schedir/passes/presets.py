@@ -1,0 +1,10 @@
+"""Named pipelines: a preset name can stand wherever a pass list is expected."""
+
+from __future__ import annotations
+
+PRESETS: dict[str, str] = {
+    # The seed's base scheduler: FIFO order, running requests first, greedy admission.
+    "base": "reject-oversized,order-fcfs,schedule-running,admit-greedy,verify-step",
+    # The same with priority order (lower value first, then arrival).
+    "base-priority": "reject-oversized,order-priority,schedule-running,admit-greedy,verify-step",
+}

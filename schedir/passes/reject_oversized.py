@@ -1,0 +1,43 @@
+"""reject-oversized: refuse requests that can never run, so they never stall the queue."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from schedir.dialects.codes import Reason
+from schedir.ir.pass_base import StepPass
+from schedir.ir.step import Step
+
+
+@dataclass(frozen=True)
+class RejectOversized(StepPass):
+    """Reject requests longer than the model or larger than the whole KV cache.
+
+    A request whose known tokens exceed `max_model_len`, or whose known tokens
+    need more blocks than the pool holds, can never be scheduled; leaving it at
+    the head of the queue would stall everything behind it.
+    """
+
+    name: ClassVar[str] = "reject-oversized"
+    provides: ClassVar[frozenset[str]] = frozenset({"admissible"})
+
+    queue: str = "waiting"
+
+    def run(self, step: Step) -> None:
+        pending = step.pending(self.queue)
+        if pending is None:
+            return
+        facts = step.facts
+        (total,) = step.columns(pending, ("total",))
+        too_long = total > facts.max_model_len
+        too_big = (total + facts.block_size - 1) // facts.block_size > facts.total_blocks
+        bad = too_long | too_big
+        if not bad.any():
+            return
+        ids = step.ids(pending)
+        reasons = np.where(too_long, int(Reason.TOO_LONG), int(Reason.EXCEEDS_CACHE))
+        step.reject(pending, ids[bad], reasons[bad])
+        step.keep(pending, ids[~bad])

@@ -1,0 +1,109 @@
+"""verify-step: a step is legal — the checks every pipeline's result must pass."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from schedir.dialects.mem import AllocOp, ShareOp, SwapInOp
+from schedir.dialects.req import OUTCOMES, ScheduleOp
+from schedir.ir.errors import PassFailure
+from schedir.ir.pass_base import StepPass
+from schedir.ir.step import Step
+
+
+def _listed(ids: np.ndarray, limit: int = 10) -> str:
+    shown = ids[:limit].tolist()
+    more = f" (+{ids.size - limit} more)" if ids.size > limit else ""
+    return f"{shown}{more}"
+
+
+@dataclass(frozen=True)
+class VerifyStep(StepPass):
+    """Check the step is legal: budgets respected, nobody scheduled twice, blocks allocated <= free.
+
+    Also: nobody is scheduled more tokens than it has left to compute, every
+    scheduled request holds enough blocks for its tokens, evictions stay within
+    the cached-free blocks, and (with `complete`) every request of every queue
+    has exactly one decision: scheduled, deferred, rejected or preempted.
+    """
+
+    name: ClassVar[str] = "verify-step"
+    provides: ClassVar[frozenset[str]] = frozenset({"budget-legal"})
+
+    complete: bool = True
+
+    def run(self, step: Step) -> None:
+        problems = self.problems(step)
+        if problems:
+            raise PassFailure(self.name, f"step {step.facts.step} is illegal: " + "; ".join(problems))
+
+    def problems(self, step: Step) -> list[str]:
+        facts, used = step.facts, step.usage()
+        out: list[str] = []
+        if used.tokens > facts.token_budget:
+            out.append(f"{used.tokens} tokens scheduled, token budget is {facts.token_budget}")
+        if used.seqs > facts.max_seqs:
+            out.append(f"{used.seqs} requests scheduled, max_seqs is {facts.max_seqs}")
+        ids, counts = np.unique(used.scheduled_ids, return_counts=True)
+        if (counts > 1).any():
+            out.append(f"request(s) {_listed(ids[counts > 1])} scheduled more than once")
+        if used.free_left(facts) < 0:
+            out.append(
+                f"{used.blocks_taken} blocks taken, but only {facts.free_blocks} free "
+                f"+ {used.blocks_given} given back this step"
+            )
+        if used.evicted > facts.cached_free_blocks:
+            out.append(f"{used.evicted} blocks evicted, only {facts.cached_free_blocks} cached-free")
+        out.extend(self._token_and_block_checks(step))
+        if self.complete:
+            out.extend(self._outcome_checks(step))
+        return out
+
+    @staticmethod
+    def _token_and_block_checks(step: Step) -> list[str]:
+        out: list[str] = []
+        bs = step.facts.block_size
+        for op in step.ops_of(ScheduleOp):
+            assert isinstance(op, ScheduleOp)
+            if not len(op):
+                continue
+            ids, tokens = op.ids, op.col("tokens")
+            computed, total, held = step.columns(op.result, ("computed", "total", "blocks"))
+            hit, _ = step.prefix_hits(ids)
+            start = np.maximum(computed, np.minimum(hit, np.maximum(total - 1, 0)) // bs * bs)
+            over = tokens > total - start
+            if over.any():
+                out.append(f"request(s) {_listed(ids[over])} scheduled more tokens than they have left to compute")
+            have = held.copy()
+            for kind in (AllocOp, ShareOp, SwapInOp):
+                have += step.decision_column(kind, "blocks", ids)
+            short = have < (start + tokens + bs - 1) // bs
+            if short.any():
+                out.append(f"request(s) {_listed(ids[short])} hold too few blocks for the tokens scheduled")
+        return out
+
+    @staticmethod
+    def _outcome_checks(step: Step) -> list[str]:
+        out: list[str] = []
+        decided: dict[str, list[np.ndarray]] = {}
+        for op in step.ops_of(*OUTCOMES):
+            root = step.root(op.operands[0])
+            decided.setdefault(root.queue.data, []).append(op.ids)  # type: ignore[attr-defined]
+        for queue in step.queues():
+            name = queue.queue.data
+            members = queue.ids
+            got = np.concatenate(decided.get(name, [])) if name in decided else np.zeros(0, dtype=np.int64)
+            ids, counts = np.unique(got, return_counts=True)
+            twice = ids[counts > 1]
+            if twice.size:
+                out.append(f"request(s) {_listed(twice)} of queue '{name}' have more than one decision")
+            undecided = members[~np.isin(members, ids)]
+            if undecided.size:
+                out.append(
+                    f"request(s) {_listed(undecided)} of queue '{name}' have no decision "
+                    "(schedule, defer, reject or preempt)"
+                )
+        return out

@@ -1,0 +1,1 @@
+"""The `schedir` command line."""

@@ -1,0 +1,116 @@
+"""The `schedir` command line: `schedir passes`, `schedir opt`.
+
+Bad input (a file that does not parse, an unknown pass, a pipeline whose
+dependencies are missing) prints one clear message and exits 2; a step that a
+pass finds illegal exits 1. No traceback is ever shown for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+from schedir.ir.errors import PassFailure, PipelineError, SchedirError, StepParseError
+from schedir.ir.pipeline import Instrumentation, PassManager, default_presets, default_registry
+from schedir.ir.textio import parse_step_file, parse_step_text, print_ir
+
+EXIT_OK, EXIT_ILLEGAL, EXIT_BAD_INPUT = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's own usage errors exit 2 too
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_BAD_INPUT, f"schedir: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="schedir", description="A scheduler IR for LLM serving engines.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    sub.add_parser("passes", help="list every pass with its options, requires and provides, and the presets")
+
+    opt = sub.add_parser("opt", help="parse a step, run a pipeline over it, print the result")
+    opt.add_argument("input", help="a step IR file, or - for standard input")
+    opt.add_argument("-p", "--passes", default="", metavar="PIPELINE",
+                     help='comma-separated passes with options, e.g. "order-fcfs,admit-greedy{chunk=true}", or a preset')
+    opt.add_argument("--print-ir-after-all", action="store_true", help="print the IR after every pass (to stderr)")
+    opt.add_argument("--dump-dir", type=Path, help="write the IR after every pass to DIR, one file per pass")
+    opt.add_argument("--dot-dir", type=Path, help="write a Graphviz DOT (and SVG when `dot` is installed) per pass")
+    opt.add_argument("--no-svg", action="store_true", help="with --dot-dir, write DOT only")
+    opt.add_argument("--no-verify-each", action="store_true", help="do not verify the IR after every pass")
+    opt.add_argument("--generic", action="store_true", help="print the generic (MLIR) form")
+    opt.add_argument("--timing", action="store_true", help="print each pass's time to stderr")
+    opt.add_argument("-o", "--output", type=Path, help="write the result here instead of stdout")
+    return parser
+
+
+def cmd_passes(out: TextIO) -> int:
+    registry = default_registry()
+    for name in sorted(registry):
+        cls = registry[name]
+        out.write(f"{name}\n    {cls.summary()}\n")
+        options = ", ".join(f"{n}: {t} = {str(d).lower() if isinstance(d, bool) else d}" for n, t, d in cls.options())
+        out.write(f"    options:     {options or '-'}\n")
+        out.write(f"    requires:    {', '.join(sorted(cls.requires)) or '-'}\n")
+        out.write(f"    provides:    {', '.join(sorted(cls.provides)) or '-'}\n")
+        if cls.invalidates:
+            out.write(f"    invalidates: {', '.join(sorted(cls.invalidates))}\n")
+    out.write("\npresets\n")
+    for name, spec in sorted(default_presets().items()):
+        out.write(f"    {name}: {spec}\n")
+    return EXIT_OK
+
+
+def cmd_opt(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if args.input == "-":
+        module = parse_step_text(sys.stdin.read(), "<stdin>")
+    else:
+        module = parse_step_file(args.input)
+    instrument = None
+    if args.print_ir_after_all or args.dump_dir or args.dot_dir:
+        instrument = Instrumentation(
+            print_ir_after_all=err if args.print_ir_after_all else None,
+            dump_dir=args.dump_dir,
+            dot_dir=args.dot_dir,
+            svg=False if args.no_svg else None,
+        )
+    manager = PassManager.parse(args.passes, verify_each=not args.no_verify_each, instrument=instrument)
+    if manager.passes:
+        manager.run(module)
+    text = print_ir(module, generic=args.generic)
+    if args.output:
+        args.output.write_text(text)
+    else:
+        out.write(text)
+    if args.timing:
+        for timing in manager.timings:
+            err.write(f"{timing.name:24s} {timing.seconds * 1e6:10.1f} us\n")
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    out, err = sys.stdout, sys.stderr
+    try:
+        if args.command == "passes":
+            return cmd_passes(out)
+        return cmd_opt(args, out, err)
+    except (StepParseError, PipelineError) as e:
+        err.write(f"schedir: error: {e}\n")
+        return EXIT_BAD_INPUT
+    except PassFailure as e:
+        err.write(f"schedir: error: {e}\n")
+        return EXIT_ILLEGAL
+    except SchedirError as e:
+        err.write(f"schedir: error: {e}\n")
+        return EXIT_BAD_INPUT
+    except OSError as e:
+        err.write(f"schedir: error: {e}\n")
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())
