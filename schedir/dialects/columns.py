@@ -55,7 +55,11 @@ class ColumnsAttr(Data[ColumnData]):
         for name, values in columns.items():
             arr = values if isinstance(values, np.ndarray) and values.dtype == np.int64 else as_i64(values)
             data.append((name, arr.tobytes()))
-        return ColumnsAttr(tuple(data))
+        # Every entry is (str, int64 bytes) by construction, so skip the generic
+        # attribute verification (it dominates the cost of a small attribute).
+        attr = object.__new__(ColumnsAttr)
+        object.__setattr__(attr, "data", tuple(data))
+        return attr
 
     # ------------------------------------------------------------ access
     @property

@@ -63,7 +63,7 @@ class StepFacts:
     total_blocks: int
     max_model_len: int
     policy: str = "fcfs"
-    facts: tuple[str, ...] = ()
+    facts: tuple[str, ...] = ()  # analysis facts when the step was built; live ones: Step.fact_set
 
 
 _INT_CACHE: dict[int, IntegerAttr] = {}
@@ -79,6 +79,7 @@ def i64_attr(value: int) -> IntegerAttr:
     return attr
 
 
+_POLICIES: dict[str, StringAttr] = {}
 _FACTS_CACHE: dict[tuple[str, ...], ArrayAttr[StringAttr]] = {}
 
 
@@ -149,9 +150,14 @@ class StepOp(IRDLOperation):
     def build(facts: StepFacts, ops: Iterable[IRDLOperation] = ()) -> StepOp:
         props: dict[str, Attribute] = {name: i64_attr(getattr(facts, name)) for name in INT_FACTS}
         props["step"] = i64_attr(facts.step)
-        props["policy"] = StringAttr(facts.policy)
         props["facts"] = facts_attr(facts.facts)
-        return StepOp.create(properties=props, regions=[Region(Block(ops))])
+        policy = _POLICIES.get(facts.policy)
+        if policy is None:
+            policy = _POLICIES[facts.policy] = StringAttr(facts.policy)
+        props["policy"] = policy
+        from schedir.ir.fastop import new_op  # the fast constructor lives with the IR machinery
+
+        return new_op(StepOp, (), props, (), (Region(Block(ops)),))
 
     @property
     def block(self) -> Block:

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TextIO
 
 import attrs
-from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.utils.arg_spec import ArgSpecParseError, parse_pipeline
 from xdsl.utils.exceptions import VerifyException
@@ -95,7 +94,8 @@ def parse_passes(spec: str, registry: Registry | None = None, presets: Mapping[s
         if item.name in presets and item.name not in registry:
             if item.parameters:
                 raise PipelineError(f"preset '{item.name}' takes no options; give them to its passes instead")
-            passes.extend(parse_passes(presets[item.name], registry, {}))
+            others = {k: v for k, v in presets.items() if k != item.name}  # no preset includes itself
+            passes.extend(parse_passes(presets[item.name], registry, others))
             continue
         cls = registry.get(item.name)
         if cls is None:
@@ -134,7 +134,7 @@ def check_pipeline(passes: Sequence[StepPass], initial: frozenset[str] = frozens
                     f"{where} requires '{fact}', which is provided only later, by {later[0]}: "
                     f"move it before '{p.name}'"
                 )
-            providers = sorted(name for name, cls in registry.items() if fact in cls.provides)
+            providers = sorted(name for name, cls in registry.items() if fact in cls.provides and name != p.name)
             hint = f"add one of: {', '.join(providers)} before it" if providers else "no known pass provides it"
             raise PipelineError(f"{where} requires '{fact}', which no earlier pass provides; {hint}")
         for fact in p.invalidates:
@@ -177,31 +177,38 @@ class PassManager:
             after = self._checked[initial] = check_pipeline(self.passes, initial, self.registry)
         return after
 
-    def run(self, module: ModuleOp, ctx: Context | None = None, on_pass: Callable[[StepPass, ModuleOp], None] | None = None) -> None:
+    def run(self, module: ModuleOp, on_pass: Callable[[StepPass, ModuleOp], None] | None = None) -> None:
         """Check, then run every pass in order over every step of `module` (in place)."""
+        self.timings.clear()
         steps = steps_of(module)
         if not steps:
             raise PipelineError("the input holds no sched.step op")
         for step_op in steps:
             self.check(step_op.fact_set())
-        ctx = ctx or _CONTEXT
+        views = [Step(op) for op in steps]
         timed = self.timings
         timed.clear()
+        observe = self.verify_each or self.instrument is not None or on_pass is not None
         if self.instrument is not None:
             self.instrument.record(0, "input", module)
+        clock = time.perf_counter
         for index, p in enumerate(self.passes):
-            start = time.perf_counter()
-            p.apply(ctx, module)
-            for step_op in steps:
-                facts = (step_op.fact_set() - p.invalidates) | p.provides
-                Step(step_op).set_facts(facts)
-            timed.append(PassTiming(p.name, time.perf_counter() - start))
+            start = clock()
+            for view in views:
+                p.run(view)
+            if p.provides or p.invalidates:
+                for view in views:
+                    view.set_facts((view.fact_set - p.invalidates) | p.provides, write=observe)
+            timed.append(PassTiming(p.name, clock() - start))
             if self.verify_each:
                 self._verify(module, p)
             if self.instrument is not None:
                 self.instrument.record(index + 1, p.name, module)
             if on_pass is not None:
                 on_pass(p, module)
+        if not observe:
+            for view in views:
+                view.write_facts()
 
     @staticmethod
     def _verify(module: ModuleOp, after: StepPass) -> None:
@@ -210,11 +217,3 @@ class PassManager:
         except VerifyException as err:
             raise PassFailure(after.name, f"left invalid IR: {verify_message(err)}") from None
 
-
-def _make_context() -> Context:
-    from schedir.dialects import make_context
-
-    return make_context()
-
-
-_CONTEXT = _make_context()

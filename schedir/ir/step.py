@@ -19,7 +19,7 @@ import numpy as np
 from xdsl.dialects.builtin import ArrayAttr, StringAttr
 from xdsl.ir import Block, Operation, SSAValue
 
-from schedir.dialects.base import SET, ColumnOpMixin
+from schedir.dialects.base import SET, ColumnOpMixin, RequestSetType
 from schedir.dialects.columns import ColumnsAttr
 from schedir.dialects.mem import AllocOp, EvictOp, FreeOp, MatchOp, ShareOp, SwapInOp, SwapOutOp
 from schedir.dialects.req import (
@@ -32,6 +32,7 @@ from schedir.dialects.req import (
     SortOp,
 )
 from schedir.dialects.sched import StepFacts, StepOp, YieldOp, facts_attr, i64_attr
+from schedir.ir.fastop import append_operand, new_op
 
 EMPTY = np.zeros(0, dtype=np.int64)
 _PHASES = {p: StringAttr(p) for p in ("prefill", "decode", "mixed")}
@@ -79,7 +80,9 @@ class Step:
         self.op = op
         self.block: Block = op.body.block
         self._facts: StepFacts | None = None
+        self._fact_set: frozenset[str] | None = None
         self._roots: dict[SSAValue, QueueOp] = {}
+        self._rows: dict[SSAValue, tuple[ColumnsAttr, np.ndarray]] = {}
 
     # ------------------------------------------------------------ facts
     @property
@@ -88,19 +91,39 @@ class Step:
             self._facts = self.op.read_facts()
         return self._facts
 
-    def has_fact(self, fact: str) -> bool:
-        return fact in self.op.fact_set()
+    @property
+    def fact_set(self) -> frozenset[str]:
+        """Analysis facts established so far (`sched.step`'s `facts`)."""
+        if self._fact_set is None:
+            self._fact_set = self.op.fact_set()
+        return self._fact_set
 
-    def set_facts(self, facts: frozenset[str]) -> None:
-        self.op.facts = facts_attr(facts)
-        self._facts = None
+    def has_fact(self, fact: str) -> bool:
+        return fact in self.fact_set
+
+    def set_facts(self, facts: frozenset[str], *, write: bool = True) -> None:
+        """Record the live facts; with `write=False` the IR is updated later by `write_facts`."""
+        self._fact_set = facts
+        if write:
+            self.write_facts()
+
+    def write_facts(self) -> None:
+        if self._fact_set is not None:
+            self.op.facts = facts_attr(self._fact_set)
 
     # ------------------------------------------------------------ finding ops
     def ops(self) -> Iterator[Operation]:
         return iter(self.block.ops)
 
     def ops_of(self, *kinds: type[Operation]) -> list[Operation]:
-        return [op for op in self.block.ops if isinstance(op, kinds)]
+        """The step's ops of these exact kinds, in order (a linked-list walk: the hot path)."""
+        found: list[Operation] = []
+        op = self.block.first_op
+        while op is not None:
+            if type(op) in kinds:
+                found.append(op)
+            op = op._next_op
+        return found
 
     @property
     def terminator(self) -> YieldOp:
@@ -109,13 +132,13 @@ class Step:
         return last
 
     def queue(self, name: str) -> QueueOp | None:
-        for op in self.block.ops:
-            if isinstance(op, QueueOp) and op.queue.data == name:
-                return op
+        for op in self.ops_of(QueueOp):
+            if op.queue.data == name:  # type: ignore[attr-defined]
+                return op  # type: ignore[return-value]
         return None
 
     def queues(self) -> list[QueueOp]:
-        return [op for op in self.block.ops if isinstance(op, QueueOp)]
+        return self.ops_of(QueueOp)  # type: ignore[return-value]
 
     def root(self, value: SSAValue) -> QueueOp:
         """The `req.queue` a set value was derived from."""
@@ -133,12 +156,12 @@ class Step:
     def pending(self, queue: str) -> SSAValue | None:
         """The set of `queue` requests not yet decided on (None if the step has no such queue)."""
         current: SSAValue | None = None
-        for op in self.block.ops:
-            if isinstance(op, QueueOp):
-                if op.queue.data == queue:
-                    current = op.result
-            elif isinstance(op, (SortOp, SelectOp)) and current is not None and op.input is current:
-                current = op.result
+        for op in self.ops_of(QueueOp, SortOp, SelectOp):
+            if type(op) is QueueOp:
+                if op.queue.data == queue:  # type: ignore[attr-defined]
+                    current = op.results[0]
+            elif current is not None and op.operands[0] is current:
+                current = op.results[0]
         return current
 
     # ------------------------------------------------------------ columns
@@ -148,37 +171,61 @@ class Step:
         assert isinstance(owner, ColumnOpMixin)
         return owner.ids
 
+    def rows(self, value: SSAValue) -> np.ndarray | None:
+        """Where each request of `value` sits in its queue's columns (None: it is the queue)."""
+        root = self.root(value)
+        if value is root.result:
+            return None
+        owner = value.owner
+        cached = self._rows.get(value)
+        if cached is not None and cached[0] is owner.columns:  # type: ignore[union-attr]
+            return cached[1]
+        rows = positions(root.ids, self.ids(value))
+        self._rows[value] = (owner.columns, rows)  # type: ignore[union-attr]
+        return rows
+
+    def _derive_rows(self, parent: SSAValue, child: SSAValue, picked: np.ndarray | None) -> None:
+        """Remember a derived set's rows from the parent's (`picked`: indices into the parent)."""
+        if picked is None:
+            return
+        parent_rows = self.rows(parent)
+        rows = picked if parent_rows is None else parent_rows[picked]
+        self._rows[child] = (child.owner.columns, rows)  # type: ignore[union-attr]
+
     def column(self, value: SSAValue, name: str) -> np.ndarray:
         """A queue column for the requests of `value`, in `value`'s order."""
-        root = self.root(value)
-        source = root.columns.get(name)
-        if value is root.result:
-            return source
-        return source[positions(root.ids, self.ids(value))]
+        source = self.root(value).columns.get(name)
+        rows = self.rows(value)
+        return source if rows is None else source[rows]
 
     def columns(self, value: SSAValue, names: Sequence[str]) -> list[np.ndarray]:
         root = self.root(value)
-        if value is root.result:
+        rows = self.rows(value)
+        if rows is None:
             return [root.columns.get(n) for n in names]
-        rows = positions(root.ids, self.ids(value))
         return [root.columns.get(n)[rows] for n in names]
 
     def decision_column(self, kind: type[ColumnOpMixin], name: str, ids: np.ndarray) -> np.ndarray:
         """`name` from every `kind` op (e.g. MatchOp 'hit'), aligned with `ids`; 0 where none."""
         out = np.zeros(ids.size, dtype=np.int64)
-        for op in self.block.ops:
-            if isinstance(op, kind) and len(op):
+        for op in self.ops_of(kind):
+            if len(op):
                 at = positions(op.ids, ids)
                 found = at >= 0
                 out[found] = op.col(name)[at[found]]
         return out
 
-    def prefix_hits(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Cached prefix tokens per request and how many of those blocks sit in the free queue."""
+    def prefix_hits(self, ids: np.ndarray, *, dense: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """Cached prefix tokens per request (`mem.match` `hit`) and how many of those blocks
+        sit in the free queue (`cached_free`), aligned with `ids` (zeros where none). With
+        `dense=False`, a step without `mem.match` gives two empty arrays (no allocation)."""
+        matches = self.ops_of(MatchOp)
+        if not matches and not dense:
+            return EMPTY, EMPTY
         hit = np.zeros(ids.size, dtype=np.int64)
         cached_free = np.zeros(ids.size, dtype=np.int64)
-        for op in self.block.ops:
-            if isinstance(op, MatchOp) and len(op):
+        for op in matches:
+            if len(op):
                 at = positions(op.ids, ids)
                 found = at >= 0
                 hit[found] = op.col("hit")[at[found]]
@@ -190,21 +237,24 @@ class Step:
     def usage(self) -> Usage:
         tokens = seqs = taken = given = evicted = 0
         scheduled: list[np.ndarray] = []
-        for op in self.block.ops:
-            if isinstance(op, ScheduleOp):
+        op = self.block.first_op
+        while op is not None:
+            kind = type(op)
+            if kind is ScheduleOp:
                 t = op.col("tokens")
                 tokens += int(t.sum())
                 seqs += t.size
                 scheduled.append(op.ids)
-            elif isinstance(op, (AllocOp, SwapInOp)):
+            elif kind is AllocOp or kind is SwapInOp:
                 taken += int(op.col("blocks").sum())
-            elif isinstance(op, ShareOp):
+            elif kind is ShareOp:
                 if op.columns.has("revived"):
                     taken += int(op.col("revived").sum())
-            elif isinstance(op, (FreeOp, SwapOutOp)):
+            elif kind is FreeOp or kind is SwapOutOp:
                 given += int(op.col("blocks").sum())
-            elif isinstance(op, EvictOp):
+            elif kind is EvictOp:
                 evicted += op.count
+            op = op._next_op
         ids = np.concatenate(scheduled) if scheduled else EMPTY
         return Usage(tokens, seqs, taken, given, evicted, ids)
 
@@ -215,26 +265,29 @@ class Step:
 
     def _over(self, kind: type[Operation], value: SSAValue, cols: dict[str, np.ndarray], **props) -> Operation:
         props["columns"] = ColumnsAttr.of(cols)
-        results = [SET] * len(kind.get_irdl_definition().results)  # type: ignore[attr-defined]
-        return self.append(kind.create(operands=[value], properties=props, result_types=results))
+        return self.append(new_op(kind, (value,), props, _result_types(kind)))
 
-    def sort(self, value: SSAValue, keys: Sequence[str], order: np.ndarray) -> SSAValue:
-        """Reorder `value`; `order` is the new id order (a permutation of its ids)."""
+    def sort(self, value: SSAValue, keys: Sequence[str], order: np.ndarray, *, picked: np.ndarray | None = None) -> SSAValue:
+        """Reorder `value`; `order` is the new id order (a permutation of its ids).
+        `picked` (optional) gives the same order as indices into `value`, which saves a lookup."""
         key = tuple(keys)
         by = _KEYS.get(key)
         if by is None:
             by = _KEYS[key] = ArrayAttr([StringAttr(k) for k in key])
-        return self._over(SortOp, value, {"id": order}, by=by).results[0]
+        result = self._over(SortOp, value, {"id": order}, by=by).results[0]
+        self._derive_rows(value, result, picked)
+        return result
 
-    def keep(self, value: SSAValue, ids: np.ndarray) -> SSAValue:
+    def keep(self, value: SSAValue, ids: np.ndarray, *, picked: np.ndarray | None = None) -> SSAValue:
         """The part of `value` still pending after a decision (a `req.select`)."""
-        return self._over(SelectOp, value, {"id": ids}).results[0]
+        result = self._over(SelectOp, value, {"id": ids}).results[0]
+        self._derive_rows(value, result, picked)
+        return result
 
     def schedule(self, value: SSAValue, phase: str, ids: np.ndarray, tokens: np.ndarray) -> SSAValue:
         """Run `ids` with `tokens` each; the result joins the batch (`sched.yield`) in order."""
         result = self._over(ScheduleOp, value, {"id": ids, "tokens": tokens}, phase=_PHASES[phase]).results[0]
-        term = self.terminator
-        term.operands = (*term.operands, result)
+        append_operand(self.terminator, result)
         return result
 
     def defer(self, value: SSAValue, ids: np.ndarray, reasons: np.ndarray) -> None:
@@ -255,7 +308,18 @@ class Step:
 
     def evict(self, count: int) -> None:
         if count:
-            self.append(EvictOp.create(properties={"blocks": i64_attr(count)}))
+            self.append(new_op(EvictOp, (), {"blocks": i64_attr(count)}))
+
+
+_RESULT_TYPES: dict[type[Operation], tuple[RequestSetType, ...]] = {}
+
+
+def _result_types(kind: type[Operation]) -> tuple[RequestSetType, ...]:
+    types = _RESULT_TYPES.get(kind)
+    if types is None:
+        count = len(kind.get_irdl_definition().results)  # type: ignore[attr-defined]
+        types = _RESULT_TYPES[kind] = (SET,) * count
+    return types
 
 
 def steps_of(module: Operation) -> list[StepOp]:

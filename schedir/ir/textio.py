@@ -43,8 +43,8 @@ class _LocatingParser(Parser):
 
 def parse_step_text(text: str, name: str = "<input>", *, verify: bool = True) -> ModuleOp:
     """Parse (and verify) step IR; a syntax or verifier error becomes a StepParseError."""
-    parser = _LocatingParser(text, name)
     try:
+        parser = _LocatingParser(text, name)  # reads the first token already
         module = parser.parse_module()
     except ParseError as err:
         raise StepParseError(str(err).rstrip()) from None
@@ -66,6 +66,9 @@ def parse_step_file(path: str | Path, *, verify: bool = True) -> ModuleOp:
         text = path.read_text()
     except OSError as err:
         raise StepParseError(f"{path}: cannot read: {err.strerror or err}") from None
+    except UnicodeDecodeError as err:
+        line = path.read_bytes()[: err.start].count(b"\n") + 1
+        raise StepParseError(f"{path}:{line}: not UTF-8 text (byte {err.object[err.start]:#04x})") from None
     return parse_step_text(text, str(path), verify=verify)
 
 

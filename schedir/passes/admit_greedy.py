@@ -5,12 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import numpy as np
-
 from schedir.dialects.mem import AllocOp, ShareOp
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
-from schedir.passes.kernels import greedy_fit
+from schedir.passes.kernels import fit_batch
 
 
 @dataclass(frozen=True)
@@ -37,27 +35,19 @@ class AdmitGreedy(StepPass):
         pending = step.pending(self.queue)
         if pending is None:
             return
-        ids = step.ids(pending)
+        ids, computed, total, held = step.columns(pending, ("id", "computed", "total", "blocks"))
         if ids.size == 0:
             return
         facts, used = step.facts, step.usage()
-        bs = facts.block_size
-        computed, total, held = step.columns(pending, ("computed", "total", "blocks"))
-        hit, cached_free = step.prefix_hits(ids)
-        usable_hit = np.minimum(hit, np.maximum(total - 1, 0)) // bs * bs
-        start = np.maximum(computed, usable_hit)
-        shared = np.maximum(usable_hit // bs - held, 0)
-        revived = np.minimum(cached_free, shared)
-        tokens, new_blocks, reason, *_ = greedy_fit(
-            total - start, start, held + shared, revived,
+        hit, cached_free = step.prefix_hits(ids, dense=False)
+        (run_ids, tokens, alloc_ids, alloc_blocks, share_ids, share_blocks, revived,
+         defer_ids, reasons, _) = fit_batch(
+            ids, computed, total, held, hit, cached_free,
             facts.token_budget - used.tokens, facts.max_seqs - used.seqs, used.free_left(facts),
-            bs, self.chunk, self.stop_at_first,
+            facts.block_size, self.chunk, self.stop_at_first,
         )
-        run = tokens > 0
-        if run.any():
-            scheduled = step.schedule(pending, "prefill", ids[run], tokens[run])
-            shares = run & (shared > 0)
-            step.blocks(ShareOp, scheduled, ids[shares], shared[shares], revived=revived[shares])
-            grows = run & (new_blocks > 0)
-            step.blocks(AllocOp, scheduled, ids[grows], new_blocks[grows])
-        step.defer(pending, ids[~run], reason[~run])
+        if run_ids.size:
+            scheduled = step.schedule(pending, "prefill", run_ids, tokens)
+            step.blocks(ShareOp, scheduled, share_ids, share_blocks, revived=revived)
+            step.blocks(AllocOp, scheduled, alloc_ids, alloc_blocks)
+        step.defer(pending, defer_ids, reasons)

@@ -18,4 +18,4 @@ def sort_by_columns(step: Step, value: SSAValue, keys: Sequence[str]) -> SSAValu
     sort_keys = [(-c if key.endswith(" desc") else c) for c, key in zip(columns, keys, strict=True)]
     ids = step.ids(value)
     order = np.lexsort(sort_keys[::-1]) if ids.size else np.zeros(0, dtype=np.int64)
-    return step.sort(value, keys, ids[order])
+    return step.sort(value, keys, ids[order], picked=order)

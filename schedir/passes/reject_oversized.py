@@ -40,4 +40,4 @@ class RejectOversized(StepPass):
         ids = step.ids(pending)
         reasons = np.where(too_long, int(Reason.TOO_LONG), int(Reason.EXCEEDS_CACHE))
         step.reject(pending, ids[bad], reasons[bad])
-        step.keep(pending, ids[~bad])
+        step.keep(pending, ids[~bad], picked=np.flatnonzero(~bad))

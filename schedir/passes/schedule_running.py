@@ -5,13 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import numpy as np
-
-from schedir.dialects.codes import Reason
 from schedir.dialects.mem import AllocOp
 from schedir.ir.pass_base import StepPass
-from schedir.ir.step import Step
-from schedir.passes.kernels import greedy_fit
+from schedir.ir.step import EMPTY, Step
+from schedir.passes.kernels import fit_batch
 
 
 @dataclass(frozen=True)
@@ -35,22 +32,16 @@ class ScheduleRunning(StepPass):
         pending = step.pending(self.queue)
         if pending is None:
             return
-        ids = step.ids(pending)
+        ids, computed, total, held = step.columns(pending, ("id", "computed", "total", "blocks"))
         if ids.size == 0:
             return
-        computed, total, held = step.columns(pending, ("computed", "total", "blocks"))
-        need = total - computed
         facts, used = step.facts, step.usage()
-        tokens, new_blocks, reason, *_ = greedy_fit(
-            need, computed, held, np.zeros_like(held),
+        run_ids, tokens, alloc_ids, alloc_blocks, _, _, _, defer_ids, reasons, all_decode = fit_batch(
+            ids, computed, total, held, EMPTY, EMPTY,
             facts.token_budget - used.tokens, facts.max_seqs - used.seqs, used.free_left(facts),
             facts.block_size, self.chunk, False,
         )
-        reason[need <= 0] = int(Reason.IN_FLIGHT)
-        run = tokens > 0
-        if run.any():
-            phase = "decode" if bool((need[run] == 1).all()) else "mixed"
-            scheduled = step.schedule(pending, phase, ids[run], tokens[run])
-            grows = run & (new_blocks > 0)
-            step.blocks(AllocOp, scheduled, ids[grows], new_blocks[grows])
-        step.defer(pending, ids[~run], reason[~run])
+        if run_ids.size:
+            scheduled = step.schedule(pending, "decode" if all_decode else "mixed", run_ids, tokens)
+            step.blocks(AllocOp, scheduled, alloc_ids, alloc_blocks)
+        step.defer(pending, defer_ids, reasons)

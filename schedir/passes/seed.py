@@ -88,7 +88,8 @@ def _run_seed(instance: OptimizationPass, pass_name: str, queue: str, step: Step
     rows = zip(ids.tolist(), *(c.tolist() for c in cols), hits.tolist(), strict=True)
     requests = [RequestInfo(*row) for row in rows]
     try:
-        result = instance.optimize(list(requests), step.facts)
+        facts = attrs.evolve(step.facts, facts=tuple(sorted(step.fact_set)))  # the live facts
+        result = instance.optimize(list(requests), facts)
     except Exception as err:  # a user's pass failing is reported, not re-raised raw
         raise PassFailure(pass_name, f"raised {type(err).__name__}: {err}") from err
     order = _checked_ids(pass_name, result, set(ids.tolist()))

@@ -66,7 +66,15 @@ def cmd_passes(out: TextIO) -> int:
 
 def cmd_opt(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.input == "-":
-        module = parse_step_text(sys.stdin.read(), "<stdin>")
+        stream = getattr(sys.stdin, "buffer", None)
+        raw = stream.read() if stream is not None else sys.stdin.read()
+        data = raw.encode("utf-8", "surrogateescape") if isinstance(raw, str) else raw
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as err:
+            line = data[: err.start].count(b"\n") + 1
+            raise StepParseError(f"<stdin>:{line}: not UTF-8 text (byte {data[err.start]:#04x})") from None
+        module = parse_step_text(text, "<stdin>")
     else:
         module = parse_step_file(args.input)
     instrument = None
@@ -110,6 +118,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as e:
         err.write(f"schedir: error: {e}\n")
         return EXIT_BAD_INPUT
+    except RuntimeError as e:  # an external tool failed (Graphviz `dot` for --dot-dir)
+        err.write(f"schedir: error: {e}\n")
+        return EXIT_ILLEGAL
 
 
 if __name__ == "__main__":

@@ -1,0 +1,58 @@
+"""Build a step IR from column arrays: the fast path an engine's runtime uses every step.
+
+Measured levers (DESIGN.md): `Op.create` with cached attribute objects, columns
+from `ndarray.tobytes()`, no verification here (the pass manager verifies in
+debug mode).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+from xdsl.dialects.builtin import ModuleOp, StringAttr
+from xdsl.ir import Block, Region
+
+from schedir.dialects.base import SET
+from schedir.dialects.columns import ColumnsAttr
+from schedir.dialects.mem import MatchOp
+from schedir.dialects.req import QueueOp
+from schedir.dialects.sched import StepFacts, StepOp, YieldOp
+from schedir.ir.fastop import new_op
+
+Columns = Mapping[str, np.ndarray]
+_QUEUE_NAMES: dict[str, StringAttr] = {}
+_ONE_SET = (SET,)
+
+
+def queue_op(name: str, columns: Columns) -> QueueOp:
+    attr = _QUEUE_NAMES.get(name)
+    if attr is None:
+        attr = _QUEUE_NAMES[name] = StringAttr(name)
+    op = new_op(QueueOp, (), {"queue": attr, "columns": ColumnsAttr.of(columns)}, _ONE_SET)
+    op.result.name_hint = name if name.isidentifier() else None
+    return op
+
+
+def build_step(
+    facts: StepFacts,
+    queues: Mapping[str, Columns],
+    hits: Mapping[str, Columns] | None = None,
+) -> ModuleOp:
+    """A module with one `sched.step`: a `req.queue` per entry of `queues` (in order),
+    and a `mem.match` per entry of `hits` (queue name -> `id`, `hit` and optionally
+    `cached_free` columns)."""
+    ops: list = []
+    by_name: dict[str, QueueOp] = {}
+    for name, columns in queues.items():
+        op = queue_op(name, columns)
+        by_name[name] = op
+        ops.append(op)
+    for name, columns in (hits or {}).items():
+        source = by_name.get(name)
+        if source is None:
+            raise KeyError(f"prefix hits given for queue '{name}', which the step does not have")
+        ops.append(new_op(MatchOp, (source.result,), {"columns": ColumnsAttr.of(columns)}))
+    ops.append(new_op(YieldOp, (), {}))
+    step = StepOp.build(facts, ops)
+    return new_op(ModuleOp, (), {}, (), (Region(Block((step,))),))
