@@ -76,13 +76,13 @@ class ColumnOpMixin:
 
     @property
     def ids(self) -> np.ndarray:
-        return self.columns.get("id")
+        return self.properties["columns"].get("id")  # type: ignore[attr-defined]  (the dict: no descriptor)
 
     def col(self, name: str) -> np.ndarray:
-        return self.columns.get(name)
+        return self.properties["columns"].get(name)  # type: ignore[attr-defined]
 
     def __len__(self) -> int:
-        return len(self.columns)
+        return len(self.properties["columns"])  # type: ignore[attr-defined]
 
     def verify_columns(self) -> None:
         name = self.name  # type: ignore[attr-defined]

@@ -24,6 +24,7 @@ from xdsl.utils.exceptions import VerifyException
 from schedir.dialects.codes import ENUM_COLUMNS, keywords
 
 ColumnData = tuple[tuple[str, bytes], ...]
+_I64 = np.dtype(np.int64)
 
 _ENUM_NAMES: dict[str, list[str]] = {
     col: [""] * (max(int(m) for m in enum) + 1) for col, enum in ENUM_COLUMNS.items()
@@ -53,8 +54,9 @@ class ColumnsAttr(Data[ColumnData]):
         """Columns from arrays or lists (the fast path: one `tobytes` each)."""
         data: list[tuple[str, bytes]] = []
         for name, values in columns.items():
-            arr = values if isinstance(values, np.ndarray) and values.dtype == np.int64 else as_i64(values)
-            data.append((name, arr.tobytes()))
+            if type(values) is not np.ndarray or (values.dtype is not _I64 and values.dtype != _I64):
+                values = as_i64(values)
+            data.append((name, values.tobytes()))
         # Every entry is (str, int64 bytes) by construction, so skip the generic
         # attribute verification (it dominates the cost of a small attribute).
         attr = object.__new__(ColumnsAttr)

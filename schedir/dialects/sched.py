@@ -155,9 +155,9 @@ class StepOp(IRDLOperation):
         if policy is None:
             policy = _POLICIES[facts.policy] = StringAttr(facts.policy)
         props["policy"] = policy
-        from schedir.ir.fastop import new_op  # the fast constructor lives with the IR machinery
+        from schedir.ir.fastop import block_of, new_op  # the fast constructor lives with the IR machinery
 
-        return new_op(StepOp, (), props, (), (Region(Block(ops)),))
+        return new_op(StepOp, (), props, (), (Region(block_of(list(ops))),))
 
     @property
     def block(self) -> Block:

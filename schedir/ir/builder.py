@@ -18,7 +18,7 @@ from schedir.dialects.columns import ColumnsAttr
 from schedir.dialects.mem import MatchOp
 from schedir.dialects.req import QueueOp
 from schedir.dialects.sched import StepFacts, StepOp, YieldOp
-from schedir.ir.fastop import new_op
+from schedir.ir.fastop import block_of, new_op
 
 Columns = Mapping[str, np.ndarray]
 _QUEUE_NAMES: dict[str, StringAttr] = {}
@@ -55,4 +55,4 @@ def build_step(
         ops.append(new_op(MatchOp, (source.result,), {"columns": ColumnsAttr.of(columns)}))
     ops.append(new_op(YieldOp, (), {}))
     step = StepOp.build(facts, ops)
-    return new_op(ModuleOp, (), {}, (), (Region(Block((step,))),))
+    return new_op(ModuleOp, (), {}, (), (Region(block_of((step,))),))

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import TypeVar
 
 from xdsl.dialects.builtin import UNKNOWN_LOC
-from xdsl.ir import Attribute, Operation, OpResult, Region, SSAValue, SSAValues, Use
+from xdsl.ir import Attribute, Block, Operation, OpResult, Region, SSAValue, SSAValues, Use
 
 OpT = TypeVar("OpT", bound=Operation)
 
@@ -30,13 +30,23 @@ def new_op(
     op.parent = None
     op._next_op = None
     op._prev_op = None
-    values = SSAValues(operands)
-    uses = tuple(Use(op, index) for index in range(len(values)))
-    for value, use in zip(values, uses):
+    if len(operands) == 1:  # the common case, without generator overhead
+        value = operands[0]
+        use = Use(op, 0)
         value.add_use(use)
-    op._operands = values
-    op._operand_uses = uses
-    op.results = SSAValues(OpResult(t, op, index) for index, t in enumerate(result_types))
+        op._operands = SSAValues((value,))
+        op._operand_uses = (use,)
+    else:
+        values = SSAValues(operands)
+        uses = tuple([Use(op, index) for index in range(len(values))])
+        for value, use in zip(values, uses):
+            value.add_use(use)
+        op._operands = values
+        op._operand_uses = uses
+    if len(result_types) == 1:
+        op.results = SSAValues((OpResult(result_types[0], op, 0),))
+    else:
+        op.results = SSAValues([OpResult(t, op, index) for index, t in enumerate(result_types)])
     op.properties = properties
     op.attributes = {}
     op.location = UNKNOWN_LOC
@@ -54,3 +64,37 @@ def append_operand(op: Operation, value: SSAValue) -> None:
     value.add_use(use)
     op._operands = SSAValues((*op._operands, value))
     op._operand_uses = (*op._operand_uses, use)
+
+
+def insert_before(block: Block, op: Operation, anchor: Operation) -> None:
+    """Link a fresh op (from `new_op`, not yet in any block) before `anchor` in `block`.
+
+    `Block.insert_op_before` also walks the op's ancestors to refuse cycles; a
+    fresh op has none, so that walk (the largest cost of appending) is skipped.
+    """
+    op.parent = block
+    prev = anchor._prev_op
+    op._prev_op = prev
+    op._next_op = anchor
+    anchor._prev_op = op
+    if prev is None:
+        block._first_op = op
+    else:
+        prev._next_op = op
+
+
+def block_of(ops: Sequence[Operation]) -> Block:
+    """A new block holding fresh ops, in order."""
+    block = Block()
+    prev: Operation | None = None
+    for op in ops:
+        op.parent = block
+        op._prev_op = prev
+        op._next_op = None
+        if prev is None:
+            block._first_op = op
+        else:
+            prev._next_op = op
+        prev = op
+    block._last_op = prev
+    return block

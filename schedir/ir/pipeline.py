@@ -12,7 +12,7 @@ import difflib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import NamedTuple, TextIO
 
 import attrs
 from xdsl.dialects.builtin import ModuleOp
@@ -55,8 +55,7 @@ class Instrumentation:
             self.written.extend(write_dot(module, self.dot_dir / f"{stem}.dot", title=label, svg=self.svg))
 
 
-@attrs.frozen
-class PassTiming:
+class PassTiming(NamedTuple):
     name: str
     seconds: float
 

@@ -32,7 +32,7 @@ from schedir.dialects.req import (
     SortOp,
 )
 from schedir.dialects.sched import StepFacts, StepOp, YieldOp, facts_attr, i64_attr
-from schedir.ir.fastop import append_operand, new_op
+from schedir.ir.fastop import append_operand, insert_before, new_op
 
 EMPTY = np.zeros(0, dtype=np.int64)
 _PHASES = {p: StringAttr(p) for p in ("prefill", "decode", "mixed")}
@@ -174,14 +174,14 @@ class Step:
     def rows(self, value: SSAValue) -> np.ndarray | None:
         """Where each request of `value` sits in its queue's columns (None: it is the queue)."""
         root = self.root(value)
-        if value is root.result:
+        if value is root.results[0]:
             return None
         owner = value.owner
         cached = self._rows.get(value)
-        if cached is not None and cached[0] is owner.columns:  # type: ignore[union-attr]
+        if cached is not None and cached[0] is owner.properties["columns"]:  # type: ignore[union-attr]
             return cached[1]
         rows = positions(root.ids, self.ids(value))
-        self._rows[value] = (owner.columns, rows)  # type: ignore[union-attr]
+        self._rows[value] = (owner.properties["columns"], rows)  # type: ignore[union-attr]
         return rows
 
     def _derive_rows(self, parent: SSAValue, child: SSAValue, picked: np.ndarray | None) -> None:
@@ -190,20 +190,21 @@ class Step:
             return
         parent_rows = self.rows(parent)
         rows = picked if parent_rows is None else parent_rows[picked]
-        self._rows[child] = (child.owner.columns, rows)  # type: ignore[union-attr]
+        self._rows[child] = (child.owner.properties["columns"], rows)  # type: ignore[union-attr]
 
     def column(self, value: SSAValue, name: str) -> np.ndarray:
         """A queue column for the requests of `value`, in `value`'s order."""
-        source = self.root(value).columns.get(name)
+        source = self.root(value).properties["columns"].get(name)
         rows = self.rows(value)
         return source if rows is None else source[rows]
 
     def columns(self, value: SSAValue, names: Sequence[str]) -> list[np.ndarray]:
         root = self.root(value)
         rows = self.rows(value)
+        cols = root.properties["columns"]
         if rows is None:
-            return [root.columns.get(n) for n in names]
-        return [root.columns.get(n)[rows] for n in names]
+            return [cols.get(n) for n in names]
+        return [cols.get(n)[rows] for n in names]
 
     def decision_column(self, kind: type[ColumnOpMixin], name: str, ids: np.ndarray) -> np.ndarray:
         """`name` from every `kind` op (e.g. MatchOp 'hit'), aligned with `ids`; 0 where none."""
@@ -215,52 +216,76 @@ class Step:
                 out[found] = op.col(name)[at[found]]
         return out
 
-    def prefix_hits(self, ids: np.ndarray, *, dense: bool = True) -> tuple[np.ndarray, np.ndarray]:
-        """Cached prefix tokens per request (`mem.match` `hit`) and how many of those blocks
-        sit in the free queue (`cached_free`), aligned with `ids` (zeros where none). With
+    def prefix_hits(self, value: SSAValue, *, dense: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """Cached prefix tokens per request of `value` (`mem.match` `hit`) and how many of
+        those blocks sit in the free queue (`cached_free`), zeros where none. With
         `dense=False`, a step without `mem.match` gives two empty arrays (no allocation)."""
         matches = self.ops_of(MatchOp)
         if not matches and not dense:
             return EMPTY, EMPTY
+        root = self.root(value)
+        if len(matches) == 1 and matches[0].input is root.result:  # type: ignore[attr-defined]
+            match = matches[0]
+            if match.columns.data[0][1] == root.columns.data[0][1]:  # the builder's layout: same ids
+                rows = self.rows(value)
+                hit = match.col("hit")  # type: ignore[attr-defined]
+                cached_free = match.columns.get_or("cached_free", np.zeros(hit.size, dtype=np.int64))
+                return (hit, cached_free) if rows is None else (hit[rows], cached_free[rows])
+        ids = self.ids(value)
         hit = np.zeros(ids.size, dtype=np.int64)
         cached_free = np.zeros(ids.size, dtype=np.int64)
         for op in matches:
             if len(op):
-                at = positions(op.ids, ids)
+                at = positions(op.ids, ids)  # type: ignore[attr-defined]
                 found = at >= 0
-                hit[found] = op.col("hit")[at[found]]
-                if op.columns.has("cached_free"):
-                    cached_free[found] = op.col("cached_free")[at[found]]
+                hit[found] = op.col("hit")[at[found]]  # type: ignore[attr-defined]
+                if op.columns.has("cached_free"):  # type: ignore[attr-defined]
+                    cached_free[found] = op.col("cached_free")[at[found]]  # type: ignore[attr-defined]
         return hit, cached_free
 
     # ------------------------------------------------------------ budgets
     def usage(self) -> Usage:
+        """Budgets consumed by the decisions so far (a walk over the step's few ops)."""
         tokens = seqs = taken = given = evicted = 0
         scheduled: list[np.ndarray] = []
         op = self.block.first_op
         while op is not None:
             kind = type(op)
             if kind is ScheduleOp:
-                t = op.col("tokens")
+                t = op.col("tokens")  # type: ignore[attr-defined]
                 tokens += int(t.sum())
                 seqs += t.size
-                scheduled.append(op.ids)
+                scheduled.append(op.ids)  # type: ignore[attr-defined]
             elif kind is AllocOp or kind is SwapInOp:
-                taken += int(op.col("blocks").sum())
+                taken += int(op.col("blocks").sum())  # type: ignore[attr-defined]
             elif kind is ShareOp:
-                if op.columns.has("revived"):
-                    taken += int(op.col("revived").sum())
+                if op.columns.has("revived"):  # type: ignore[attr-defined]
+                    taken += int(op.col("revived").sum())  # type: ignore[attr-defined]
             elif kind is FreeOp or kind is SwapOutOp:
-                given += int(op.col("blocks").sum())
+                given += int(op.col("blocks").sum())  # type: ignore[attr-defined]
             elif kind is EvictOp:
-                evicted += op.count
+                evicted += op.count  # type: ignore[attr-defined]
             op = op._next_op
-        ids = np.concatenate(scheduled) if scheduled else EMPTY
+        if not scheduled:
+            ids = EMPTY
+        elif len(scheduled) == 1:
+            ids = scheduled[0]
+        else:
+            ids = np.concatenate(scheduled)
         return Usage(tokens, seqs, taken, given, evicted, ids)
+
+    def forget(self) -> None:
+        """Drop cached row maps (after rewriting ops this view already read)."""
+        self._rows.clear()
+        self._roots.clear()
 
     # ------------------------------------------------------------ appending decisions
     def append(self, op: Operation) -> Operation:
-        self.block.insert_op_before(op, self.terminator)
+        """Add an op before `sched.yield` (a fresh op from `new_op`: linked without checks)."""
+        if op.parent is not None or op.regions:
+            self.block.insert_op_before(op, self.terminator)
+        else:
+            insert_before(self.block, op, self.terminator)
         return op
 
     def _over(self, kind: type[Operation], value: SSAValue, cols: dict[str, np.ndarray], **props) -> Operation:

@@ -39,7 +39,7 @@ class AdmitGreedy(StepPass):
         if ids.size == 0:
             return
         facts, used = step.facts, step.usage()
-        hit, cached_free = step.prefix_hits(ids, dense=False)
+        hit, cached_free = step.prefix_hits(pending, dense=False)
         (run_ids, tokens, alloc_ids, alloc_blocks, share_ids, share_blocks, revived,
          defer_ids, reasons, _) = fit_batch(
             ids, computed, total, held, hit, cached_free,

@@ -32,6 +32,9 @@ class RejectOversized(StepPass):
             return
         facts = step.facts
         (total,) = step.columns(pending, ("total",))
+        # Fits the model and the cache iff total <= max_model_len and total <= blocks * block_size.
+        if total.size == 0 or int(total.max()) <= min(facts.max_model_len, facts.total_blocks * facts.block_size):
+            return
         too_long = total > facts.max_model_len
         too_big = (total + facts.block_size - 1) // facts.block_size > facts.total_blocks
         bad = too_long | too_big

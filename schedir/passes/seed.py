@@ -84,7 +84,7 @@ def _run_seed(instance: OptimizationPass, pass_name: str, queue: str, step: Step
         return
     ids = step.ids(pending)
     cols = step.columns(pending, ("prompt", "computed", "total", "max_tokens", "priority", "arrival"))
-    hits, _ = step.prefix_hits(ids)
+    hits, _ = step.prefix_hits(pending)
     rows = zip(ids.tolist(), *(c.tolist() for c in cols), hits.tolist(), strict=True)
     requests = [RequestInfo(*row) for row in rows]
     try:

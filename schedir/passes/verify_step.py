@@ -72,7 +72,7 @@ class VerifyStep(StepPass):
                 continue
             ids, tokens = op.ids, op.col("tokens")
             computed, total, held = step.columns(op.result, ("computed", "total", "blocks"))
-            hit, _ = step.prefix_hits(ids)
+            hit, _ = step.prefix_hits(op.result)
             start = np.maximum(computed, np.minimum(hit, np.maximum(total - 1, 0)) // bs * bs)
             over = tokens > total - start
             if over.any():
