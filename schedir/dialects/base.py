@@ -9,7 +9,6 @@ decision columns aligned with `id`. Its custom syntax is
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -33,12 +32,32 @@ class RequestSetType(ParametrizedAttribute, TypeAttribute):
 
 SET = RequestSetType()
 
-_BARE_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_$.]*$")
 
 
 # ---------------------------------------------------------------- syntax helpers
+def string_literal(text: str) -> str:
+    """`text` as an IR string literal: escapes quotes, backslashes and control characters,
+    keeps other characters as they are (xDSL's own printer turns non-ASCII into byte
+    escapes, which its string-literal parser then refuses)."""
+    out = ['"']
+    for ch in text:
+        if ch == '"' or ch == "\\":
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\{ord(ch):02X}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
 def print_word(printer: Printer, word: str) -> None:
-    printer.print_string(" " + (word if _BARE_ID.match(word) else '"' + word.replace('"', '\\"') + '"'))
+    bare = word.isascii() and (word[:1].isalpha() or word[:1] == "_") and all(c.isalnum() or c in "_$." for c in word)
+    printer.print_string(" " + (word if bare else string_literal(word)))
 
 
 def parse_word(parser: Parser, what: str) -> str:

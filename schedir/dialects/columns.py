@@ -154,8 +154,8 @@ def parse_column_entries(parser: BaseParser) -> ColumnData:
         values = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, parse_value, f" for column '{name}'")
         entries.append((name, np.asarray(values, dtype=np.int64).tobytes()))
 
-    if parser.parse_optional_punctuation("}") is not None or parser.parse_optional_punctuation(">") is not None:
-        parser.raise_error("expected at least one column")
+    if parser._current_token.text in ("}", ">"):  # no columns at all: an empty attribute
+        return ()
     parse_entry()
     while parser.parse_optional_punctuation(",") is not None:
         parse_entry()

@@ -36,7 +36,7 @@ from xdsl.printer import Printer
 from xdsl.traits import IsTerminator, SingleBlockImplicitTerminator
 from xdsl.utils.exceptions import VerifyException
 
-from schedir.dialects.base import SET, RequestSetType, parse_attr_dict, print_attr_dict
+from schedir.dialects.base import SET, RequestSetType, parse_attr_dict, print_attr_dict, string_literal
 from schedir.dialects.req import ScheduleOp
 
 INT_FACTS = (
@@ -191,8 +191,8 @@ class StepOp(IRDLOperation):
     def print(self, printer: Printer) -> None:
         f = self.read_facts()
         ints = ", ".join(f"{name} = {getattr(f, name)}" for name in INT_FACTS)
-        facts = ", ".join(f'"{x}"' for x in f.facts)
-        printer.print_string(f' {f.step} {{{ints}, policy = "{f.policy}", facts = [{facts}]}}')
+        facts = ", ".join(string_literal(fact) for fact in f.facts)
+        printer.print_string(f" {f.step} {{{ints}, policy = {string_literal(f.policy)}, facts = [{facts}]}}")
         print_attr_dict(printer, self)
         printer.print_string(" ")
         printer.print_region(self.body, print_entry_block_args=False, print_empty_block=False)

@@ -160,6 +160,7 @@ class PassManager:
     registry: Registry | None = None
     timings: list[PassTiming] = attrs.field(factory=list)
     _checked: dict[frozenset[str], frozenset[str]] = attrs.field(factory=dict)
+    _transitions: dict[tuple[frozenset[str], int], frozenset[str]] = attrs.field(factory=dict)
 
     @classmethod
     def parse(cls, spec: str, **kwargs: object) -> PassManager:
@@ -197,7 +198,11 @@ class PassManager:
                 p.run(view)
             if p.provides or p.invalidates:
                 for view in views:
-                    view.set_facts((view.fact_set - p.invalidates) | p.provides, write=observe)
+                    before = view.fact_set
+                    after = self._transitions.get((before, index))
+                    if after is None:
+                        after = self._transitions[(before, index)] = (before - p.invalidates) | p.provides
+                    view.set_facts(after, write=observe)
             timed.append(PassTiming(p.name, clock() - start))
             if self.verify_each:
                 self._verify(module, p)

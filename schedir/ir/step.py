@@ -127,9 +127,10 @@ class Step:
 
     @property
     def terminator(self) -> YieldOp:
-        last = self.block.last_op
-        assert isinstance(last, YieldOp), "a sched.step block ends with sched.yield"
-        return last
+        last = self.block._last_op
+        if type(last) is not YieldOp:
+            raise ValueError("a sched.step block must end with sched.yield")
+        return last  # type: ignore[return-value]
 
     def queue(self, name: str) -> QueueOp | None:
         for op in self.ops_of(QueueOp):
@@ -156,12 +157,15 @@ class Step:
     def pending(self, queue: str) -> SSAValue | None:
         """The set of `queue` requests not yet decided on (None if the step has no such queue)."""
         current: SSAValue | None = None
-        for op in self.ops_of(QueueOp, SortOp, SelectOp):
-            if type(op) is QueueOp:
-                if op.queue.data == queue:  # type: ignore[attr-defined]
+        op = self.block.first_op
+        while op is not None:
+            kind = type(op)
+            if kind is QueueOp:
+                if op.properties["queue"].data == queue:  # type: ignore[attr-defined]
                     current = op.results[0]
-            elif current is not None and op.operands[0] is current:
+            elif (kind is SortOp or kind is SelectOp) and current is not None and op._operands[0] is current:
                 current = op.results[0]
+            op = op._next_op
         return current
 
     # ------------------------------------------------------------ columns
