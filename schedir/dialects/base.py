@@ -17,6 +17,7 @@ from xdsl.dialects.builtin import StringAttr
 from xdsl.ir import Attribute, Operation, ParametrizedAttribute, SSAValue, TypeAttribute
 from xdsl.irdl import IRDLOperation, irdl_attr_definition
 from xdsl.parser import Parser
+from xdsl.utils.mlir_lexer import MLIRTokenKind
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
@@ -60,8 +61,51 @@ def print_word(printer: Printer, word: str) -> None:
     printer.print_string(" " + (word if bare else string_literal(word)))
 
 
+def unescape(body: str) -> str | None:
+    """The value of a string literal's body (MLIR escapes: \\n \\t \\" \\\\ and \\XX bytes);
+    None if the bytes are not UTF-8."""
+    out = bytearray()
+    i = 0
+    while i < len(body):
+        ch = body[i]
+        if ch != "\\":
+            out += ch.encode("utf-8")
+            i += 1
+            continue
+        nxt = body[i + 1 : i + 2]
+        if nxt in ('"', "\\"):
+            out += nxt.encode()
+            i += 2
+        elif nxt == "n":
+            out += b"\n"
+            i += 2
+        elif nxt == "t":
+            out += b"\t"
+            i += 2
+        else:
+            out.append(int(body[i + 1 : i + 3], 16))
+            i += 3
+    try:
+        return out.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def parse_string(parser: Parser, what: str) -> str:
+    """A string literal. xDSL 0.74's own unescaping fails on a literal that holds both an
+    escape and a non-ASCII character, so the token text is unescaped here."""
+    token = parser._parse_optional_token(MLIRTokenKind.STRING_LIT)
+    if token is None:
+        parser.raise_error(f"string literal expected ({what})")
+    value = unescape(token.span.text[1:-1])
+    if value is None:
+        parser.raise_error(f"string literal is not UTF-8 ({what})", token.span)
+    return value
+
+
 def parse_word(parser: Parser, what: str) -> str:
-    return parser.parse_identifier_or_str_literal(f" ({what})")
+    word = parser.parse_optional_identifier()
+    return word if word is not None else parse_string(parser, what)
 
 
 def print_columns(printer: Printer, cols: ColumnsAttr) -> None:

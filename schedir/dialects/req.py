@@ -37,10 +37,12 @@ from schedir.dialects.base import (
     check_keyword,
     parse_attr_dict,
     parse_columns,
+    parse_string,
     parse_word,
     print_attr_dict,
     print_columns,
     print_word,
+    string_literal,
 )
 from schedir.dialects.codes import DEFER_REASONS, REJECT_REASONS, PreemptMode, Reason, Status
 from schedir.dialects.columns import ColumnsAttr
@@ -134,12 +136,14 @@ class SortOp(OverSetOp):
             raise VerifyException("req.sort: 'by' must name at least one key")
 
     def _print_words(self, printer: Printer) -> None:
-        printer.print_string(" by [" + ", ".join('"' + k + '"' for k in self.keys) + "]")
+        printer.print_string(" by [" + ", ".join(string_literal(k) for k in self.keys) + "]")
 
     @classmethod
     def _parse_words(cls, parser: Parser) -> dict[str, object]:
         parser.parse_keyword("by", " (req.sort names its keys)")
-        keys = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, parser.parse_str_literal, " (sort keys)")
+        keys = parser.parse_comma_separated_list(
+            parser.Delimiter.SQUARE, lambda: parse_string(parser, "a sort key"), " (sort keys)"
+        )
         return {"by": ArrayAttr([StringAttr(k) for k in keys])}
 
 

@@ -36,7 +36,7 @@ from xdsl.printer import Printer
 from xdsl.traits import IsTerminator, SingleBlockImplicitTerminator
 from xdsl.utils.exceptions import VerifyException
 
-from schedir.dialects.base import SET, RequestSetType, parse_attr_dict, print_attr_dict, string_literal
+from schedir.dialects.base import SET, RequestSetType, parse_attr_dict, parse_string, print_attr_dict, string_literal
 from schedir.dialects.req import ScheduleOp
 
 INT_FACTS = (
@@ -210,10 +210,10 @@ class StepOp(IRDLOperation):
                 parser.raise_error(f"step fact '{key}' given twice")
             parser.parse_punctuation("=")
             if key == "policy":
-                values[key] = parser.parse_str_literal(" (the policy name)")
+                values[key] = parse_string(parser, "the policy name")
             elif key == "facts":
                 values[key] = tuple(
-                    parser.parse_comma_separated_list(parser.Delimiter.SQUARE, parser.parse_str_literal, " (facts)")
+                    parser.parse_comma_separated_list(parser.Delimiter.SQUARE, lambda: parse_string(parser, "a fact"), " (facts)")
                 )
             else:
                 values[key] = parser.parse_integer(allow_boolean=False, context_msg=f" for {key}")

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-import attrs
 import numpy as np
 from xdsl.dialects.builtin import ArrayAttr, StringAttr
 from xdsl.ir import Block, Operation, SSAValue
@@ -58,16 +57,26 @@ def positions(source: np.ndarray, query: np.ndarray) -> np.ndarray:
     return np.where(sorted_ids[at] == query, order[at], -1)
 
 
-@attrs.frozen
 class Usage:
-    """What the decisions so far consume of the step's budgets."""
+    """What the decisions so far consume of the step's budgets (a plain class: built every pass)."""
 
-    tokens: int  # tokens scheduled
-    seqs: int  # requests scheduled
-    blocks_taken: int  # blocks leaving the free pool (alloc, revived shares, swap-in)
-    blocks_given: int  # blocks returning to it (free, swap-out)
-    evicted: int  # cached-free blocks whose content was dropped
-    scheduled_ids: np.ndarray  # every request scheduled so far, in batch order
+    __slots__ = ("tokens", "seqs", "blocks_taken", "blocks_given", "evicted", "_scheduled")
+
+    def __init__(self, tokens: int, seqs: int, blocks_taken: int, blocks_given: int, evicted: int,
+                 scheduled: list[np.ndarray]) -> None:
+        self.tokens = tokens  # tokens scheduled
+        self.seqs = seqs  # requests scheduled
+        self.blocks_taken = blocks_taken  # blocks leaving the free pool (alloc, revived shares, swap-in)
+        self.blocks_given = blocks_given  # blocks returning to it (free, swap-out)
+        self.evicted = evicted  # cached-free blocks whose content was dropped
+        self._scheduled = scheduled
+
+    @property
+    def scheduled_ids(self) -> np.ndarray:
+        """Every request scheduled so far, in batch order."""
+        if not self._scheduled:
+            return EMPTY
+        return self._scheduled[0] if len(self._scheduled) == 1 else np.concatenate(self._scheduled)
 
     def free_left(self, facts: StepFacts) -> int:
         return facts.free_blocks + self.blocks_given - self.blocks_taken
@@ -188,6 +197,15 @@ class Step:
         self._rows[value] = (owner.properties["columns"], rows)  # type: ignore[union-attr]
         return rows
 
+    def source(self, value: SSAValue) -> tuple[ColumnsAttr, np.ndarray]:
+        """The queue columns `value` draws from, and its rows in them (for kernels that
+        index themselves instead of paying one numpy gather per column)."""
+        root = self.root(value)
+        rows = self.rows(value)
+        if rows is None:
+            rows = np.arange(len(root), dtype=np.int64)
+        return root.properties["columns"], rows
+
     def _derive_rows(self, parent: SSAValue, child: SSAValue, picked: np.ndarray | None) -> None:
         """Remember a derived set's rows from the parent's (`picked`: indices into the parent)."""
         if picked is None:
@@ -220,21 +238,30 @@ class Step:
                 out[found] = op.col(name)[at[found]]
         return out
 
-    def prefix_hits(self, value: SSAValue, *, dense: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    def prefix_hits(self, value: SSAValue) -> tuple[np.ndarray, np.ndarray]:
         """Cached prefix tokens per request of `value` (`mem.match` `hit`) and how many of
-        those blocks sit in the free queue (`cached_free`), zeros where none. With
-        `dense=False`, a step without `mem.match` gives two empty arrays (no allocation)."""
+        those blocks sit in the free queue (`cached_free`), aligned with `value`; zeros where none."""
+        hit, cached_free, rows = self.prefix_hit_source(value)
+        if hit.size == 0:
+            n = len(self.ids(value))
+            return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+        return hit[rows], cached_free[rows]
+
+    def prefix_hit_source(self, value: SSAValue) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(hit, cached_free, rows): request i of `value` has `hit[rows[i]]`. Three empty
+        arrays when the step has no `mem.match` (no allocation on the common path)."""
         matches = self.ops_of(MatchOp)
-        if not matches and not dense:
-            return EMPTY, EMPTY
+        if not matches:
+            return EMPTY, EMPTY, EMPTY
         root = self.root(value)
-        if len(matches) == 1 and matches[0].input is root.result:  # type: ignore[attr-defined]
+        if len(matches) == 1 and matches[0]._operands[0] is root.results[0]:
             match = matches[0]
-            if match.columns.data[0][1] == root.columns.data[0][1]:  # the builder's layout: same ids
-                rows = self.rows(value)
-                hit = match.col("hit")  # type: ignore[attr-defined]
-                cached_free = match.columns.get_or("cached_free", np.zeros(hit.size, dtype=np.int64))
-                return (hit, cached_free) if rows is None else (hit[rows], cached_free[rows])
+            if match.properties["columns"].data[0][1] == root.properties["columns"].data[0][1]:
+                # The builder's layout: hits over the whole queue, in queue order.
+                cols = match.properties["columns"]
+                hit = cols.get("hit")
+                _, rows = self.source(value)
+                return hit, cols.get_or("cached_free", np.zeros(hit.size, dtype=np.int64)), rows
         ids = self.ids(value)
         hit = np.zeros(ids.size, dtype=np.int64)
         cached_free = np.zeros(ids.size, dtype=np.int64)
@@ -245,7 +272,7 @@ class Step:
                 hit[found] = op.col("hit")[at[found]]  # type: ignore[attr-defined]
                 if op.columns.has("cached_free"):  # type: ignore[attr-defined]
                     cached_free[found] = op.col("cached_free")[at[found]]  # type: ignore[attr-defined]
-        return hit, cached_free
+        return hit, cached_free, np.arange(ids.size, dtype=np.int64)
 
     # ------------------------------------------------------------ budgets
     def usage(self) -> Usage:
@@ -270,13 +297,7 @@ class Step:
             elif kind is EvictOp:
                 evicted += op.count  # type: ignore[attr-defined]
             op = op._next_op
-        if not scheduled:
-            ids = EMPTY
-        elif len(scheduled) == 1:
-            ids = scheduled[0]
-        else:
-            ids = np.concatenate(scheduled)
-        return Usage(tokens, seqs, taken, given, evicted, ids)
+        return Usage(tokens, seqs, taken, given, evicted, scheduled)
 
     def forget(self) -> None:
         """Drop cached row maps (after rewriting ops this view already read)."""

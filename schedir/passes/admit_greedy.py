@@ -35,14 +35,15 @@ class AdmitGreedy(StepPass):
         pending = step.pending(self.queue)
         if pending is None:
             return
-        ids, computed, total, held = step.columns(pending, ("id", "computed", "total", "blocks"))
-        if ids.size == 0:
+        cols, rows = step.source(pending)
+        if rows.size == 0:
             return
         facts, used = step.facts, step.usage()
-        hit, cached_free = step.prefix_hits(pending, dense=False)
+        hit, cached_free, hit_rows = step.prefix_hit_source(pending)
         (run_ids, tokens, alloc_ids, alloc_blocks, share_ids, share_blocks, revived,
          defer_ids, reasons, _) = fit_batch(
-            ids, computed, total, held, hit, cached_free,
+            rows, cols.get("id"), cols.get("computed"), cols.get("total"), cols.get("blocks"),
+            hit_rows, hit, cached_free,
             facts.token_budget - used.tokens, facts.max_seqs - used.seqs, used.free_left(facts),
             facts.block_size, self.chunk, self.stop_at_first,
         )

@@ -15,76 +15,19 @@ _BUDGET = int(Reason.BUDGET)
 _MAX_SEQS = int(Reason.MAX_SEQS)
 _MEMORY = int(Reason.MEMORY)
 _BLOCKED = int(Reason.BLOCKED)
-
-
-@numba.njit(cache=True, nogil=True)
-def greedy_fit(
-    need: np.ndarray,  # tokens each request still has to compute
-    computed: np.ndarray,  # tokens already computed (prefix hits included)
-    held: np.ndarray,  # blocks each request already holds (shared hit blocks included)
-    extra_blocks: np.ndarray,  # blocks charged on top (cached-free hit blocks leaving the free queue)
-    token_budget: int,
-    seq_room: int,
-    free_blocks: int,
-    block_size: int,
-    chunk: bool,
-    stop_at_first: bool,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int, int]:
-    """Walk requests in order, fitting each under the token, sequence and block budgets.
-
-    Returns (tokens, new_blocks, reason, tokens_left, seqs_left, blocks_left):
-    tokens > 0 for a scheduled request, reason > 0 (a `Reason`) for one that is not.
-    With `chunk`, a request larger than the remaining budget gets a partial chunk.
-    With `stop_at_first`, everything after the first misfit is BLOCKED.
-    """
-    n = need.size
-    tokens = np.zeros(n, dtype=np.int64)
-    new_blocks = np.zeros(n, dtype=np.int64)
-    reason = np.zeros(n, dtype=np.int64)
-    stopped = False
-    for i in range(n):
-        if stopped:
-            reason[i] = _BLOCKED
-            continue
-        if seq_room <= 0:
-            reason[i] = _MAX_SEQS
-        elif token_budget <= 0:
-            reason[i] = _BUDGET
-        else:
-            t = need[i]
-            if t > token_budget:
-                if chunk:
-                    t = token_budget
-                else:
-                    reason[i] = _BUDGET
-            if reason[i] == 0:
-                nb = (computed[i] + t + block_size - 1) // block_size - held[i]
-                if nb < 0:
-                    nb = 0
-                if nb + extra_blocks[i] > free_blocks:
-                    reason[i] = _MEMORY
-                else:
-                    tokens[i] = t
-                    new_blocks[i] = nb
-                    token_budget -= t
-                    seq_room -= 1
-                    free_blocks -= nb + extra_blocks[i]
-        if reason[i] != 0 and stop_at_first:
-            stopped = True
-    return tokens, new_blocks, reason, token_budget, seq_room, free_blocks
-
-
 _IN_FLIGHT = int(Reason.IN_FLIGHT)
 
 
 @numba.njit(cache=True, nogil=True)
 def fit_batch(
+    rows: np.ndarray,  # request i of the set is row rows[i] of the queue columns below
     ids: np.ndarray,
     computed: np.ndarray,
     total: np.ndarray,
     held: np.ndarray,
-    hit: np.ndarray,  # prefix-hit tokens per request (empty: no hits)
-    cached_free: np.ndarray,  # hit blocks sitting in the free queue (empty: none)
+    hit_rows: np.ndarray,  # request i's prefix hit is hit[hit_rows[i]]
+    hit: np.ndarray,  # prefix-hit tokens (empty: no hits)
+    cached_free: np.ndarray,  # hit blocks sitting in the free queue
     token_budget: int,
     seq_room: int,
     free_blocks: int,
@@ -92,7 +35,9 @@ def fit_batch(
     chunk: bool,
     stop_at_first: bool,
 ):
-    """`greedy_fit` plus the bookkeeping around it, in one call (numpy per op costs ~1 µs here).
+    """Walk requests in order, fitting each under the token, sequence and block budgets.
+
+    One call does the whole admission (numpy costs ~1 µs per small-array op here).
 
     Per request: prefix hits usable = full blocks of at most total - 1 tokens (a
     full hit still recomputes the last token); start = max(computed, usable);
@@ -102,9 +47,8 @@ def fit_batch(
      share_revived, defer_ids, defer_reasons, all_decode).
     A request with nothing left to compute is deferred as IN_FLIGHT.
     """
-    n = ids.size
-    has_hits = hit.size == n and n > 0
-    has_free = cached_free.size == n and n > 0
+    n = rows.size
+    has_hits = hit.size > 0
     run_ids = np.empty(n, np.int64)
     run_tokens = np.empty(n, np.int64)
     alloc_ids = np.empty(n, np.int64)
@@ -118,22 +62,23 @@ def fit_batch(
     all_decode = True
     stopped = False
     for i in range(n):
-        start = computed[i]
+        r = rows[i]
+        start = computed[r]
         shared = 0
         revived = 0
         if has_hits:
-            limit = total[i] - 1
+            h = hit_rows[i]
+            limit = total[r] - 1
             if limit < 0:
                 limit = 0
-            usable = min(hit[i], limit) // block_size * block_size
+            usable = min(hit[h], limit) // block_size * block_size
             if usable > start:
                 start = usable
-            shared = usable // block_size - held[i]
+            shared = usable // block_size - held[r]
             if shared < 0:
                 shared = 0
-            if has_free:
-                revived = min(cached_free[i], shared)
-        need = total[i] - start
+            revived = min(cached_free[h], shared)
+        need = total[r] - start
         reason = 0
         t = 0
         nb = 0
@@ -153,7 +98,7 @@ def fit_batch(
                 else:
                     reason = _BUDGET
             if reason == 0:
-                nb = (start + t + block_size - 1) // block_size - held[i] - shared
+                nb = (start + t + block_size - 1) // block_size - held[r] - shared
                 if nb < 0:
                     nb = 0
                 if nb + revived > free_blocks:
@@ -162,22 +107,22 @@ def fit_batch(
             token_budget -= t
             seq_room -= 1
             free_blocks -= nb + revived
-            run_ids[nr] = ids[i]
+            run_ids[nr] = ids[r]
             run_tokens[nr] = t
             nr += 1
             if need != 1:
                 all_decode = False
             if nb > 0:
-                alloc_ids[na] = ids[i]
+                alloc_ids[na] = ids[r]
                 alloc_blocks[na] = nb
                 na += 1
             if shared > 0:
-                share_ids[ns] = ids[i]
+                share_ids[ns] = ids[r]
                 share_blocks[ns] = shared
                 share_revived[ns] = revived
                 ns += 1
         else:
-            defer_ids[nd] = ids[i]
+            defer_ids[nd] = ids[r]
             defer_reasons[nd] = reason
             nd += 1
             if stop_at_first and reason != _IN_FLIGHT:

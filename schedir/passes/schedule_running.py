@@ -32,12 +32,13 @@ class ScheduleRunning(StepPass):
         pending = step.pending(self.queue)
         if pending is None:
             return
-        ids, computed, total, held = step.columns(pending, ("id", "computed", "total", "blocks"))
-        if ids.size == 0:
+        cols, rows = step.source(pending)
+        if rows.size == 0:
             return
         facts, used = step.facts, step.usage()
         run_ids, tokens, alloc_ids, alloc_blocks, _, _, _, defer_ids, reasons, all_decode = fit_batch(
-            ids, computed, total, held, EMPTY, EMPTY,
+            rows, cols.get("id"), cols.get("computed"), cols.get("total"), cols.get("blocks"),
+            EMPTY, EMPTY, EMPTY,
             facts.token_budget - used.tokens, facts.max_seqs - used.seqs, used.free_left(facts),
             facts.block_size, self.chunk, False,
         )
