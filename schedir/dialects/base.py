@@ -95,6 +95,8 @@ def parse_string(parser: Parser, what: str) -> str:
     """A string literal. xDSL 0.74's own unescaping fails on a literal that holds both an
     escape and a non-ASCII character, so the token text is unescaped here."""
     token = parser._parse_optional_token(MLIRTokenKind.STRING_LIT)
+    if token is None:  # xDSL lexes a literal with an escape and non-ASCII text as bytes
+        token = parser._parse_optional_token(MLIRTokenKind.BYTES_LIT)
     if token is None:
         parser.raise_error(f"string literal expected ({what})")
     value = unescape(token.span.text[1:-1])
@@ -153,7 +155,7 @@ class ColumnOpMixin:
         missing = [c for c in self.REQUIRED_COLUMNS if not cols.has(c)]
         if missing:
             raise VerifyException(f"{name}: missing column(s) {', '.join(missing)}")
-        n = len(cols)
+        n = len(cols.raw("id")) // 8  # type: ignore[arg-type]
         for col, raw in cols.data:
             if len(raw) // 8 != n:
                 raise VerifyException(

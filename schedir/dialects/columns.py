@@ -25,6 +25,7 @@ from schedir.dialects.codes import ENUM_COLUMNS, keywords
 
 ColumnData = tuple[tuple[str, bytes], ...]
 _I64 = np.dtype(np.int64)
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 _ENUM_NAMES: dict[str, list[str]] = {
     col: [""] * (max(int(m) for m in enum) + 1) for col, enum in ENUM_COLUMNS.items()
@@ -77,6 +78,13 @@ class ColumnsAttr(Data[ColumnData]):
             if n == name:
                 return np.frombuffer(raw, dtype=np.int64)
         raise KeyError(f"no column '{name}' (columns: {', '.join(self.names) or 'none'})")
+
+    def raw(self, name: str) -> bytes | None:
+        """A column's bytes (cheap equality between columns); None if absent."""
+        for n, raw in self.data:
+            if n == name:
+                return raw
+        return None
 
     def get_or(self, name: str, default: np.ndarray) -> np.ndarray:
         for n, raw in self.data:
@@ -133,23 +141,29 @@ def parse_column_entries(parser: BaseParser) -> ColumnData:
     seen: set[str] = set()
 
     def parse_entry() -> None:
+        at = parser._current_token.span
         name = parser.parse_identifier(" (a column name)")
         if name in seen:
-            parser.raise_error(f"column '{name}' appears twice")
+            parser.raise_error(f"column '{name}' appears twice", at)
         seen.add(name)
         parser.parse_punctuation("=", f" after column name '{name}'")
         codes = _ENUM_CODES.get(name)
 
         def parse_value() -> int:
             if codes is not None:
+                at = parser._current_token.span
                 word = parser.parse_optional_identifier()
                 if word is not None:
                     if word not in codes:
                         parser.raise_error(
-                            f"unknown {name} '{word}' (expected one of: {', '.join(codes)})"
+                            f"unknown {name} '{word}' (expected one of: {', '.join(codes)})", at
                         )
                     return codes[word]
-            return parser.parse_integer(allow_boolean=False, context_msg=f" in column '{name}'")
+            at = parser._current_token.span
+            value = parser.parse_integer(allow_boolean=False, context_msg=f" in column '{name}'")
+            if not INT64_MIN <= value <= INT64_MAX:
+                parser.raise_error(f"value {value} in column '{name}' does not fit in int64", at)
+            return value
 
         values = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, parse_value, f" for column '{name}'")
         entries.append((name, np.asarray(values, dtype=np.int64).tobytes()))

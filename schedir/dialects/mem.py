@@ -49,7 +49,7 @@ class MatchOp(OverSetOp):
     columns = prop_def(ColumnsAttr)
 
     REQUIRED_COLUMNS: ClassVar[tuple[str, ...]] = ("id", "hit")
-    NON_NEGATIVE_COLUMNS: ClassVar[tuple[str, ...]] = ("hit",)
+    NON_NEGATIVE_COLUMNS: ClassVar[tuple[str, ...]] = ("hit", "cached_free")
 
     def verify_(self) -> None:
         self.verify_columns()
@@ -164,7 +164,10 @@ class EvictOp(IRDLOperation):
 
     @classmethod
     def parse(cls, parser: Parser) -> EvictOp:
+        at = parser._current_token.span
         count = parser.parse_integer(allow_boolean=False, context_msg=" (blocks evicted)")
+        if not -(2**63) <= count < 2**63:
+            parser.raise_error(f"{count} does not fit in int64 (blocks evicted)", at)
         return cls.create(properties={"blocks": IntegerAttr(count, i64)}, attributes=parse_attr_dict(parser))
 
 

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from typing import ClassVar
 
 import attrs
+import numpy as np
 from xdsl.dialects.builtin import I64, ArrayAttr, IntegerAttr, StringAttr, i64
 from xdsl.ir import Attribute, Block, Dialect, Region
 from xdsl.irdl import (
@@ -37,7 +38,7 @@ from xdsl.traits import IsTerminator, SingleBlockImplicitTerminator
 from xdsl.utils.exceptions import VerifyException
 
 from schedir.dialects.base import SET, RequestSetType, parse_attr_dict, parse_string, print_attr_dict, string_literal
-from schedir.dialects.req import ScheduleOp
+from schedir.dialects.req import QueueOp, ScheduleOp
 
 INT_FACTS = (
     "token_budget",
@@ -91,6 +92,14 @@ def facts_attr(facts: Iterable[str]) -> ArrayAttr[StringAttr]:
     return attr
 
 
+def _parse_i64(parser: Parser, context: str) -> int:
+    at = parser._current_token.span
+    value = parser.parse_integer(allow_boolean=False, context_msg=context)
+    if not -(2**63) <= value < 2**63:
+        parser.raise_error(f"{value} does not fit in int64{context}", at)
+    return value
+
+
 @irdl_op_definition
 class YieldOp(IRDLOperation):
     """Ends a step: the scheduled sets, in the order the batch runs them.
@@ -108,6 +117,8 @@ class YieldOp(IRDLOperation):
         for value in self.sets:
             if not isinstance(value.owner, ScheduleOp):
                 raise VerifyException("sched.yield: every operand must be a req.schedule result")
+        if len(set(self.sets)) != len(self.sets):
+            raise VerifyException("sched.yield: a scheduled set appears more than once in the batch")
 
     def print(self, printer: Printer) -> None:
         if self.sets:
@@ -175,6 +186,8 @@ class StepOp(IRDLOperation):
         return frozenset(f.data for f in self.facts.data)
 
     def verify_(self) -> None:
+        if self.step.value.data < 0:
+            raise VerifyException(f"sched.step: step index {self.step.value.data} is negative")
         for name in INT_FACTS:
             value = getattr(self, name).value.data
             if value < 0:
@@ -187,6 +200,19 @@ class StepOp(IRDLOperation):
             raise VerifyException(f"sched.step: free_blocks = {free} exceeds total_blocks = {total}")
         if cached > free:
             raise VerifyException(f"sched.step: cached_free_blocks = {cached} exceeds free_blocks = {free}")
+        seen: set[str] = set()
+        queue_ids = []
+        for op in self.body.block.ops:
+            if isinstance(op, QueueOp):
+                name = op.queue.data
+                if name in seen:
+                    raise VerifyException(f"sched.step: queue '{name}' appears twice (one req.queue per queue)")
+                seen.add(name)
+                queue_ids.append(op.ids)
+        if len(queue_ids) > 1:
+            ids, counts = np.unique(np.concatenate(queue_ids), return_counts=True)
+            if (counts > 1).any():
+                raise VerifyException(f"sched.step: request(s) {ids[counts > 1][:10].tolist()} are in more than one queue")
 
     def print(self, printer: Printer) -> None:
         f = self.read_facts()
@@ -199,15 +225,16 @@ class StepOp(IRDLOperation):
 
     @classmethod
     def parse(cls, parser: Parser) -> StepOp:
-        step = parser.parse_integer(allow_boolean=False, allow_negative=False, context_msg=" (the step index)")
+        step = _parse_i64(parser, " (the step index)")
         values: dict[str, object] = {}
 
         def parse_fact() -> None:
+            at = parser._current_token.span
             key = parser.parse_identifier(" (a step fact)")
             if key not in cls.FACT_NAMES:
-                parser.raise_error(f"unknown step fact '{key}' (expected: {', '.join(cls.FACT_NAMES)})")
+                parser.raise_error(f"unknown step fact '{key}' (expected: {', '.join(cls.FACT_NAMES)})", at)
             if key in values:
-                parser.raise_error(f"step fact '{key}' given twice")
+                parser.raise_error(f"step fact '{key}' given twice", at)
             parser.parse_punctuation("=")
             if key == "policy":
                 values[key] = parse_string(parser, "the policy name")
@@ -216,12 +243,13 @@ class StepOp(IRDLOperation):
                     parser.parse_comma_separated_list(parser.Delimiter.SQUARE, lambda: parse_string(parser, "a fact"), " (facts)")
                 )
             else:
-                values[key] = parser.parse_integer(allow_boolean=False, context_msg=f" for {key}")
+                values[key] = _parse_i64(parser, f" for {key}")
 
+        opening = parser._current_token.span
         parser.parse_comma_separated_list(parser.Delimiter.BRACES, parse_fact, " (the step facts)")
         missing = [k for k in INT_FACTS if k not in values]
         if missing:
-            parser.raise_error(f"sched.step is missing fact(s): {', '.join(missing)}")
+            parser.raise_error(f"sched.step is missing fact(s): {', '.join(missing)}", opening)
         attributes = parse_attr_dict(parser)
         region = parser.parse_region()
         facts = StepFacts(step=step, **values)  # type: ignore[arg-type]

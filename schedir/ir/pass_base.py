@@ -14,7 +14,7 @@ The pass manager checks these before running anything; see `schedir.ir.pipeline`
 from __future__ import annotations
 
 from abc import abstractmethod
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from typing import ClassVar
 
 from xdsl.context import Context
@@ -52,5 +52,6 @@ class StepPass(ModulePass):
         out = []
         for f in fields(cls):
             type_name = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
-            out.append((f.name.replace("_", "-"), str(type_name), f.default))
+            default = "(required)" if f.default is MISSING else f.default
+            out.append((f.name.replace("_", "-"), str(type_name), default))
         return out

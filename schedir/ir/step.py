@@ -20,7 +20,7 @@ from xdsl.ir import Block, Operation, SSAValue
 
 from schedir.dialects.base import SET, ColumnOpMixin, RequestSetType
 from schedir.dialects.columns import ColumnsAttr
-from schedir.dialects.mem import AllocOp, EvictOp, FreeOp, MatchOp, ShareOp, SwapInOp, SwapOutOp
+from schedir.dialects.mem import AllocOp, CopyOp, EvictOp, FreeOp, MatchOp, ShareOp, SwapInOp, SwapOutOp
 from schedir.dialects.req import (
     DeferOp,
     PreemptOp,
@@ -164,18 +164,39 @@ class Step:
         return op
 
     def pending(self, queue: str) -> SSAValue | None:
-        """The set of `queue` requests not yet decided on (None if the step has no such queue)."""
+        """The set of `queue` requests not yet decided on; None if the step has no such
+        queue or every request of it has been decided.
+
+        It is the last `req.queue` / `req.sort` / `req.select` result rooted in the queue,
+        unless decisions (schedule, defer, reject, preempt) took it over: a pass that decides
+        on part of a set leaves the rest pending with `Step.keep` (a `req.select`).
+        """
         current: SSAValue | None = None
+        decided: list[Operation] = []
         op = self.block.first_op
         while op is not None:
             kind = type(op)
             if kind is QueueOp:
                 if op.properties["queue"].data == queue:  # type: ignore[attr-defined]
                     current = op.results[0]
-            elif (kind is SortOp or kind is SelectOp) and current is not None and op._operands[0] is current:
-                current = op.results[0]
+                    decided = []
+            elif current is not None and op._operands and op._operands[0] is current:
+                if kind is SortOp or kind is SelectOp:
+                    current = op.results[0]
+                    decided = []
+                elif kind in _OUTCOME_KINDS:
+                    decided.append(op)
             op = op._next_op
-        return current
+        if current is None or not decided:
+            return current
+        ids = self.ids(current)
+        rest = ids[~np.isin(ids, np.concatenate([d.ids for d in decided]))]  # type: ignore[attr-defined]
+        if rest.size:
+            raise ValueError(
+                f"requests {rest[:10].tolist()} of queue '{queue}' were left undecided beside decisions "
+                "on the same set; a pass that decides on part of a set must keep the rest (Step.keep)"
+            )
+        return None
 
     # ------------------------------------------------------------ columns
     @staticmethod
@@ -229,13 +250,13 @@ class Step:
         return [cols.get(n)[rows] for n in names]
 
     def decision_column(self, kind: type[ColumnOpMixin], name: str, ids: np.ndarray) -> np.ndarray:
-        """`name` from every `kind` op (e.g. MatchOp 'hit'), aligned with `ids`; 0 where none."""
+        """`name` summed over every `kind` op (e.g. AllocOp 'blocks'), aligned with `ids`; 0 where none."""
         out = np.zeros(ids.size, dtype=np.int64)
         for op in self.ops_of(kind):
             if len(op):
-                at = positions(op.ids, ids)
+                at = positions(op.ids, ids)  # type: ignore[attr-defined]
                 found = at >= 0
-                out[found] = op.col(name)[at[found]]
+                out[found] += op.col(name)[at[found]]  # type: ignore[attr-defined]
         return out
 
     def prefix_hits(self, value: SSAValue) -> tuple[np.ndarray, np.ndarray]:
@@ -256,7 +277,7 @@ class Step:
         root = self.root(value)
         if len(matches) == 1 and matches[0]._operands[0] is root.results[0]:
             match = matches[0]
-            if match.properties["columns"].data[0][1] == root.properties["columns"].data[0][1]:
+            if match.properties["columns"].raw("id") == root.properties["columns"].raw("id"):
                 # The builder's layout: hits over the whole queue, in queue order.
                 cols = match.properties["columns"]
                 hit = cols.get("hit")
@@ -287,7 +308,7 @@ class Step:
                 tokens += int(t.sum())
                 seqs += t.size
                 scheduled.append(op.ids)  # type: ignore[attr-defined]
-            elif kind is AllocOp or kind is SwapInOp:
+            elif kind is AllocOp or kind is SwapInOp or kind is CopyOp:
                 taken += int(op.col("blocks").sum())  # type: ignore[attr-defined]
             elif kind is ShareOp:
                 if op.columns.has("revived"):  # type: ignore[attr-defined]
@@ -348,7 +369,10 @@ class Step:
         if ids.size:
             self._over(RejectOp, value, {"id": ids, "reason": reasons})
 
-    def preempt(self, value: SSAValue, mode: str, ids: np.ndarray) -> SSAValue:
+    def preempt(self, value: SSAValue, mode: str, ids: np.ndarray) -> SSAValue | None:
+        """Preempt `ids` (None when there are none, like the other decisions)."""
+        if not ids.size:
+            return None
         return self._over(PreemptOp, value, {"id": ids}, mode=_MODES[mode]).results[0]
 
     def blocks(self, kind: type[Operation], value: SSAValue, ids: np.ndarray, blocks: np.ndarray, **extra: np.ndarray) -> None:
@@ -361,6 +385,7 @@ class Step:
             self.append(new_op(EvictOp, (), {"blocks": i64_attr(count)}))
 
 
+_OUTCOME_KINDS = frozenset({ScheduleOp, DeferOp, RejectOp, PreemptOp})
 _RESULT_TYPES: dict[type[Operation], tuple[RequestSetType, ...]] = {}
 
 

@@ -55,9 +55,16 @@ class VerifyStep(StepPass):
                 f"{used.blocks_taken} blocks taken, but only {facts.free_blocks} free "
                 f"+ {used.blocks_given} given back this step"
             )
+        # Revived shares are not capped by cached_free_blocks here: two requests with one
+        # prefix count the same cached-free blocks each (admission charges them twice: safe).
         if used.evicted > facts.cached_free_blocks:
             out.append(f"{used.evicted} blocks evicted, only {facts.cached_free_blocks} cached-free")
         out.extend(self._token_and_block_checks(step))
+        batch = {id(v) for v in step.terminator.sets}
+        unbatched = [op for op in step.ops_of(ScheduleOp) if id(op.results[0]) not in batch]
+        if unbatched:
+            ids = np.concatenate([op.ids for op in unbatched])  # type: ignore[attr-defined]
+            out.append(f"request(s) {_listed(ids)} are scheduled but not in the batch (sched.yield)")
         if self.complete:
             out.extend(self._outcome_checks(step))
         return out
@@ -73,7 +80,10 @@ class VerifyStep(StepPass):
             ids, tokens = op.ids, op.col("tokens")
             computed, total, held = step.columns(op.result, ("computed", "total", "blocks"))
             hit, _ = step.prefix_hits(op.result)
-            start = np.maximum(computed, np.minimum(hit, np.maximum(total - 1, 0)) // bs * bs)
+            shared = step.decision_column(ShareOp, "blocks", ids)
+            # Prefix hits count as computed only for a request that shares the cached blocks.
+            usable = np.minimum(hit, np.maximum(total - 1, 0)) // bs * bs
+            start = np.where(shared > 0, np.maximum(computed, usable), computed)
             over = tokens > total - start
             if over.any():
                 out.append(f"request(s) {_listed(ids[over])} scheduled more tokens than they have left to compute")

@@ -1,0 +1,10 @@
+// RUN: not schedir opt %s 2>&1 | filecheck %s
+// A sort with no key.
+
+sched.step 0 {token_budget = 64, max_seqs = 4, block_size = 16, free_blocks = 10, cached_free_blocks = 2, total_blocks = 20, max_model_len = 1024, policy = "fcfs", facts = []} {
+  %w = req.queue waiting {id = [3, 4], prompt = [40, 50], computed = [0, 0], total = [40, 50], max_tokens = [8, 8], priority = [1, 0], arrival = [7, 8], status = [waiting, waiting], blocks = [0, 0]}
+  %s = req.sort %w by [] {id = [4, 3]}
+}
+
+// CHECK: schedir: error: {{.*}}req-sort-no-keys.mlir:6:3: req.sort: 'by' must name at least one key
+// CHECK-NOT: Traceback
