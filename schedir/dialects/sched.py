@@ -81,14 +81,21 @@ def i64_attr(value: int) -> IntegerAttr:
 
 
 _POLICIES: dict[str, StringAttr] = {}
-_FACTS_CACHE: dict[tuple[str, ...], ArrayAttr[StringAttr]] = {}
+_FACTS_CACHE: dict[tuple[str, ...] | frozenset[str], ArrayAttr[StringAttr]] = {}
 
 
 def facts_attr(facts: Iterable[str]) -> ArrayAttr[StringAttr]:
-    key = tuple(sorted(set(facts)))
-    attr = _FACTS_CACHE.get(key)
+    """A cached, sorted `facts` array (keyed by the given tuple or set as is: the common
+    inputs repeat every step)."""
+    raw = facts if isinstance(facts, (tuple, frozenset)) else tuple(facts)
+    attr = _FACTS_CACHE.get(raw)  # type: ignore[arg-type]
     if attr is None:
-        attr = _FACTS_CACHE[key] = ArrayAttr([StringAttr(f) for f in key])
+        key = tuple(sorted(set(raw)))
+        attr = _FACTS_CACHE.get(key)
+        if attr is None:
+            attr = _FACTS_CACHE[key] = ArrayAttr([StringAttr(f) for f in key])
+        if len(_FACTS_CACHE) < 4096:
+            _FACTS_CACHE[raw] = attr  # type: ignore[index]
     return attr
 
 

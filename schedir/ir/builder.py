@@ -30,7 +30,8 @@ def queue_op(name: str, columns: Columns) -> QueueOp:
     if attr is None:
         attr = _QUEUE_NAMES[name] = StringAttr(name)
     op = new_op(QueueOp, (), {"queue": attr, "columns": ColumnsAttr.of(columns)}, _ONE_SET)
-    op.result.name_hint = name if name.isascii() and name.isidentifier() else None
+    if name.isascii() and name.isidentifier():
+        op.results[0]._name = name  # a valid SSA name (checked here: the setter runs a regex)
     return op
 
 

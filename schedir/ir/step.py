@@ -39,6 +39,20 @@ _MODES = {m: StringAttr(m) for m in ("recompute", "swap")}
 _KEYS: dict[tuple[str, ...], ArrayAttr[StringAttr]] = {}
 
 
+_IDENTITY: dict[int, np.ndarray] = {}
+
+
+def identity_rows(n: int) -> np.ndarray:
+    """A read-only `arange(n)`, cached: a whole queue's rows, asked for every step."""
+    rows = _IDENTITY.get(n)
+    if rows is None:
+        rows = np.arange(n, dtype=np.int64)
+        rows.flags.writeable = False
+        if len(_IDENTITY) < 1024:
+            _IDENTITY[n] = rows
+    return rows
+
+
 def positions(source: np.ndarray, query: np.ndarray) -> np.ndarray:
     """Index of each `query` id in `source` (-1 where absent), in O(n) for dense ids."""
     if source.size == 0 or query.size == 0:
@@ -224,7 +238,7 @@ class Step:
         root = self.root(value)
         rows = self.rows(value)
         if rows is None:
-            rows = np.arange(len(root), dtype=np.int64)
+            rows = identity_rows(len(root))
         return root.properties["columns"], rows
 
     def _derive_rows(self, parent: SSAValue, child: SSAValue, picked: np.ndarray | None) -> None:

@@ -8,7 +8,7 @@ from typing import ClassVar
 from schedir.dialects.mem import AllocOp, ShareOp
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
-from schedir.passes.kernels import fit_batch
+from schedir.passes.kernels import Fit, fit_batch
 
 
 @dataclass(frozen=True)
@@ -40,15 +40,14 @@ class AdmitGreedy(StepPass):
             return
         facts, used = step.facts, step.usage()
         hit, cached_free, hit_rows = step.prefix_hit_source(pending)
-        (run_ids, tokens, alloc_ids, alloc_blocks, share_ids, share_blocks, revived,
-         defer_ids, reasons, _) = fit_batch(
+        fit = Fit(fit_batch(
             rows, cols.get("id"), cols.get("computed"), cols.get("total"), cols.get("blocks"),
             hit_rows, hit, cached_free,
             facts.token_budget - used.tokens, facts.max_seqs - used.seqs, used.free_left(facts),
             facts.block_size, self.chunk, self.stop_at_first,
-        )
-        if run_ids.size:
-            scheduled = step.schedule(pending, "prefill", run_ids, tokens)
-            step.blocks(ShareOp, scheduled, share_ids, share_blocks, revived=revived)
-            step.blocks(AllocOp, scheduled, alloc_ids, alloc_blocks)
-        step.defer(pending, defer_ids, reasons)
+        ))
+        if fit.run_ids.size:
+            scheduled = step.schedule(pending, "prefill", fit.run_ids, fit.run_tokens)
+            step.blocks(ShareOp, scheduled, fit.share_ids, fit.share_blocks, revived=fit.share_revived)
+            step.blocks(AllocOp, scheduled, fit.alloc_ids, fit.alloc_blocks)
+        step.defer(pending, fit.defer_ids, fit.defer_reasons)

@@ -42,22 +42,24 @@ def fit_batch(
     Per request: prefix hits usable = full blocks of at most total - 1 tokens (a
     full hit still recomputes the last token); start = max(computed, usable);
     shared = hit blocks not yet held; revived = shared blocks that leave the free
-    queue. Returns compacted arrays, in request order:
-    (run_ids, run_tokens, alloc_ids, alloc_blocks, share_ids, share_blocks,
-     share_revived, defer_ids, defer_reasons, all_decode).
+    queue. Returns (out, n_run, n_alloc, n_share, n_defer, all_decode), rows of `out`:
+    run ids, run tokens, alloc ids, alloc blocks, share ids, share blocks, share revived,
+    defer ids, defer reasons (each valid up to its count); `Fit` names them.
     A request with nothing left to compute is deferred as IN_FLIGHT.
     """
     n = rows.size
     has_hits = hit.size > 0
-    run_ids = np.empty(n, np.int64)
-    run_tokens = np.empty(n, np.int64)
-    alloc_ids = np.empty(n, np.int64)
-    alloc_blocks = np.empty(n, np.int64)
-    share_ids = np.empty(n, np.int64)
-    share_blocks = np.empty(n, np.int64)
-    share_revived = np.empty(n, np.int64)
-    defer_ids = np.empty(n, np.int64)
-    defer_reasons = np.empty(n, np.int64)
+    # One array for every output (returning nine arrays costs more than computing them).
+    out = np.empty((9, n), np.int64)
+    run_ids = out[0]
+    run_tokens = out[1]
+    alloc_ids = out[2]
+    alloc_blocks = out[3]
+    share_ids = out[4]
+    share_blocks = out[5]
+    share_revived = out[6]
+    defer_ids = out[7]
+    defer_reasons = out[8]
     nr = na = ns = nd = 0
     all_decode = True
     stopped = False
@@ -127,8 +129,18 @@ def fit_batch(
             nd += 1
             if stop_at_first and reason != _IN_FLIGHT:
                 stopped = True
-    return (
-        run_ids[:nr], run_tokens[:nr], alloc_ids[:na], alloc_blocks[:na],
-        share_ids[:ns], share_blocks[:ns], share_revived[:ns],
-        defer_ids[:nd], defer_reasons[:nd], all_decode,
-    )
+    return out, nr, na, ns, nd, all_decode
+
+
+class Fit:
+    """`fit_batch`'s result as named, compacted views (request order kept)."""
+
+    __slots__ = ("run_ids", "run_tokens", "alloc_ids", "alloc_blocks", "share_ids", "share_blocks",
+                 "share_revived", "defer_ids", "defer_reasons", "all_decode")
+
+    def __init__(self, packed: tuple) -> None:
+        out, nr, na, ns, nd, self.all_decode = packed
+        self.run_ids, self.run_tokens = out[0, :nr], out[1, :nr]
+        self.alloc_ids, self.alloc_blocks = out[2, :na], out[3, :na]
+        self.share_ids, self.share_blocks, self.share_revived = out[4, :ns], out[5, :ns], out[6, :ns]
+        self.defer_ids, self.defer_reasons = out[7, :nd], out[8, :nd]

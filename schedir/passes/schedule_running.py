@@ -8,7 +8,7 @@ from typing import ClassVar
 from schedir.dialects.mem import AllocOp
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import EMPTY, Step
-from schedir.passes.kernels import fit_batch
+from schedir.passes.kernels import Fit, fit_batch
 
 
 @dataclass(frozen=True)
@@ -36,13 +36,13 @@ class ScheduleRunning(StepPass):
         if rows.size == 0:
             return
         facts, used = step.facts, step.usage()
-        run_ids, tokens, alloc_ids, alloc_blocks, _, _, _, defer_ids, reasons, all_decode = fit_batch(
+        fit = Fit(fit_batch(
             rows, cols.get("id"), cols.get("computed"), cols.get("total"), cols.get("blocks"),
             EMPTY, EMPTY, EMPTY,
             facts.token_budget - used.tokens, facts.max_seqs - used.seqs, used.free_left(facts),
             facts.block_size, self.chunk, False,
-        )
-        if run_ids.size:
-            scheduled = step.schedule(pending, "decode" if all_decode else "mixed", run_ids, tokens)
-            step.blocks(AllocOp, scheduled, alloc_ids, alloc_blocks)
-        step.defer(pending, defer_ids, reasons)
+        ))
+        if fit.run_ids.size:
+            scheduled = step.schedule(pending, "decode" if fit.all_decode else "mixed", fit.run_ids, fit.run_tokens)
+            step.blocks(AllocOp, scheduled, fit.alloc_ids, fit.alloc_blocks)
+        step.defer(pending, fit.defer_ids, fit.defer_reasons)
