@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
-from xdsl.utils.exceptions import ParseError as XdslParseError
-
 from conftest import BASE_PASSES, SMALL_STEP_TEXT
+
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
 from schedir.ir.textio import parse_step_file, parse_step_text, print_ir
@@ -52,7 +51,7 @@ def test_passes_lists_every_pass_and_preset(capsys):
     code, out, err = run_cli(capsys, "passes")
     assert code == EXIT_OK and err == ""
     for name, cls in PASSES.items():
-        block = re.search(rf"^{re.escape(name)}\n((?:    .*\n)+)", out, re.M)
+        block = re.search(rf"^{re.escape(name)}\n((?:    .*\n)+)", out, re.MULTILINE)
         assert block, f"pass {name} not listed"
         body = block.group(1)
         assert cls.summary() in body

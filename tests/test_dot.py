@@ -50,8 +50,8 @@ sched.step 0 {{{FACTS}}} {{
 }}
 """
 
-EDGE_RE = re.compile(r"^\s*(\w+) -> (\w+) \[label=\"([^\"]*)\"\];$", re.M)
-NODE_RE = re.compile(r"^\s*(s\d+_op\d+) \[label=<", re.M)
+EDGE_RE = re.compile(r"^\s*(\w+) -> (\w+) \[label=\"([^\"]*)\"\];$", re.MULTILINE)
+NODE_RE = re.compile(r"^\s*(s\d+_op\d+) \[label=<", re.MULTILINE)
 
 
 def parse(text: str) -> ModuleOp:
@@ -93,7 +93,7 @@ def test_cluster_nodes_and_edges() -> None:
     labels = sorted(label for _, _, label in edges)
     assert labels == sorted(["%w", "%w", "%run", "%s", "%s", "%a", "%d", "%a"])
     # %s (the sort) feeds the prefill schedule and the defer
-    (sort_node,) = [m.group(1) for m in re.finditer(r"^\s*(s\d+_op\d+) \[label=<.*req\.sort", text, re.M)]
+    (sort_node,) = [m.group(1) for m in re.finditer(r"^\s*(s\d+_op\d+) \[label=<.*req\.sort", text, re.MULTILINE)]
     assert sum(1 for src, _, label in edges if src == sort_node and label == "%s") == 2
 
 

@@ -11,12 +11,12 @@ from typing import ClassVar
 
 import numpy as np
 import pytest
+from conftest import BASE_PASSES, SMALL_STEP_TEXT, make_step
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.utils.exceptions import VerifyException
 
-from conftest import BASE_PASSES, SMALL_STEP_TEXT, make_step
 from schedir.dialects.req import ScheduleOp, SortOp
 from schedir.ir.errors import PassFailure, PipelineError, SchedirError
 from schedir.ir.pass_base import StepPass
@@ -370,7 +370,7 @@ def test_timings_one_per_pass_in_order(registry):
 
 
 # ---------------------------------------------------------------- instrumentation
-HEADER = re.compile(r"^// -----// IR after (\S+) //----- //$", re.M)
+HEADER = re.compile(r"^// -----// IR after (\S+) //----- //$", re.MULTILINE)
 
 
 def test_print_ir_after_all():

@@ -19,7 +19,7 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 def _block(marker: str) -> str:
     text = README.read_text()
     section = text.split(f"<!-- {marker} -->")[1].split(f"<!-- /{marker} -->")[0]
-    return re.search(r"```\n(.*?)```", section, re.S).group(1).strip()
+    return re.search(r"```\n(.*?)```", section, re.DOTALL).group(1).strip()
 
 
 def test_readme_names_both_setup_commands():

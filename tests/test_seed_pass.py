@@ -6,8 +6,8 @@ import re
 from collections.abc import Callable
 
 import pytest
-
 from conftest import make_step
+
 from schedir.dialects.codes import Reason
 from schedir.dialects.req import DeferOp, RejectOp, ScheduleOp, SelectOp, SortOp
 from schedir.dialects.sched import StepFacts

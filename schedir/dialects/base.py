@@ -17,9 +17,9 @@ from xdsl.dialects.builtin import StringAttr
 from xdsl.ir import Attribute, Operation, ParametrizedAttribute, SSAValue, TypeAttribute
 from xdsl.irdl import IRDLOperation, irdl_attr_definition
 from xdsl.parser import Parser
-from xdsl.utils.mlir_lexer import MLIRTokenKind
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
+from xdsl.utils.mlir_lexer import MLIRTokenKind
 
 from schedir.dialects.columns import ColumnsAttr, columns_text, parse_column_entries
 

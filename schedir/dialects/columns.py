@@ -14,6 +14,7 @@ Text form, in the op's custom syntax and inside `#req.cols<...>`:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+
 import numpy as np
 from xdsl.ir import Data
 from xdsl.irdl import irdl_attr_definition

@@ -22,7 +22,7 @@ from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
-from schedir.dialects.base import ColumnOpMixin, OverSetOp, RequestSetType, parse_attr_dict, print_attr_dict
+from schedir.dialects.base import OverSetOp, RequestSetType, parse_attr_dict, print_attr_dict
 from schedir.dialects.columns import ColumnsAttr
 
 
@@ -178,8 +178,3 @@ Mem = Dialect(
     [MatchOp, AllocOp, FreeOp, ShareOp, EvictOp, SwapOutOp, SwapInOp, CopyOp],
     [],
 )
-
-__all__ = [
-    "AllocOp", "BLOCK_EFFECTS", "ColumnOpMixin", "CopyOp", "EvictOp", "FreeOp", "MatchOp",
-    "Mem", "ShareOp", "SwapInOp", "SwapOutOp",
-]

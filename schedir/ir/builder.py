@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import attrs
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp, StringAttr
-from xdsl.ir import Block, Region
+from xdsl.ir import OpResult, Region
 
 from schedir.dialects.base import SET
 from schedir.dialects.columns import ColumnsAttr
@@ -23,6 +24,7 @@ from schedir.ir.fastop import block_of, new_op
 Columns = Mapping[str, np.ndarray]
 _QUEUE_NAMES: dict[str, StringAttr] = {}
 _ONE_SET = (SET,)
+_SSA_NAMES: dict[str, str | None] = {}
 
 
 def queue_op(name: str, columns: Columns) -> QueueOp:
@@ -30,8 +32,10 @@ def queue_op(name: str, columns: Columns) -> QueueOp:
     if attr is None:
         attr = _QUEUE_NAMES[name] = StringAttr(name)
     op = new_op(QueueOp, (), {"queue": attr, "columns": ColumnsAttr.of(columns)}, _ONE_SET)
-    if name.isascii() and name.isidentifier():
-        op.results[0]._name = name  # a valid SSA name (checked here: the setter runs a regex)
+    hint = _SSA_NAMES.get(name, False)
+    if hint is False:  # xDSL's name_hint setter runs a regex: do it once per queue name
+        hint = _SSA_NAMES[name] = OpResult.extract_valid_name(name) if name.isascii() and name.isidentifier() else None
+    op.results[0]._name = hint
     return op
 
 
@@ -42,7 +46,7 @@ def build_step(
 ) -> ModuleOp:
     """A module with one `sched.step`: a `req.queue` per entry of `queues` (in order),
     and a `mem.match` per entry of `hits` (queue name -> `id`, `hit` and optionally
-    `cached_free` columns)."""
+    `cached_free` columns). With hits, the step records the `prefix-hits` fact."""
     ops: list = []
     by_name: dict[str, QueueOp] = {}
     for name, columns in queues.items():
@@ -55,5 +59,7 @@ def build_step(
             raise KeyError(f"prefix hits given for queue '{name}', which the step does not have")
         ops.append(new_op(MatchOp, (source.result,), {"columns": ColumnsAttr.of(columns)}))
     ops.append(new_op(YieldOp, (), {}))
+    if hits and "prefix-hits" not in facts.facts:  # the step now carries the cache's answer
+        facts = attrs.evolve(facts, facts=(*facts.facts, "prefix-hits"))
     step = StepOp.build(facts, ops)
     return new_op(ModuleOp, (), {}, (), (Region(block_of((step,))),))

@@ -74,7 +74,7 @@ def positions(source: np.ndarray, query: np.ndarray) -> np.ndarray:
 class Usage:
     """What the decisions so far consume of the step's budgets (a plain class: built every pass)."""
 
-    __slots__ = ("tokens", "seqs", "blocks_taken", "blocks_given", "evicted", "_scheduled")
+    __slots__ = ("_scheduled", "blocks_given", "blocks_taken", "evicted", "seqs", "tokens")
 
     def __init__(self, tokens: int, seqs: int, blocks_taken: int, blocks_given: int, evicted: int,
                  scheduled: list[np.ndarray]) -> None:

@@ -71,14 +71,11 @@ def fit_batch(
         if has_hits:
             h = hit_rows[i]
             limit = total[r] - 1
-            if limit < 0:
-                limit = 0
+            limit = max(limit, 0)
             usable = min(hit[h], limit) // block_size * block_size
-            if usable > start:
-                start = usable
+            start = max(start, usable)
             shared = usable // block_size - held[r]
-            if shared < 0:
-                shared = 0
+            shared = max(shared, 0)
             revived = min(cached_free[h], shared)
         need = total[r] - start
         reason = 0
@@ -101,8 +98,7 @@ def fit_batch(
                     reason = _BUDGET
             if reason == 0:
                 nb = (start + t + block_size - 1) // block_size - held[r] - shared
-                if nb < 0:
-                    nb = 0
+                nb = max(nb, 0)
                 if nb + revived > free_blocks:
                     reason = _MEMORY
         if reason == 0:
@@ -135,8 +131,18 @@ def fit_batch(
 class Fit:
     """`fit_batch`'s result as named, compacted views (request order kept)."""
 
-    __slots__ = ("run_ids", "run_tokens", "alloc_ids", "alloc_blocks", "share_ids", "share_blocks",
-                 "share_revived", "defer_ids", "defer_reasons", "all_decode")
+    __slots__ = (
+        "all_decode",
+        "alloc_blocks",
+        "alloc_ids",
+        "defer_ids",
+        "defer_reasons",
+        "run_ids",
+        "run_tokens",
+        "share_blocks",
+        "share_ids",
+        "share_revived",
+    )
 
     def __init__(self, packed: tuple) -> None:
         out, nr, na, ns, nd, self.all_decode = packed

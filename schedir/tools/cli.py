@@ -71,9 +71,9 @@ def cmd_opt(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         data = raw.encode("utf-8", "surrogateescape") if isinstance(raw, str) else raw
         try:
             text = data.decode("utf-8")
-        except UnicodeDecodeError as err:
-            line = data[: err.start].count(b"\n") + 1
-            raise StepParseError(f"<stdin>:{line}: not UTF-8 text (byte {data[err.start]:#04x})") from None
+        except UnicodeDecodeError as bad:
+            line = data[: bad.start].count(b"\n") + 1
+            raise StepParseError(f"<stdin>:{line}: not UTF-8 text (byte {data[bad.start]:#04x})") from None
         module = parse_step_text(text, "<stdin>")
     else:
         module = parse_step_file(args.input)
@@ -94,8 +94,7 @@ def cmd_opt(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     else:
         out.write(text)
     if args.timing:
-        for timing in manager.timings:
-            err.write(f"{timing.name:24s} {timing.seconds * 1e6:10.1f} us\n")
+        err.writelines(f"{timing.name:24s} {timing.seconds * 1e6:10.1f} us\n" for timing in manager.timings)
     return EXIT_OK
 
 
