@@ -8,7 +8,7 @@ from typing import ClassVar
 from schedir.dialects.mem import AllocOp, ShareOp
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
-from schedir.passes.kernels import Fit, fit_batch
+from schedir.passes.kernels import fit_pending
 
 
 @dataclass(frozen=True)
@@ -35,17 +35,9 @@ class AdmitGreedy(StepPass):
         pending = step.pending(self.queue)
         if pending is None:
             return
-        cols, rows = step.source(pending)
-        if rows.size == 0:
+        fit = fit_pending(step, pending, prefix_hits=True, chunk=self.chunk, stop_at_first=self.stop_at_first)
+        if fit is None:
             return
-        facts, used = step.facts, step.usage()
-        hit, cached_free, hit_rows = step.prefix_hit_source(pending)
-        fit = Fit(fit_batch(
-            rows, cols.get("id"), cols.get("computed"), cols.get("total"), cols.get("blocks"),
-            hit_rows, hit, cached_free,
-            facts.token_budget - used.tokens, facts.max_seqs - used.seqs, used.free_left(facts),
-            facts.block_size, self.chunk, self.stop_at_first,
-        ))
         if fit.run_ids.size:
             scheduled = step.schedule(pending, "prefill", fit.run_ids, fit.run_tokens)
             step.blocks(ShareOp, scheduled, fit.share_ids, fit.share_blocks, revived=fit.share_revived)

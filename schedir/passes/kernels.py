@@ -1,4 +1,4 @@
-"""Numba kernels shared by admission passes: sequential fits under running budgets.
+"""Admission shared by schedule-running and admit-greedy: a Numba fit under running budgets.
 
 Admission is inherently sequential (each request spends budget the next one
 cannot use), so it is a loop; Numba keeps that loop at a few ns per request.
@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+from xdsl.ir import SSAValue
 
 from schedir.dialects.codes import Reason
+from schedir.ir.step import EMPTY, Step
 
 _BUDGET = int(Reason.BUDGET)
 _MAX_SEQS = int(Reason.MAX_SEQS)
@@ -150,3 +152,19 @@ class Fit:
         self.alloc_ids, self.alloc_blocks = out[2, :na], out[3, :na]
         self.share_ids, self.share_blocks, self.share_revived = out[4, :ns], out[5, :ns], out[6, :ns]
         self.defer_ids, self.defer_reasons = out[7, :nd], out[8, :nd]
+
+
+def fit_pending(step: Step, pending: SSAValue, *, prefix_hits: bool, chunk: bool, stop_at_first: bool) -> Fit | None:
+    """Run `fit_batch` over a pending set against what the step has left of its budgets
+    (None for an empty set). The shared core of schedule-running and admit-greedy."""
+    cols, rows = step.source(pending)
+    if rows.size == 0:
+        return None
+    facts, used = step.facts, step.usage()
+    hit, cached_free, hit_rows = step.prefix_hit_source(pending) if prefix_hits else (EMPTY, EMPTY, EMPTY)
+    return Fit(fit_batch(
+        rows, cols.get("id"), cols.get("computed"), cols.get("total"), cols.get("blocks"),
+        hit_rows, hit, cached_free,
+        facts.token_budget - used.tokens, facts.max_seqs - used.seqs, used.free_left(facts),
+        facts.block_size, chunk, stop_at_first,
+    ))

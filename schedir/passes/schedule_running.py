@@ -7,8 +7,8 @@ from typing import ClassVar
 
 from schedir.dialects.mem import AllocOp
 from schedir.ir.pass_base import StepPass
-from schedir.ir.step import EMPTY, Step
-from schedir.passes.kernels import Fit, fit_batch
+from schedir.ir.step import Step
+from schedir.passes.kernels import fit_pending
 
 
 @dataclass(frozen=True)
@@ -32,16 +32,9 @@ class ScheduleRunning(StepPass):
         pending = step.pending(self.queue)
         if pending is None:
             return
-        cols, rows = step.source(pending)
-        if rows.size == 0:
+        fit = fit_pending(step, pending, prefix_hits=False, chunk=self.chunk, stop_at_first=False)
+        if fit is None:
             return
-        facts, used = step.facts, step.usage()
-        fit = Fit(fit_batch(
-            rows, cols.get("id"), cols.get("computed"), cols.get("total"), cols.get("blocks"),
-            EMPTY, EMPTY, EMPTY,
-            facts.token_budget - used.tokens, facts.max_seqs - used.seqs, used.free_left(facts),
-            facts.block_size, self.chunk, False,
-        ))
         if fit.run_ids.size:
             scheduled = step.schedule(pending, "decode" if fit.all_decode else "mixed", fit.run_ids, fit.run_tokens)
             step.blocks(AllocOp, scheduled, fit.alloc_ids, fit.alloc_blocks)
