@@ -6,8 +6,9 @@ order (before `sched.yield`), so the IR reads top to bottom as the order in
 which the pipeline decided.
 
 The *pending* set of a queue is the last `req.queue` / `req.sort` / `req.select`
-result rooted in that queue: a pass that decides on part of a set and leaves the
-rest for later passes emits a `req.select` of the rest (`Step.keep`).
+result rooted in that queue, until decisions cover it: a pass that decides on
+part of a set and leaves the rest for later passes emits a `req.select` of the
+rest (`Step.keep`).
 """
 
 from __future__ import annotations
