@@ -54,15 +54,14 @@ class ColumnsAttr(Data[ColumnData]):
     @staticmethod
     def of(columns: Mapping[str, Iterable[int] | np.ndarray]) -> ColumnsAttr:
         """Columns from arrays or lists (the fast path: one `tobytes` each)."""
-        data: list[tuple[str, bytes]] = []
-        for name, values in columns.items():
-            if type(values) is not np.ndarray or (values.dtype is not _I64 and values.dtype != _I64):
-                values = as_i64(values)
-            data.append((name, values.tobytes()))
+        data = tuple([
+            (name, (values if type(values) is np.ndarray and values.dtype is _I64 else as_i64(values)).tobytes())
+            for name, values in columns.items()
+        ])
         # Every entry is (str, int64 bytes) by construction, so skip the generic
         # attribute verification (it dominates the cost of a small attribute).
         attr = object.__new__(ColumnsAttr)
-        object.__setattr__(attr, "data", tuple(data))
+        object.__setattr__(attr, "data", data)
         return attr
 
     # ------------------------------------------------------------ access
