@@ -9,6 +9,9 @@ check conservation (allocated <= free + freed) without the pool.
     mem.alloc %a {id = [11, 12], blocks = [2, 3]}      // fresh blocks
     mem.evict 4                                        // cached-free blocks dropped
     mem.free %p {id = [9], blocks = [7]}
+
+`mem.pool` (schedir/dialects/pool.py) carries the pool itself for policies that
+decide block by block, such as the `vllm` preset.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from schedir.dialects.base import OverSetOp, RequestSetType, parse_attr_dict, print_attr_dict
 from schedir.dialects.columns import ColumnsAttr
+from schedir.dialects.pool import PoolOp
 
 
 class _BlockEffect(OverSetOp):
@@ -175,6 +179,6 @@ BLOCK_EFFECTS = (AllocOp, FreeOp, ShareOp, SwapOutOp, SwapInOp, CopyOp)
 
 Mem = Dialect(
     "mem",
-    [MatchOp, AllocOp, FreeOp, ShareOp, EvictOp, SwapOutOp, SwapInOp, CopyOp],
+    [MatchOp, AllocOp, FreeOp, ShareOp, EvictOp, SwapOutOp, SwapInOp, CopyOp, PoolOp],
     [],
 )

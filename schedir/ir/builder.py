@@ -17,9 +17,11 @@ from xdsl.ir import OpResult, Region
 from schedir.dialects.base import SET
 from schedir.dialects.columns import ColumnsAttr
 from schedir.dialects.mem import MatchOp
+from schedir.dialects.pool import PoolOp
 from schedir.dialects.req import QueueOp
 from schedir.dialects.sched import StepFacts, StepOp, YieldOp
 from schedir.ir.fastop import block_of, new_op
+from schedir.lowering.kv_pool import KVPool
 
 Columns = Mapping[str, np.ndarray]
 _QUEUE_NAMES: dict[str, StringAttr] = {}
@@ -43,11 +45,13 @@ def build_step(
     facts: StepFacts,
     queues: Mapping[str, Columns],
     hits: Mapping[str, Columns] | None = None,
+    pool: KVPool | None = None,
 ) -> ModuleOp:
     """A module with one `sched.step`: a `req.queue` per entry of `queues` (in order),
     and a `mem.match` per entry of `hits` (queue name -> `id`, `hit` and optionally
-    `cached_free` columns). With hits, the step records the `prefix-hits` fact."""
-    ops: list = []
+    `cached_free` columns). With hits, the step records the `prefix-hits` fact.
+    With `pool`, the step carries it (`mem.pool`, first op) and records `kv-pool`."""
+    ops: list = [PoolOp.of(pool)] if pool is not None else []
     by_name: dict[str, QueueOp] = {}
     for name, columns in queues.items():
         op = queue_op(name, columns)
@@ -61,5 +65,7 @@ def build_step(
     ops.append(new_op(YieldOp, (), {}))
     if hits and "prefix-hits" not in facts.facts:  # the step now carries the cache's answer
         facts = attrs.evolve(facts, facts=(*facts.facts, "prefix-hits"))
+    if pool is not None and "kv-pool" not in facts.facts:
+        facts = attrs.evolve(facts, facts=(*facts.facts, "kv-pool"))
     step = StepOp.build(facts, ops)
     return new_op(ModuleOp, (), {}, (), (Region(block_of((step,))),))

@@ -22,6 +22,7 @@ from xdsl.ir import Block, Operation, SSAValue
 from schedir.dialects.base import SET, ColumnOpMixin, RequestSetType
 from schedir.dialects.columns import ColumnsAttr
 from schedir.dialects.mem import AllocOp, CopyOp, EvictOp, FreeOp, MatchOp, ShareOp, SwapInOp, SwapOutOp
+from schedir.dialects.pool import PoolOp
 from schedir.dialects.req import (
     DeferOp,
     PreemptOp,
@@ -33,6 +34,7 @@ from schedir.dialects.req import (
 )
 from schedir.dialects.sched import StepFacts, StepOp, YieldOp, facts_attr, i64_attr
 from schedir.ir.fastop import append_operand, insert_before, new_op
+from schedir.lowering.kv_pool import KVPool
 
 EMPTY = np.zeros(0, dtype=np.int64)
 _PHASES = {p: StringAttr(p) for p in ("prefill", "decode", "mixed")}
@@ -395,6 +397,11 @@ class Step:
         if ids.size:
             self._over(kind, value, {"id": ids, "blocks": blocks, **extra})
 
+    def match(self, value: SSAValue, ids: np.ndarray, hit: np.ndarray) -> None:
+        """Record the prefix-cache hit tokens a pass counted as computed (`mem.match`)."""
+        if ids.size:
+            self._over(MatchOp, value, {"id": ids, "hit": hit})
+
     def evict(self, count: int) -> None:
         if count:
             self.append(new_op(EvictOp, (), {"blocks": i64_attr(count)}))
@@ -415,3 +422,14 @@ def _result_types(kind: type[Operation]) -> tuple[RequestSetType, ...]:
 def steps_of(module: Operation) -> list[StepOp]:
     """The `sched.step` ops at the top of a module."""
     return [op for op in module.regions[0].block.ops if isinstance(op, StepOp)]
+
+
+def pool_of(step: Step) -> KVPool:
+    """The KV pool a pool-level pass decides against (the step's `mem.pool`)."""
+    op = step.block.first_op
+    while op is not None:
+        if type(op) is PoolOp:
+            return op.pool()  # type: ignore[attr-defined]
+        op = op._next_op
+    raise ValueError("this pass decides against the KV pool, but the step has no mem.pool op "
+                     "(build the step with the runtime's pool, or load a dump that has one)")

@@ -12,6 +12,7 @@ from xdsl.printer import Printer
 from xdsl.utils.exceptions import ParseError, VerifyException
 
 from schedir.dialects import make_context
+from schedir.dialects.pool import PoolOp
 from schedir.ir.errors import StepParseError
 
 _CTX = make_context()
@@ -79,6 +80,10 @@ def verify_message(err: VerifyException) -> str:
 
 
 def print_ir(op: Operation, *, generic: bool = False) -> str:
+    if generic:  # a live pool is written into its property only when printed
+        for inner in op.walk():
+            if isinstance(inner, PoolOp):
+                inner.materialize()
     buf = StringIO()
     Printer(stream=buf, print_generic_format=generic).print_op(op)
     buf.write("\n")

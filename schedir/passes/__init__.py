@@ -6,9 +6,12 @@ from schedir.ir.pass_base import StepPass
 from schedir.passes.admit_greedy import AdmitGreedy
 from schedir.passes.order_fcfs import OrderFcfs
 from schedir.passes.order_priority import OrderPriority
+from schedir.passes.order_vllm import OrderVllm
 from schedir.passes.reject_oversized import RejectOversized
 from schedir.passes.schedule_running import ScheduleRunning
 from schedir.passes.verify_step import VerifyStep
+from schedir.passes.vllm_admit import VllmAdmit
+from schedir.passes.vllm_schedule_running import VllmScheduleRunning
 
 PASSES: dict[str, type[StepPass]] = {}
 
@@ -24,5 +27,6 @@ def register_pass(cls: type[StepPass]) -> type[StepPass]:
     return cls
 
 
-for _cls in (RejectOversized, OrderFcfs, OrderPriority, ScheduleRunning, AdmitGreedy, VerifyStep):
+for _cls in (RejectOversized, OrderFcfs, OrderPriority, ScheduleRunning, AdmitGreedy, VerifyStep, OrderVllm,
+             VllmScheduleRunning, VllmAdmit):
     register_pass(_cls)

@@ -7,4 +7,6 @@ PRESETS: dict[str, str] = {
     "base": "reject-oversized,order-fcfs,schedule-running,admit-greedy,verify-step",
     # The same with priority order (lower value first, then arrival).
     "base-priority": "reject-oversized,order-priority,schedule-running,admit-greedy,verify-step",
+    # vLLM 0.32's v1 Scheduler.schedule(): same decisions, step by step (needs the step's mem.pool).
+    "vllm": "reject-oversized,order-vllm,vllm-schedule-running,vllm-admit",
 }

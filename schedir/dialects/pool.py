@@ -1,0 +1,174 @@
+"""`mem.pool`: the KV pool a step decides against, carried in the step so a dump replays.
+
+Policies that decide block by block (the `vllm` preset: a hit revives cached
+free blocks, an allocation evicts the oldest one, a preempted request's blocks
+go back tail first) read and commit to the pool while they decide. In a live
+run the op holds the runtime's pool object (no copy on the hot path); printing
+writes the whole state, and parsing rebuilds a private pool from it:
+
+    mem.pool {blocks = [8], block_size = [4], caching = [1], width = [4],
+              free = [5, 6, 7, 3], cached = [3], cached_hash = [-812],
+              rows = [0], row_blocks = [2], row_cached = [1], row_hashes = [1],
+              table = [1, 2], hash = [-812]}
+
+`free` is the free queue front to back, `cached`/`cached_hash` the registered
+blocks (each hash's blocks in registration order), and per request row the
+block table and chained block hashes. Reference counts follow from the tables.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from xdsl.irdl import IRDLOperation, irdl_op_definition, prop_def
+from xdsl.parser import Parser
+from xdsl.printer import Printer
+from xdsl.utils.exceptions import VerifyException
+
+from schedir.dialects.base import parse_attr_dict, parse_columns, print_attr_dict, print_columns
+from schedir.dialects.columns import ColumnsAttr
+from schedir.lowering.kv_pool import KVPool, register_hash
+
+_SCALARS = ("blocks", "block_size", "caching", "width")
+_NAMES = (*_SCALARS, "free", "cached", "cached_hash", "rows", "row_blocks", "row_cached", "row_hashes",
+          "table", "hash")
+
+
+def pool_columns(pool: KVPool) -> dict[str, np.ndarray]:
+    """The pool's state as named int64 lists (see the module docstring)."""
+    live = np.flatnonzero((pool.nblk > 0) | (pool.nhash > 0))
+    cached, cached_hash = pool.cached_blocks()
+    tables = [pool.table[r, : pool.nblk[r]] for r in live]
+    hashes = [pool.rhash[r, : pool.nhash[r]] for r in live]
+    i64 = np.int64
+    return {
+        "blocks": np.array([pool.num_blocks], dtype=i64),
+        "block_size": np.array([pool.block_size], dtype=i64),
+        "caching": np.array([int(pool.enable_caching)], dtype=i64),
+        "width": np.array([pool.width], dtype=i64),
+        "free": pool.free_queue().astype(i64),
+        "cached": cached,
+        "cached_hash": cached_hash,
+        "rows": live.astype(i64),
+        "row_blocks": pool.nblk[live].astype(i64),
+        "row_cached": pool.ncached[live].astype(i64),
+        "row_hashes": pool.nhash[live].astype(i64),
+        "table": np.concatenate(tables).astype(i64) if tables else np.zeros(0, dtype=i64),
+        "hash": np.concatenate(hashes).astype(i64) if hashes else np.zeros(0, dtype=i64),
+    }
+
+
+def check_pool_columns(cols: ColumnsAttr) -> None:
+    """Raise VerifyException naming what is inconsistent in a printed pool."""
+    missing = [n for n in _NAMES if not cols.has(n)]
+    if missing:
+        raise VerifyException(f"mem.pool: missing {', '.join(missing)}")
+    for name in _SCALARS:
+        if cols.get(name).size != 1:
+            raise VerifyException(f"mem.pool: '{name}' must hold one value")
+    n = int(cols.get("blocks")[0])
+    if n < 2 or int(cols.get("block_size")[0]) < 1 or int(cols.get("width")[0]) < 1:
+        raise VerifyException("mem.pool: blocks must be >= 2, block_size and width >= 1")
+    for name in ("free", "cached", "table"):
+        v = cols.get(name)
+        if v.size and (v.min() < 1 or v.max() >= n):
+            raise VerifyException(f"mem.pool: '{name}' holds a block id outside 1..{n - 1}")
+    if np.unique(cols.get("free")).size != cols.get("free").size:
+        raise VerifyException("mem.pool: a block appears twice in the free queue")
+    if cols.get("cached").size != cols.get("cached_hash").size:
+        raise VerifyException("mem.pool: 'cached' and 'cached_hash' differ in length")
+    k = cols.get("rows").size
+    for name in ("row_blocks", "row_cached", "row_hashes"):
+        if cols.get(name).size != k:
+            raise VerifyException(f"mem.pool: '{name}' must have one entry per row ({k})")
+    width = int(cols.get("width")[0])
+    if k and (cols.get("row_blocks").max() > width or cols.get("row_hashes").max() > width):
+        raise VerifyException(f"mem.pool: a row holds more than width={width} blocks or hashes")
+    if int(cols.get("row_blocks").sum()) != cols.get("table").size:
+        raise VerifyException("mem.pool: 'table' length differs from the sum of 'row_blocks'")
+    if int(cols.get("row_hashes").sum()) != cols.get("hash").size:
+        raise VerifyException("mem.pool: 'hash' length differs from the sum of 'row_hashes'")
+    held = np.zeros(n, dtype=bool)
+    held[cols.get("table")] = True
+    in_free = np.zeros(n, dtype=bool)
+    in_free[cols.get("free")] = True
+    if (held & in_free).any():
+        raise VerifyException("mem.pool: a block is both in a table and in the free queue")
+    if int((held | in_free)[1:].sum()) != n - 1:
+        raise VerifyException("mem.pool: blocks are lost (neither held nor free)")
+
+
+def pool_from_columns(cols: ColumnsAttr) -> KVPool:
+    """Rebuild a pool from its printed state (the columns must pass `check_pool_columns`)."""
+    n = int(cols.get("blocks")[0])
+    width = int(cols.get("width")[0])
+    rows = cols.get("rows")
+    pool = KVPool.create(n, int(cols.get("block_size")[0]), width, rows=int(rows.max()) + 1 if rows.size else 1,
+                         enable_caching=bool(cols.get("caching")[0]))
+    free = cols.get("free").astype(np.int32)
+    head, tail = n, n + 1
+    pool.nxt[:] = -1
+    pool.prv[:] = -1
+    chain = np.concatenate(([head], free, [tail])).astype(np.int32)
+    pool.nxt[chain[:-1]] = chain[1:]
+    pool.prv[chain[1:]] = chain[:-1]
+    pool.meta[0] = free.size
+    at_t = at_h = 0
+    for row, k, c, h in zip(rows, cols.get("row_blocks"), cols.get("row_cached"), cols.get("row_hashes"), strict=True):
+        pool.table[row, :k] = cols.get("table")[at_t: at_t + k]
+        pool.nblk[row] = k
+        pool.ncached[row] = c
+        pool.rhash[row, :h] = cols.get("hash")[at_h: at_h + h]
+        pool.nhash[row] = h
+        np.add.at(pool.ref, pool.table[row, :k], 1)
+        at_t += int(k)
+        at_h += int(h)
+    for b, h in zip(cols.get("cached"), cols.get("cached_hash"), strict=True):
+        register_hash(int(b), np.int64(h), pool.bhash, pool.dup_next, pool.cache)
+    return pool
+
+
+@irdl_op_definition
+class PoolOp(IRDLOperation):
+    """The KV pool of this step (see the module docstring).
+
+        mem.pool {blocks = [8], block_size = [4], caching = [1], width = [4], free = [...], ...}
+    """
+
+    name = "mem.pool"
+    state = prop_def(ColumnsAttr)
+
+    @classmethod
+    def of(cls, pool: KVPool) -> PoolOp:
+        """An op over a live pool: its state is written only when printed."""
+        op = cls.create(properties={"state": ColumnsAttr.of({})})
+        op._live = pool
+        return op
+
+    def pool(self) -> KVPool:
+        """The pool passes decide against (rebuilt once from the text when parsed)."""
+        live = getattr(self, "_live", None)
+        if live is None:
+            live = self._live = pool_from_columns(self.state)
+        return live
+
+    def materialize(self) -> None:
+        """Write the live pool into the `state` property (before a generic print)."""
+        live = getattr(self, "_live", None)
+        if live is not None:
+            self.state = ColumnsAttr.of(pool_columns(live))
+
+    def verify_(self) -> None:
+        if getattr(self, "_live", None) is None:
+            check_pool_columns(self.state)
+
+    def print(self, printer: Printer) -> None:
+        self.materialize()
+        print_columns(printer, self.state)
+        print_attr_dict(printer, self)
+
+    @classmethod
+    def parse(cls, parser: Parser) -> Any:
+        state = parse_columns(parser)
+        return cls.create(properties={"state": state}, attributes=parse_attr_dict(parser))

@@ -1,0 +1,400 @@
+"""The KV block pool and prefix cache, as plain arrays with Numba kernels.
+
+Semantics follow vLLM's v1 `BlockPool` so that block ids and cache hits agree:
+- block 0 is the null block and never handed out; the free queue starts as 1..N-1;
+- allocation pops from the front of the free queue and drops the popped block's
+  cached hash (eviction of the least recently freed cached block);
+- freeing walks a request's blocks tail first; a block whose count drops to 0
+  goes to the *back* of the free queue if it has a hash (it stays a cache hit
+  until evicted, LRU), to the *front* if not (it will never hit);
+- a hit on a cached free block takes it out of the free queue (`touch`);
+- full blocks are registered under their chained hash; two blocks with one hash
+  are both kept and the first registered one serves hits.
+
+Per-request state lives here too, one row per request slot: the block table,
+how many of its blocks are registered, and the request's chained block hashes.
+Everything is an int array, so the step kernels (passes and lowering) index it
+directly and a step dump can print it (`mem.pool`).
+"""
+
+from __future__ import annotations
+
+import attrs
+import numba as nb
+import numpy as np
+from numba import types
+from numba.typed import Dict
+
+# meta[] slots
+NUM_FREE = 0
+CACHING = 1
+BLOCK_SIZE = 2
+META_SIZE = 3
+
+
+def _new_cache() -> Dict:
+    return Dict.empty(key_type=types.int64, value_type=types.int32)
+
+
+@attrs.define(eq=False)
+class KVPool:
+    """Block pool + prefix cache + per-request block tables (arrays; see module docstring)."""
+
+    num_blocks: int
+    block_size: int
+    ref: np.ndarray  # int32[N]: requests holding each block
+    bhash: np.ndarray  # int64[N]: registered hash, 0 = none
+    dup_next: np.ndarray  # int32[N]: next block registered under the same hash, -1 = none
+    nxt: np.ndarray  # int32[N+2]: free queue links; N = head sentinel, N+1 = tail sentinel
+    prv: np.ndarray  # int32[N+2]
+    meta: np.ndarray  # int64[META_SIZE]: free count, caching flag, block size
+    cache: Dict  # hash -> first block registered under it
+    table: np.ndarray  # int32[R, W]: block ids per request row
+    nblk: np.ndarray  # int32[R]: blocks held
+    ncached: np.ndarray  # int32[R]: leading blocks already registered in the cache
+    rhash: np.ndarray  # int64[R, W]: chained hashes of the row's full blocks
+    nhash: np.ndarray  # int32[R]
+
+    @classmethod
+    def create(cls, num_blocks: int, block_size: int, max_blocks_per_request: int, rows: int = 16,
+               enable_caching: bool = True) -> KVPool:
+        if num_blocks < 2:
+            raise ValueError(f"num_blocks must be at least 2 (block 0 is reserved), got {num_blocks}")
+        if block_size < 1:
+            raise ValueError(f"block_size must be positive, got {block_size}")
+        n = num_blocks
+        nxt = np.full(n + 2, -1, dtype=np.int32)
+        prv = np.full(n + 2, -1, dtype=np.int32)
+        order = np.arange(1, n, dtype=np.int32)
+        chain = np.concatenate(([n], order, [n + 1])).astype(np.int32)
+        nxt[chain[:-1]] = chain[1:]
+        prv[chain[1:]] = chain[:-1]
+        meta = np.zeros(META_SIZE, dtype=np.int64)
+        meta[NUM_FREE] = n - 1
+        meta[CACHING] = int(enable_caching)
+        meta[BLOCK_SIZE] = block_size
+        width = max(1, max_blocks_per_request)
+        return cls(
+            num_blocks=n, block_size=block_size,
+            ref=np.zeros(n, dtype=np.int32), bhash=np.zeros(n, dtype=np.int64),
+            dup_next=np.full(n, -1, dtype=np.int32), nxt=nxt, prv=prv, meta=meta, cache=_new_cache(),
+            table=np.zeros((rows, width), dtype=np.int32), nblk=np.zeros(rows, dtype=np.int32),
+            ncached=np.zeros(rows, dtype=np.int32), rhash=np.zeros((rows, width), dtype=np.int64),
+            nhash=np.zeros(rows, dtype=np.int32),
+        )
+
+    # ------------------------------------------------------------ facts
+    @property
+    def enable_caching(self) -> bool:
+        return bool(self.meta[CACHING])
+
+    @property
+    def num_free(self) -> int:
+        return int(self.meta[NUM_FREE])
+
+    @property
+    def usable_blocks(self) -> int:
+        return self.num_blocks - 1
+
+    @property
+    def rows(self) -> int:
+        return self.table.shape[0]
+
+    @property
+    def width(self) -> int:
+        return self.table.shape[1]
+
+    def num_cached_free(self) -> int:
+        """Free blocks that still hold a cached prefix (revivable by a hit)."""
+        return int(count_cached_free(self.nxt, self.bhash, self.num_blocks))
+
+    def free_queue(self) -> np.ndarray:
+        return free_queue_order(self.nxt, self.num_blocks, int(self.meta[NUM_FREE]))
+
+    def blocks_of(self, row: int) -> np.ndarray:
+        return self.table[row, : self.nblk[row]]
+
+    # ------------------------------------------------------------ growth and copies
+    def grow_rows(self, rows: int) -> None:
+        """Make room for `rows` request rows (the runtime doubles its table)."""
+        if rows <= self.rows:
+            return
+        extra = rows - self.rows
+        self.table = np.concatenate([self.table, np.zeros((extra, self.width), dtype=np.int32)])
+        self.rhash = np.concatenate([self.rhash, np.zeros((extra, self.width), dtype=np.int64)])
+        self.nblk = np.concatenate([self.nblk, np.zeros(extra, dtype=np.int32)])
+        self.ncached = np.concatenate([self.ncached, np.zeros(extra, dtype=np.int32)])
+        self.nhash = np.concatenate([self.nhash, np.zeros(extra, dtype=np.int32)])
+
+    def copy(self) -> KVPool:
+        """A private copy (dumped steps run on one, so the dump shows the state they started from)."""
+        cache = _new_cache()
+        for k, v in self.cache.items():
+            cache[k] = v
+        return KVPool(
+            num_blocks=self.num_blocks, block_size=self.block_size, ref=self.ref.copy(), bhash=self.bhash.copy(),
+            dup_next=self.dup_next.copy(), nxt=self.nxt.copy(), prv=self.prv.copy(), meta=self.meta.copy(),
+            cache=cache, table=self.table.copy(), nblk=self.nblk.copy(), ncached=self.ncached.copy(),
+            rhash=self.rhash.copy(), nhash=self.nhash.copy(),
+        )
+
+    def cached_blocks(self) -> tuple[np.ndarray, np.ndarray]:
+        """(blocks, hashes) of every registered block, each hash's blocks in registration order,
+        so registering them again in this order rebuilds the same cache."""
+        blocks: list[int] = []
+        hashes: list[int] = []
+        for h, head in self.cache.items():
+            b = int(head)
+            while b >= 0:
+                blocks.append(b)
+                hashes.append(int(h))
+                b = int(self.dup_next[b])
+        return np.asarray(blocks, dtype=np.int64), np.asarray(hashes, dtype=np.int64)
+
+    # ------------------------------------------------------------ request-level operations
+    def free_request(self, row: int) -> int:
+        """Free a row's blocks tail first; returns how many went back to the free queue."""
+        return int(free_row(row, self.ref, self.bhash, self.dup_next, self.nxt, self.prv, self.meta, self.cache,
+                            self.table, self.nblk, self.ncached))
+
+    def check(self) -> None:
+        """Raise AssertionError if the pool's invariants do not hold (tests and debug runs)."""
+        n = self.num_blocks
+        free = self.free_queue()
+        if free.size != self.num_free:
+            raise AssertionError(f"free queue holds {free.size} blocks, counter says {self.num_free}")
+        if np.unique(free).size != free.size or (free == 0).any():
+            raise AssertionError("free queue repeats a block or holds the null block")
+        refs = np.zeros(n, dtype=np.int64)
+        for row in range(self.rows):
+            k = int(self.nblk[row])
+            if k:
+                np.add.at(refs, self.table[row, :k].astype(np.int64), 1)
+        if not np.array_equal(refs, self.ref.astype(np.int64)):
+            bad = np.flatnonzero(refs != self.ref)[:10]
+            raise AssertionError(f"ref counts disagree with block tables at blocks {bad.tolist()}")
+        in_free = np.zeros(n, dtype=bool)
+        in_free[free] = True
+        held = self.ref > 0
+        if (held & in_free).any() or (~held & ~in_free)[1:].any():
+            raise AssertionError("a block is both held and free, or neither")
+        if held.sum() + free.size != n - 1:
+            raise AssertionError("blocks are not conserved: held + free != usable")
+        blocks, hashes = self.cached_blocks()
+        if not np.array_equal(self.bhash[blocks], hashes) or np.count_nonzero(self.bhash) != blocks.size:
+            raise AssertionError("cache map and block hashes disagree")
+
+
+# ---------------------------------------------------------------- free queue primitives
+@nb.njit(cache=True, inline="always")
+def _unlink(nxt: np.ndarray, prv: np.ndarray, b: int) -> None:
+    p = prv[b]
+    q = nxt[b]
+    nxt[p] = q
+    prv[q] = p
+    nxt[b] = -1
+    prv[b] = -1
+
+
+@nb.njit(cache=True, inline="always")
+def _insert_after(nxt: np.ndarray, prv: np.ndarray, at: int, b: int) -> None:
+    q = nxt[at]
+    nxt[at] = b
+    prv[b] = at
+    nxt[b] = q
+    prv[q] = b
+
+
+@nb.njit(cache=True)
+def free_queue_order(nxt: np.ndarray, n: int, count: int) -> np.ndarray:
+    out = np.empty(count, dtype=np.int64)
+    b = nxt[n]
+    k = 0
+    while b != n + 1 and k < count:
+        out[k] = b
+        k += 1
+        b = nxt[b]
+    return out[:k]
+
+
+@nb.njit(cache=True)
+def count_cached_free(nxt: np.ndarray, bhash: np.ndarray, n: int) -> int:
+    b = nxt[n]
+    k = 0
+    while b != n + 1:
+        if bhash[b] != 0:
+            k += 1
+        b = nxt[b]
+    return k
+
+
+# ---------------------------------------------------------------- prefix cache primitives
+@nb.njit(cache=True)
+def evict_hash(b: int, bhash: np.ndarray, dup_next: np.ndarray, cache) -> bool:
+    """Drop block `b`'s registration (if any) from the cache."""
+    h = bhash[b]
+    if h == 0:
+        return False
+    head = cache[h] if h in cache else np.int32(-1)
+    if head == b:
+        nb_ = dup_next[b]
+        if nb_ < 0:
+            del cache[h]
+        else:
+            cache[h] = nb_
+    elif head >= 0:
+        p = head
+        while dup_next[p] >= 0 and dup_next[p] != b:
+            p = dup_next[p]
+        if dup_next[p] == b:
+            dup_next[p] = dup_next[b]
+    dup_next[b] = -1
+    bhash[b] = 0
+    return True
+
+
+@nb.njit(cache=True)
+def register_hash(b: int, h: np.int64, bhash: np.ndarray, dup_next: np.ndarray, cache) -> None:
+    """Register block `b` under hash `h` (after any block already registered under it)."""
+    if bhash[b] == h:
+        return
+    if bhash[b] != 0:
+        evict_hash(b, bhash, dup_next, cache)
+    bhash[b] = h
+    dup_next[b] = -1
+    if h not in cache:
+        cache[h] = np.int32(b)
+    else:
+        p = cache[h]
+        while dup_next[p] >= 0:
+            p = dup_next[p]
+        dup_next[p] = b
+
+
+@nb.njit(cache=True)
+def lookup_prefix(row: int, max_blocks: int, rhash: np.ndarray, nhash: np.ndarray, cache, out: np.ndarray) -> int:
+    """Leading blocks of `row`'s hash chain found in the cache (at most `max_blocks`), into `out`."""
+    k = 0
+    limit = min(nhash[row], max_blocks)
+    while k < limit:
+        h = rhash[row, k]
+        if h not in cache:
+            break
+        out[k] = cache[h]
+        k += 1
+    return k
+
+
+# ---------------------------------------------------------------- request-level kernels
+@nb.njit(cache=True)
+def allocate(row: int, count: int, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk) -> None:
+    """Give `row` `count` blocks from the front of the free queue (evicting their cached hash)."""
+    n = nxt.size - 2
+    k = nblk[row]
+    for _ in range(count):
+        b = nxt[n]
+        _unlink(nxt, prv, b)
+        if bhash[b] != 0:
+            evict_hash(b, bhash, dup_next, cache)
+        ref[b] = 1
+        table[row, k] = b
+        k += 1
+    nblk[row] = k
+    meta[NUM_FREE] -= count
+
+
+@nb.njit(cache=True)
+def touch(blocks: np.ndarray, count: int, ref, nxt, prv, meta) -> None:
+    """Take hit blocks: one more holder each; a cached free block leaves the free queue."""
+    for i in range(count):
+        b = blocks[i]
+        if ref[b] == 0:
+            _unlink(nxt, prv, b)
+            meta[NUM_FREE] -= 1
+        ref[b] += 1
+
+
+@nb.njit(cache=True)
+def cache_full_blocks(row: int, num_tokens: int, bhash, dup_next, cache, meta, table, ncached, rhash, nhash) -> None:
+    """Register `row`'s full blocks up to `num_tokens` tokens under their chained hashes."""
+    if meta[CACHING] == 0:
+        return
+    full = min(num_tokens // meta[BLOCK_SIZE], nhash[row])
+    for i in range(ncached[row], full):
+        register_hash(table[row, i], rhash[row, i], bhash, dup_next, cache)
+    ncached[row] = max(ncached[row], full)
+
+
+@nb.njit(cache=True)
+def free_row(row: int, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk, ncached) -> int:
+    """Free `row`'s blocks tail first: unhashed ones to the front of the free queue (in that
+    order), hashed ones to the back. Returns how many blocks became free."""
+    n = nxt.size - 2
+    k = nblk[row]
+    caching = meta[CACHING] != 0
+    cursor = n  # unhashed blocks are inserted after the head, keeping their order
+    freed = 0
+    for i in range(k - 1, -1, -1):
+        b = table[row, i]
+        ref[b] -= 1
+        if ref[b] == 0:
+            freed += 1
+            if bhash[b] == 0 or not caching:
+                _insert_after(nxt, prv, cursor, b)
+                cursor = b
+            else:
+                _insert_after(nxt, prv, prv[n + 1], b)
+    meta[NUM_FREE] += freed
+    nblk[row] = 0
+    ncached[row] = 0
+    return freed
+
+
+@nb.njit(cache=True)
+def match_rows(rows: np.ndarray, total: np.ndarray, block_size: int, ref, rhash, nhash, cache):
+    """Prefix hits of each row as the pool stands (for count-level policies): hit tokens (full
+    blocks, never the last known token) and how many hit blocks sit in the free queue."""
+    n = rows.size
+    hit = np.zeros(n, dtype=np.int64)
+    cached_free = np.zeros(n, dtype=np.int64)
+    scratch = np.empty(rhash.shape[1], dtype=np.int32)
+    for i in range(n):
+        k = lookup_prefix(rows[i], (total[i] - 1) // block_size, rhash, nhash, cache, scratch)
+        hit[i] = k * block_size
+        for j in range(k):
+            if ref[scratch[j]] == 0:
+                cached_free[i] += 1
+    return hit, cached_free
+
+
+@nb.njit(cache=True)
+def commit(preempted, admitted, admitted_hit, rows, tokens, computed, total, max_model_len: int,
+           ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk, ncached, rhash, nhash) -> int:
+    """Apply a count-level policy's decisions to the pool, in batch order: free the preempted,
+    take the admitted requests' hit blocks (all of them first, so no allocation evicts them),
+    allocate what each scheduled request still lacks and register its full blocks.
+    Returns -1, or the index of the first request whose blocks did not fit."""
+    bs = meta[2]
+    for i in range(preempted.size):
+        if nblk[preempted[i]] > 0:
+            free_row(preempted[i], ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk, ncached)
+    scratch = np.empty(table.shape[1], dtype=np.int32)
+    for i in range(admitted.size):
+        r = admitted[i]
+        want = admitted_hit[i] // bs
+        if want > 0 and nblk[r] == 0:
+            k = lookup_prefix(r, want, rhash, nhash, cache, scratch)
+            touch(scratch, k, ref, nxt, prv, meta)
+            for j in range(k):
+                table[r, j] = scratch[j]
+            nblk[r] = k
+            ncached[r] = k
+    for i in range(rows.size):
+        r = rows[i]
+        end = computed[i] + tokens[i]
+        need = max(-(-min(end, max_model_len) // bs) - nblk[r], 0)
+        if need > meta[NUM_FREE]:
+            return i
+        allocate(r, need, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk)
+        cache_full_blocks(r, min(end, total[i]), bhash, dup_next, cache, meta, table, ncached, rhash, nhash)
+    return -1

@@ -1,0 +1,35 @@
+"""order-vllm: vLLM's waiting order — its FCFS deque, or its priority heap."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from schedir.ir.pass_base import StepPass
+from schedir.ir.step import Step
+from schedir.passes.ordering import sort_by_columns
+
+
+@dataclass(frozen=True)
+class OrderVllm(StepPass):
+    """Order the waiting queue as vLLM 0.32 does under the step's policy.
+
+    FCFS is vLLM's deque: arrival order, except that a preempted request goes
+    back to the *front* (the runtime's `queued` column is that position).
+    Priority is vLLM's heap: lower priority value first, then arrival time,
+    then request id (`rank`: the id's place in string order).
+    """
+
+    name: ClassVar[str] = "order-vllm"
+    provides: ClassVar[frozenset[str]] = frozenset({"order"})
+
+    queue: str = "waiting"
+
+    def run(self, step: Step) -> None:
+        pending = step.pending(self.queue)
+        if pending is None:
+            return
+        if step.facts.policy == "priority":
+            sort_by_columns(step, pending, ("priority", "arrival", "rank"))
+        else:
+            sort_by_columns(step, pending, ("queued",))

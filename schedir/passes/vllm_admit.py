@@ -1,0 +1,77 @@
+"""vllm-admit: vLLM 0.32's WAITING loop, against the live prefix cache."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from schedir.dialects.codes import Reason
+from schedir.dialects.mem import AllocOp, ShareOp
+from schedir.dialects.req import PreemptOp
+from schedir.ir.pass_base import StepPass
+from schedir.ir.step import Step, pool_of
+from schedir.passes import vllm_kernels as K
+from schedir.passes.vllm_schedule_running import long_prefill_cap
+
+
+@dataclass(frozen=True)
+class VllmAdmit(StepPass):
+    """Admit waiting requests in order until one does not fit; none in a step that preempted.
+
+    A request's prefix-cache hit (full blocks, never its last token) counts as
+    computed; it is looked up when its turn comes, so it sees blocks that
+    requests admitted before it in this step have just registered. The whole
+    remaining sequence must fit in free blocks (`reserve-full`, vLLM's
+    `scheduler_reserve_full_isl`), and so must this step's chunk; hit blocks
+    that sat in the free queue count against free blocks. Admission stops at
+    the first request that cannot be allocated, at the token budget and at
+    `max_seqs` running requests.
+    """
+
+    name: ClassVar[str] = "vllm-admit"
+    requires: ClassVar[frozenset[str]] = frozenset({"kv-pool", "order", "running-scheduled"})
+    provides: ClassVar[frozenset[str]] = frozenset({"waiting-scheduled"})
+
+    long_prefill: int = 0
+    reserve_full: bool = True
+    queue: str = "waiting"
+    running: str = "running"
+
+    def run(self, step: Step) -> None:
+        pending = step.pending(self.queue)
+        if pending is None:
+            return
+        ids = step.ids(pending)
+        preempted = 0
+        for op in step.ops_of(PreemptOp):
+            preempted += len(op)  # type: ignore[arg-type]
+        if preempted:
+            step.defer(pending, ids, np.full(ids.size, int(Reason.POLICY), dtype=np.int64))
+            return
+        usage = step.usage()
+        facts = step.facts
+        running = step.queue(self.running)
+        seqs_left = facts.max_seqs - (len(running) if running is not None else 0)
+        pool = pool_of(step)
+        cols, rows = step.source(pending)
+        get = cols.get
+        res, admitted, _ = K.admit_waiting(
+            get("row")[rows], get("computed")[rows], get("total")[rows], facts.token_budget - usage.tokens,
+            seqs_left, long_prefill_cap(step, self.long_prefill), facts.max_model_len, self.reserve_full,
+            pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache, pool.table, pool.nblk,
+            pool.ncached, pool.rhash, pool.nhash,
+        )
+        if admitted:
+            take = ids[:admitted]
+            step.match(pending, take, res[K.ADM_HIT][:admitted])
+            scheduled = step.schedule(pending, "prefill", take, res[K.ADM_TOKENS][:admitted])
+            shared = res[K.ADM_SHARED][:admitted] > 0
+            step.blocks(ShareOp, scheduled, take[shared], res[K.ADM_SHARED][:admitted][shared],
+                        revived=res[K.ADM_REVIVED][:admitted][shared])
+            got = res[K.ADM_ALLOC][:admitted] > 0
+            step.blocks(AllocOp, scheduled, take[got], res[K.ADM_ALLOC][:admitted][got])
+        if admitted < ids.size:
+            step.defer(pending, ids[admitted:], res[K.ADM_REASON][admitted:])
+

@@ -1,0 +1,191 @@
+"""Numba kernels of the `vllm` preset: vLLM 0.32's `Scheduler.schedule()` loops over arrays.
+
+These run against the step's KV pool (`mem.pool`) because vLLM's decisions
+depend on it block by block: a prefix hit revives cached free blocks, an
+allocation evicts the oldest cached free block, a later request in the same step
+hits blocks an earlier one has just registered, a preempted request's blocks
+return to the pool tail first. The kernels commit those effects as they decide,
+exactly as vLLM's loops do, and report per request what they did.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from schedir.dialects.codes import Reason
+from schedir.lowering.kv_pool import NUM_FREE, allocate, cache_full_blocks, free_row, lookup_prefix, touch
+
+R_BUDGET = int(Reason.BUDGET)
+R_MAX_SEQS = int(Reason.MAX_SEQS)
+R_MEMORY = int(Reason.MEMORY)
+R_BLOCKED = int(Reason.BLOCKED)
+R_IN_FLIGHT = int(Reason.IN_FLIGHT)
+R_TOO_LONG = int(Reason.TOO_LONG)
+
+# rows of the running kernel's result
+RUN_TOKENS, RUN_PREEMPT_SEQ, RUN_ALLOC, RUN_FREED, RUN_REASON = range(5)
+# rows of the admission kernel's result
+ADM_TOKENS, ADM_HIT, ADM_SHARED, ADM_REVIVED, ADM_ALLOC, ADM_REASON = range(6)
+
+
+@nb.njit(cache=True, inline="always")
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@nb.njit(cache=True)
+def schedule_running(rows, computed, total, priority, arrival, in_flight,
+                     budget: int, threshold: int, max_model_len: int, priority_policy: bool,
+                     ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk, ncached, rhash, nhash):
+    """vLLM's RUNNING loop. Returns (result[5, n], budget left).
+
+    In running order: each request asks for its remaining tokens, capped by the
+    long-prefill threshold, the budget and the model length; its new blocks come
+    from the free pool, and when they do not fit the victim (FCFS: the last
+    running request; priority: the max (priority, arrival)) is preempted by
+    recompute, its blocks freed, its tokens returned if it had been scheduled,
+    until the request fits or is itself the victim, which ends the loop.
+    """
+    n = rows.size
+    bs = meta[2]
+    out = np.zeros((5, n), dtype=np.int64)
+    out[RUN_PREEMPT_SEQ, :] = -1
+    alive = np.ones(n, dtype=np.bool_)
+    preempted = 0
+    left = budget
+    stopped = False
+    i = 0
+    while i < n and left > 0:
+        if not alive[i]:
+            i += 1
+            continue
+        if in_flight[i]:
+            out[RUN_REASON, i] = R_IN_FLIGHT
+            i += 1
+            continue
+        want = total[i] - computed[i]
+        if 0 < threshold < want:
+            want = threshold
+        want = min(want, left, max_model_len - computed[i] - 1)
+        if want <= 0:
+            out[RUN_REASON, i] = R_TOO_LONG if computed[i] + 1 >= max_model_len else R_BUDGET
+            i += 1
+            continue
+        row = rows[i]
+        fits = False
+        while True:
+            need = max(_cdiv(min(computed[i] + want, max_model_len), bs) - nblk[row], 0)
+            if need <= meta[NUM_FREE]:
+                allocate(row, need, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk)
+                cache_full_blocks(row, min(computed[i] + want, total[i]), bhash, dup_next, cache, meta, table,
+                                  ncached, rhash, nhash)
+                out[RUN_ALLOC, i] += need
+                fits = True
+                break
+            victim = -1
+            if priority_policy:
+                for j in range(n):
+                    if alive[j] and (victim < 0 or priority[j] > priority[victim]
+                                     or (priority[j] == priority[victim] and arrival[j] > arrival[victim])):
+                        victim = j
+            else:
+                for j in range(n - 1, -1, -1):
+                    if alive[j]:
+                        victim = j
+                        break
+            if in_flight[victim]:
+                break  # its blocks may still be written by a step in flight: freeing them would not help now
+            if out[RUN_TOKENS, victim] > 0:
+                left += out[RUN_TOKENS, victim]
+                out[RUN_TOKENS, victim] = 0
+            out[RUN_FREED, victim] = free_row(rows[victim], ref, bhash, dup_next, nxt, prv, meta, cache,
+                                              table, nblk, ncached)
+            alive[victim] = False
+            out[RUN_PREEMPT_SEQ, victim] = preempted
+            preempted += 1
+            if victim == i:
+                break
+        if not fits:
+            stopped = True
+            break
+        out[RUN_TOKENS, i] = want
+        left -= want
+        i += 1
+    tail_reason = R_MEMORY if stopped else R_BUDGET
+    for j in range(n):
+        if alive[j] and out[RUN_TOKENS, j] == 0 and out[RUN_REASON, j] == 0:
+            out[RUN_REASON, j] = tail_reason
+    return out, left
+
+
+@nb.njit(cache=True)
+def admit_waiting(rows, computed, total, budget: int, seqs_left: int, threshold: int, max_model_len: int,
+                  reserve_full: bool, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk, ncached,
+                  rhash, nhash):
+    """vLLM's WAITING loop. Returns (result[6, n], admitted count, budget left).
+
+    In queue order while budget and sequence slots last: prefix hits (full blocks,
+    never the last prompt token) count as computed; the whole remaining sequence
+    must fit in free blocks (vLLM's `scheduler_reserve_full_isl`) and so must the
+    chunk; hit blocks sitting in the free queue count against free blocks. The
+    first request that does not fit stops admission (no skipping ahead).
+    """
+    n = rows.size
+    bs = meta[2]
+    caching = meta[1] != 0
+    out = np.zeros((6, n), dtype=np.int64)
+    hits = np.empty(table.shape[1], dtype=np.int32)
+    left = budget
+    admitted = 0
+    stop_reason = 0
+    for i in range(n):
+        if left <= 0:
+            stop_reason = R_BUDGET
+            break
+        if seqs_left <= 0:
+            stop_reason = R_MAX_SEQS
+            break
+        row = rows[i]
+        n_hit = 0
+        if computed[i] == 0 and caching:
+            n_hit = lookup_prefix(row, (total[i] - 1) // bs, rhash, nhash, cache, hits)
+            done = n_hit * bs
+        else:
+            done = computed[i]
+        want = total[i] - done
+        if 0 < threshold < want:
+            want = threshold
+        want = min(want, left)
+        revived = 0
+        for k in range(n_hit):
+            if ref[hits[k]] == 0:
+                revived += 1
+        if reserve_full:
+            need_all = max(_cdiv(min(total[i], max_model_len), bs) - n_hit - nblk[row], 0) + revived
+            if need_all > meta[NUM_FREE]:
+                stop_reason = R_MEMORY
+                break
+        need = max(_cdiv(min(done + want, max_model_len), bs) - n_hit - nblk[row], 0)
+        if need + revived > meta[NUM_FREE]:
+            stop_reason = R_MEMORY
+            break
+        if n_hit:
+            touch(hits, n_hit, ref, nxt, prv, meta)
+            for k in range(n_hit):
+                table[row, nblk[row] + k] = hits[k]
+            nblk[row] += n_hit
+            ncached[row] = n_hit
+        allocate(row, need, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk)
+        cache_full_blocks(row, min(done + want, total[i]), bhash, dup_next, cache, meta, table, ncached, rhash, nhash)
+        out[ADM_TOKENS, i] = want
+        out[ADM_HIT, i] = done
+        out[ADM_SHARED, i] = n_hit
+        out[ADM_REVIVED, i] = revived
+        out[ADM_ALLOC, i] = need
+        left -= want
+        seqs_left -= 1
+        admitted += 1
+    for j in range(admitted, n):
+        out[ADM_REASON, j] = stop_reason if (j == admitted or stop_reason != R_MEMORY) else R_BLOCKED
+    return out, admitted, left

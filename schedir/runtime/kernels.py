@@ -1,0 +1,48 @@
+"""Numba kernels of the runtime's UPDATE: append sampled tokens, hash full blocks, check stops."""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from schedir.lowering.hashing import extend_hashes
+from schedir.runtime.table import EOS, HAS_STOP, IGNORE_EOS, MAX_TOKENS, OUTPUTS, RUNNING, STATUS, TOTAL
+
+NOT_DONE, STOPPED, LENGTH = 0, 1, 2
+
+
+@nb.njit(cache=True)
+def apply_samples(rows, offsets, toks, data, tokens, rhash, nhash, block_size: int, max_model_len: int,
+                  stop_rows, stop_ids):
+    """Append each request's sampled tokens; returns per request NOT_DONE, STOPPED (EOS or a
+    stop id) or LENGTH (max_tokens or max_model_len). Tokens after a stop are dropped."""
+    n = rows.size
+    done = np.zeros(n, dtype=np.int8)
+    for i in range(n):
+        r = rows[i]
+        if data[STATUS, r] != RUNNING:
+            continue
+        for k in range(offsets[i], offsets[i + 1]):
+            t = toks[k]
+            at = data[TOTAL, r]
+            tokens[r, at] = t
+            data[TOTAL, r] = at + 1
+            data[OUTPUTS, r] += 1
+            if (at + 1) % block_size == 0:
+                nhash[r] = extend_hashes(tokens[r], at + 1, rhash[r], nhash[r], block_size)
+            if data[IGNORE_EOS, r] == 0 and data[EOS, r] >= 0 and t == data[EOS, r]:
+                done[i] = STOPPED
+                break
+            if data[HAS_STOP, r] != 0:
+                hit = False
+                for j in range(stop_rows.size):
+                    if stop_rows[j] == r and stop_ids[j] == t:
+                        hit = True
+                        break
+                if hit:
+                    done[i] = STOPPED
+                    break
+            if at + 1 >= max_model_len or data[OUTPUTS, r] >= data[MAX_TOKENS, r]:
+                done[i] = LENGTH
+                break
+    return done

@@ -1,0 +1,97 @@
+"""`SchedulerOutput`: one step's decisions in the form an engine consumes.
+
+Arrays first (batch order: running requests, then admitted ones), with the
+per-request records an engine keeps incrementally: a new request is sent whole
+once (prompt and every block id); a running one sends only its new block ids.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import attrs
+import numpy as np
+
+
+@attrs.frozen
+class NewRequest:
+    """A request the engine has not seen (or sees again after preemption in `cached_reqs`)."""
+
+    req_id: str
+    prompt_token_ids: np.ndarray
+    block_ids: np.ndarray
+    num_computed_tokens: int  # prefix-cache hit tokens
+
+
+@attrs.frozen
+class CachedRequest:
+    """A request the engine already holds: only what changed."""
+
+    req_id: str
+    resumed: bool  # back after preemption: its blocks are all new (`new_block_ids` is the whole table)
+    new_block_ids: np.ndarray
+    num_computed_tokens: int
+
+
+@attrs.frozen
+class BatchPlan:
+    """The flattened batch: what the model runner's input preparation builds."""
+
+    query_start_loc: np.ndarray  # int32[n+1]: request i's tokens are [qsl[i], qsl[i+1])
+    positions: np.ndarray  # int64[T]: position of each scheduled token in its sequence
+    slot_mapping: np.ndarray  # int64[T]: KV slot (block id * block_size + offset) of each token
+    seq_lens: np.ndarray  # int32[n]: tokens in context after this step
+    block_table: np.ndarray  # int32[n, max blocks]: block ids per request, 0-padded
+
+
+@attrs.define(eq=False)
+class SchedulerOutput:
+    """One step's decisions: arrays in batch order, plus vLLM-style per-request records on demand."""
+
+    step: int
+    req_ids: list[str]
+    rows: np.ndarray  # the runtime's row of each request (internal; `update` uses it)
+    num_tokens: np.ndarray
+    computed: np.ndarray  # tokens computed before this step (prefix hits included)
+    sampled: np.ndarray  # bool: the chunk reaches the end of the known tokens, so one is sampled
+    kind: np.ndarray  # 0 running, 1 new, 2 resumed after preemption
+    nblk_before: np.ndarray  # blocks the engine already knows for the request
+    nblk_after: np.ndarray
+    block_table: np.ndarray  # int32[n, max blocks] (the same array as batch.block_table)
+    new_prompts: list[np.ndarray]  # prompt ids of the new requests, in batch order
+    preempted_req_ids: frozenset[str]
+    finished_req_ids: frozenset[str]  # finished since the previous output (as in vLLM)
+    rejected: dict[str, str]  # request id -> reason (too long for the model, larger than the cache)
+    batch: BatchPlan
+    generation: np.ndarray  # per request: who held the row when scheduled (guards recycled rows)
+
+    @property
+    def total_num_scheduled_tokens(self) -> int:
+        return int(self.num_tokens.sum())
+
+    @cached_property
+    def num_scheduled_tokens(self) -> dict[str, int]:
+        return dict(zip(self.req_ids, self.num_tokens.tolist(), strict=True))
+
+    @cached_property
+    def new_reqs(self) -> list[NewRequest]:
+        """Requests sent whole, once: prompt and every block id (prefix-hit blocks included)."""
+        out = []
+        prompts = iter(self.new_prompts)
+        for i in np.flatnonzero(self.kind == 1).tolist():
+            out.append(NewRequest(self.req_ids[i], next(prompts), self.block_table[i, : self.nblk_after[i]].copy(),
+                                  int(self.computed[i])))
+        return out
+
+    @cached_property
+    def cached_reqs(self) -> list[CachedRequest]:
+        """Requests the engine holds: only their new block ids (all of them after a preemption)."""
+        out = []
+        for i in np.flatnonzero(self.kind != 1).tolist():
+            out.append(CachedRequest(self.req_ids[i], bool(self.kind[i] == 2),
+                                     self.block_table[i, self.nblk_before[i]: self.nblk_after[i]].copy(),
+                                     int(self.computed[i])))
+        return out
+
+    def __len__(self) -> int:
+        return len(self.req_ids)

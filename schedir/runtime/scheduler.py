@@ -1,0 +1,386 @@
+"""`Scheduler`: the runtime an engine calls — ADD, SCHEDULE, UPDATE, FINISH.
+
+Every `schedule()` builds one step IR from the request table (columns), runs the
+pass pipeline over it, reads the decisions back and lowers them to a
+`SchedulerOutput` (incremental request data, batch plan, block table). The
+state between steps is arrays: the request table, the running and waiting
+queues (row numbers), and the KV pool with its prefix cache.
+
+Several `schedule()` calls may be in flight before their `update()`: a request
+scheduled and not yet updated is not scheduled again (`in_flight` column).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+from xdsl.dialects.builtin import ModuleOp
+
+from schedir.dialects.codes import Reason
+from schedir.dialects.mem import MatchOp
+from schedir.dialects.req import PreemptOp, QueueOp, RejectOp, ScheduleOp
+from schedir.dialects.sched import StepFacts
+from schedir.ir.builder import build_step
+from schedir.ir.errors import PassFailure
+from schedir.ir.pipeline import Instrumentation, PassManager
+from schedir.ir.step import steps_of
+from schedir.lowering.batch_plan import batch_plan
+from schedir.lowering.hashing import extend_hashes
+from schedir.lowering.kv_pool import KVPool, commit, match_rows
+from schedir.runtime import table as T
+from schedir.runtime.config import Request, SchedulerConfig
+from schedir.runtime.kernels import apply_samples
+from schedir.runtime.metrics import RuntimeMetrics
+from schedir.runtime.output import BatchPlan, SchedulerOutput
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+_QUEUE_NAMES = T.COLUMNS[: T.QUEUE_COLUMN_COUNT]
+_REASON_NAMES = {int(r): r.name.lower().replace("_", "-") for r in Reason}
+_INT32_MAX = 2**31 - 1
+
+
+def pipeline_spec(config: SchedulerConfig) -> str:
+    """The pass list a config runs (the `vllm` preset takes the long-prefill threshold as options)."""
+    t = config.long_prefill_token_threshold
+    if config.pipeline == "vllm" and t > 0:
+        return (f"reject-oversized,order-vllm,vllm-schedule-running{{long-prefill={t}}},"
+                f"vllm-admit{{long-prefill={t}}}")
+    return config.pipeline
+
+
+class Scheduler:
+    """One engine's scheduler: request table, queues, KV pool, and the pass pipeline."""
+
+    def __init__(self, config: SchedulerConfig | None = None) -> None:
+        self.config = cfg = config or SchedulerConfig()
+        width = -(-cfg.max_model_len // cfg.block_size) + 1
+        self.table = T.RequestTable(64, cfg.max_model_len)
+        self.pool = KVPool.create(cfg.num_blocks, cfg.block_size, width, rows=self.table.capacity,
+                                  enable_caching=cfg.enable_prefix_caching)
+        self.spec = pipeline_spec(cfg)
+        self.manager = PassManager.parse(self.spec, verify_each=cfg.verify_each)
+        self.pool_level = any("kv-pool" in p.requires for p in self.manager.passes)
+        self.running = _EMPTY
+        self.waiting = _EMPTY
+        self.metrics = RuntimeMetrics()
+        self._step = 0
+        self._front = 0  # FCFS key of the next request put back at the front (preempted)
+        self._back = 0  # FCFS key of the next arrival
+        self._finished: list[str] = []
+        self._stop_rows = _EMPTY
+        self._stop_ids = _EMPTY
+        self.last_module: ModuleOp | None = None  # the last step's IR (kept only with keep_ir)
+        self.keep_ir = False
+
+    # ------------------------------------------------------------ ADD
+    def add_request(self, request: Request) -> None:
+        """Queue a request (refused with a clear error if its id is live or its fields are bad)."""
+        name = request.request_id
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"request_id must be a non-empty string, got {name!r}")
+        if name in self.table.row_of:
+            raise ValueError(f"request '{name}' is already queued or running")
+        prompt = np.asarray(request.prompt_token_ids, dtype=np.int64)
+        if prompt.ndim != 1 or prompt.size == 0:
+            raise ValueError(f"request '{name}': prompt_token_ids must be a non-empty list of token ids")
+        if prompt.min() < 0 or prompt.max() > _INT32_MAX:
+            raise ValueError(f"request '{name}': token ids must lie in 0..{_INT32_MAX}")
+        if request.max_tokens < 1:
+            raise ValueError(f"request '{name}': max_tokens must be >= 1, got {request.max_tokens}")
+        arrival = request.arrival()
+        if arrival < 0:
+            raise ValueError(f"request '{name}': arrival_time must be >= 0, got {arrival}")
+        table = self.table
+        row = table.take_row(name)
+        if table.capacity > self.pool.rows:
+            self.pool.grow_rows(table.capacity)
+        cfg = self.config
+        d = table.data
+        n = prompt.size
+        d[T.PROMPT, row] = n
+        d[T.COMPUTED, row] = 0
+        d[T.TOTAL, row] = n
+        d[T.MAX_TOKENS, row] = request.max_tokens
+        d[T.PRIORITY, row] = request.priority
+        d[T.ARRIVAL, row] = round(arrival * 1e6)
+        d[T.STATUS, row] = T.WAITING
+        d[T.BLOCKS, row] = 0
+        d[T.IN_FLIGHT, row] = 0
+        d[T.QUEUED, row] = self._back
+        self._back += 1
+        d[T.EOS, row] = -1 if request.eos_token_id is None else request.eos_token_id
+        d[T.IGNORE_EOS, row] = int(request.ignore_eos)
+        d[T.PREEMPTIONS, row] = 0
+        d[T.OUTPUTS, row] = 0
+        d[T.SERIAL, row] = table.serial
+        stops = frozenset(int(t) for t in request.stop_token_ids)
+        d[T.HAS_STOP, row] = int(bool(stops))
+        if stops:
+            table.stop_ids[row] = stops
+            self._refresh_stops()
+        if cfg.policy == "priority":
+            table.assign_rank(row, name)
+        else:
+            d[T.RANK, row] = 0
+        table.prompts[row] = prompt
+        stored = min(n, table.tokens.shape[1])  # a too-long prompt is rejected at its first step
+        table.tokens[row, :stored] = prompt[:stored]
+        self.pool.nblk[row] = 0
+        self.pool.ncached[row] = 0
+        self.pool.nhash[row] = 0
+        if cfg.enable_prefix_caching:
+            self.pool.nhash[row] = extend_hashes(table.tokens[row], min(stored, cfg.max_model_len),
+                                                 self.pool.rhash[row], 0, cfg.block_size)
+        self.waiting = np.append(self.waiting, row)
+        self.metrics.added += 1
+
+    def _refresh_stops(self) -> None:
+        pairs = [(r, t) for r, ids in self.table.stop_ids.items() for t in sorted(ids)]
+        self._stop_rows = np.array([p[0] for p in pairs], dtype=np.int64)
+        self._stop_ids = np.array([p[1] for p in pairs], dtype=np.int64)
+
+    # ------------------------------------------------------------ SCHEDULE
+    def schedule(self) -> SchedulerOutput:
+        """Decide one step: build its IR, run the pipeline, lower the decisions."""
+        start = time.perf_counter()
+        self._step += 1
+        step = self._step
+        cfg = self.config
+        pool = self.pool
+        d = self.table.data
+        running, waiting = self.running, self.waiting
+        d[T.BLOCKS, running] = pool.nblk[running]
+        dumping = cfg.dumps(step)
+        work_pool = pool.copy() if dumping and self.pool_level else pool
+        facts = StepFacts(step=step, token_budget=cfg.max_num_batched_tokens, max_seqs=cfg.max_num_seqs,
+                          block_size=cfg.block_size, free_blocks=pool.num_free,
+                          cached_free_blocks=pool.num_cached_free() if cfg.enable_prefix_caching else 0,
+                          total_blocks=pool.usable_blocks, max_model_len=cfg.max_model_len, policy=cfg.policy)
+        run_cols = d[: T.QUEUE_COLUMN_COUNT, running]
+        wait_cols = d[: T.QUEUE_COLUMN_COUNT, waiting]
+        queues = {"running": dict(zip(_QUEUE_NAMES, run_cols, strict=True)),
+                  "waiting": dict(zip(_QUEUE_NAMES, wait_cols, strict=True))}
+        hits = None
+        if not self.pool_level and cfg.enable_prefix_caching and waiting.size:
+            hit, cached_free = match_rows(waiting, d[T.TOTAL, waiting], cfg.block_size, pool.ref, pool.rhash,
+                                          pool.nhash, pool.cache)
+            hits = {"waiting": {"id": waiting, "hit": hit, "cached_free": cached_free}}
+        module = build_step(facts, queues, hits, pool=work_pool if self.pool_level else None)
+        if dumping:
+            self._run_dumped(module, step)
+            self.pool = pool = work_pool
+        else:
+            self.manager.run(module)
+        out = self._lower(module, step)
+        if self.keep_ir:
+            self.last_module = module
+        self.metrics.record_step(out, time.perf_counter() - start, cfg.max_num_batched_tokens,
+                                 1.0 - pool.num_free / pool.usable_blocks)
+        return out
+
+    def _run_dumped(self, module: ModuleOp, step: int) -> None:
+        cfg = self.config
+        assert cfg.dump_dir is not None
+        instrument = Instrumentation(dump_dir=cfg.dump_dir, dot_dir=cfg.dump_dir if cfg.dump_dot else None,
+                                     prefix=f"step-{step:05d}-")
+        PassManager.parse(self.spec, verify_each=True, instrument=instrument).run(module)
+
+    def _lower(self, module: ModuleOp, step: int) -> SchedulerOutput:
+        """Read the decisions back from the IR and apply them: queues, pool, output."""
+        cfg = self.config
+        pool = self.pool
+        table = self.table
+        d = table.data
+        block = steps_of(module)[0].body.block
+        parts: list[np.ndarray] = []
+        part_tokens: list[np.ndarray] = []
+        admitted: list[np.ndarray] = []
+        preempted: list[np.ndarray] = []
+        rejected: list[tuple[np.ndarray, np.ndarray]] = []
+        matches: list[MatchOp] = []
+        op = block.first_op
+        while op is not None:
+            kind = type(op)
+            if kind is ScheduleOp:
+                ids = op.ids  # type: ignore[attr-defined]
+                parts.append(ids)
+                part_tokens.append(op.col("tokens"))  # type: ignore[attr-defined]
+                if _root_queue(op) != "running":
+                    admitted.append(ids)
+            elif kind is PreemptOp:
+                preempted.append(op.ids)  # type: ignore[attr-defined]
+            elif kind is RejectOp:
+                rejected.append((op.ids, op.col("reason")))  # type: ignore[attr-defined]
+            elif kind is MatchOp:
+                matches.append(op)  # type: ignore[arg-type]
+            op = op._next_op
+        rows = np.concatenate(parts) if len(parts) > 1 else (parts[0] if parts else _EMPTY)
+        tokens = np.concatenate(part_tokens) if len(part_tokens) > 1 else (part_tokens[0] if parts else _EMPTY)
+        new_rows = np.concatenate(admitted) if len(admitted) > 1 else (admitted[0] if admitted else _EMPTY)
+        gone = np.concatenate(preempted) if len(preempted) > 1 else (preempted[0] if preempted else _EMPTY)
+
+        # Admitted requests start from their prefix hit.
+        was_status = d[T.STATUS, rows]
+        if new_rows.size:
+            hit_of: dict[int, int] = {}
+            for m in matches:  # the last match of a request wins
+                hit_of.update(zip(m.ids.tolist(), m.col("hit").tolist(), strict=True))  # type: ignore[attr-defined]
+            if hit_of:
+                d[T.COMPUTED, new_rows] = [hit_of.get(r, 0) for r in new_rows.tolist()]
+            else:
+                d[T.COMPUTED, new_rows] = 0
+        computed = d[T.COMPUTED, rows]
+        total = d[T.TOTAL, rows]
+        nblk_before = np.where(was_status == T.RUNNING, pool.nblk[rows], 0)
+        if not self.pool_level:
+            failed = commit(gone, new_rows, d[T.COMPUTED, new_rows], rows, tokens, computed, total,
+                            cfg.max_model_len, pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta,
+                            pool.cache, pool.table, pool.nblk, pool.ncached, pool.rhash, pool.nhash)
+            if failed >= 0:
+                raise PassFailure(self.spec, f"step {step} scheduled request '{table.names[rows[failed]]}' "
+                                  "but its KV blocks do not fit in the free pool")
+
+        # Queues and lifecycle.
+        if gone.size:
+            d[T.STATUS, gone] = T.PREEMPTED
+            d[T.COMPUTED, gone] = 0
+            d[T.PREEMPTIONS, gone] += 1
+            d[T.QUEUED, gone] = self._front - 1 - np.arange(gone.size)
+            self._front -= gone.size
+            self.metrics.preemptions += gone.size
+        rejected_out: dict[str, str] = {}
+        for ids, reasons in rejected:
+            for r, why in zip(ids.tolist(), reasons.tolist(), strict=True):
+                rejected_out[table.names[r]] = _REASON_NAMES.get(why, str(why))
+                d[T.STATUS, r] = T.FINISHED
+                pool.free_request(r)
+                pool.nhash[r] = 0
+                table.release(r)
+            self.metrics.rejected += ids.size
+        if new_rows.size:
+            d[T.STATUS, new_rows] = T.RUNNING
+        if rows.size:
+            d[T.COMPUTED, rows] += tokens
+            d[T.IN_FLIGHT, rows] += 1
+        keep_running = self.running[d[T.STATUS, self.running] == T.RUNNING]
+        self.running = np.concatenate([keep_running, new_rows]) if new_rows.size else keep_running
+        still = self.waiting[(d[T.STATUS, self.waiting] == T.WAITING) | (d[T.STATUS, self.waiting] == T.PREEMPTED)]
+        self.waiting = np.concatenate([still, gone]) if gone.size else still
+
+        # Output.
+        names = [table.names[r] for r in rows.tolist()]
+        kind = np.where(was_status == T.WAITING, 1, np.where(was_status == T.PREEMPTED, 2, 0))
+        qsl, positions, slots, seq_lens, block_table = batch_plan(rows, tokens, computed, pool.table, pool.nblk,
+                                                                  cfg.block_size)
+        new_prompts = [table.prompts[r] for r in rows[kind == 1].tolist()]
+        out = SchedulerOutput(
+            step=step, req_ids=names, rows=rows, num_tokens=tokens, computed=computed,
+            sampled=computed + tokens >= total, kind=kind, nblk_before=nblk_before,
+            nblk_after=pool.nblk[rows].copy(), block_table=block_table, new_prompts=new_prompts,
+            preempted_req_ids=frozenset(table.names[r] for r in gone.tolist()),
+            finished_req_ids=frozenset(self._finished), rejected=rejected_out,
+            batch=BatchPlan(query_start_loc=qsl, positions=positions, slot_mapping=slots, seq_lens=seq_lens,
+                            block_table=block_table),
+            generation=d[T.SERIAL, rows].copy(),
+        )
+        self._finished = []
+        return out
+
+    # ------------------------------------------------------------ UPDATE
+    def update(self, output: SchedulerOutput, sampled: Mapping[str, Sequence[int]] | np.ndarray) -> list[str]:
+        """Apply the engine's sampled tokens for `output`; returns the requests that finished.
+
+        `sampled` maps request id -> new token ids (requests absent sampled nothing,
+        e.g. a partial prefill chunk), or is an int array aligned with
+        `output.req_ids` holding one token each (-1: none), the fast path.
+        """
+        table = self.table
+        d = table.data
+        rows = output.rows
+        if rows.size == 0:
+            return []
+        live = d[T.SERIAL, rows] == output.generation
+        if not live.all():
+            rows = rows[live]  # rows recycled since (finished and reused): not this output's requests
+        d[T.IN_FLIGHT, rows] -= 1
+        if isinstance(sampled, np.ndarray):
+            toks = np.asarray(sampled, dtype=np.int64)[live] if not live.all() else np.asarray(sampled, dtype=np.int64)
+            has = toks >= 0
+            offsets = np.zeros(rows.size + 1, dtype=np.int64)
+            np.cumsum(has, out=offsets[1:])
+            toks = toks[has]
+        else:
+            names = output.req_ids if live.all() else [n for n, ok in zip(output.req_ids, live, strict=True) if ok]
+            lists = [sampled.get(n, ()) for n in names]
+            counts = np.fromiter((len(x) for x in lists), dtype=np.int64, count=len(lists))
+            offsets = np.zeros(rows.size + 1, dtype=np.int64)
+            np.cumsum(counts, out=offsets[1:])
+            toks = np.fromiter((t for x in lists for t in x), dtype=np.int64, count=int(offsets[-1]))
+        done = apply_samples(rows, offsets, toks, d, table.tokens, self.pool.rhash, self.pool.nhash,
+                             self.config.block_size, self.config.max_model_len, self._stop_rows, self._stop_ids)
+        finished: list[str] = []
+        if done.any():
+            for r in rows[done > 0].tolist():
+                finished.append(self._finish(r))
+            self.running = self.running[d[T.STATUS, self.running] == T.RUNNING]
+        dangling = rows[(d[T.STATUS, rows] == T.FINISHED) & (d[T.IN_FLIGHT, rows] == 0)]
+        for r in dangling.tolist():
+            table.release(r)
+        return finished
+
+    def _finish(self, row: int) -> str:
+        """Free a request's blocks and retire it (its row is released once no output names it)."""
+        table = self.table
+        name = table.names[row]
+        table.data[T.STATUS, row] = T.FINISHED
+        self.pool.free_request(row)
+        self.pool.nhash[row] = 0
+        self._finished.append(name)
+        self.metrics.finished += 1
+        if table.data[T.IN_FLIGHT, row] == 0:
+            table.release(row)
+        return name
+
+    # ------------------------------------------------------------ FINISH (abort)
+    def finish_requests(self, request_ids: str | Iterable[str], reason: str = "abort") -> list[str]:
+        """Abort requests (unknown or already finished ids are ignored); returns those aborted."""
+        if isinstance(request_ids, str):
+            request_ids = (request_ids,)
+        d = self.table.data
+        done = []
+        for name in request_ids:
+            row = self.table.row_of.get(name)
+            if row is None or d[T.STATUS, row] == T.FINISHED:
+                continue
+            done.append(self._finish(row))
+        if done:
+            self.running = self.running[d[T.STATUS, self.running] == T.RUNNING]
+            st = d[T.STATUS, self.waiting]
+            self.waiting = self.waiting[(st == T.WAITING) | (st == T.PREEMPTED)]
+            if self.table.stop_ids:
+                self._refresh_stops()
+        return done
+
+    # ------------------------------------------------------------ state
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.running.size or self.waiting.size)
+
+    def get_num_unfinished_requests(self) -> int:
+        return int(self.running.size + self.waiting.size)
+
+    def get_metrics(self) -> dict[str, float]:
+        return self.metrics.summary()
+
+    def request_state(self, request_id: str) -> dict[str, int]:
+        """One request's columns (debugging and tests)."""
+        row = self.table.row_of[request_id]
+        return {name: int(self.table.data[i, row]) for i, name in enumerate(T.COLUMNS)}
+
+
+def _root_queue(op: ScheduleOp) -> str:
+    owner = op.operands[0].owner
+    while not isinstance(owner, QueueOp):
+        owner = owner.operands[0].owner  # type: ignore[union-attr]
+    return owner.queue.data  # type: ignore[attr-defined]

@@ -1,0 +1,109 @@
+"""The request table: every live request's state as columns, one row per request slot.
+
+Rows are recycled when a request finishes, and the table doubles when full, so
+a step reads its queues with one fancy index over a (columns x rows) int64
+array: no per-request Python objects on the hot path. Token ids live in a
+(rows x max_model_len) int32 array so the prefix-cache hashes of generated
+blocks can be computed where the tokens are.
+"""
+
+from __future__ import annotations
+
+import bisect
+
+import numpy as np
+
+# Column indices of RequestTable.data; the first ones are the step IR's queue columns.
+COLUMNS = (
+    "id", "row", "prompt", "computed", "total", "max_tokens", "priority", "arrival", "status", "blocks",
+    "in_flight", "queued", "rank", "eos", "ignore_eos", "preemptions", "outputs", "has_stop", "serial",
+)
+(ID, ROW, PROMPT, COMPUTED, TOTAL, MAX_TOKENS, PRIORITY, ARRIVAL, STATUS, BLOCKS, IN_FLIGHT, QUEUED, RANK, EOS,
+ IGNORE_EOS, PREEMPTIONS, OUTPUTS, HAS_STOP, SERIAL) = range(len(COLUMNS))
+QUEUE_COLUMN_COUNT = RANK + 1  # id .. rank go into the step IR
+
+# Lifecycle (the first values match schedir.dialects.codes.Status).
+WAITING, RUNNING, PREEMPTED = 0, 1, 2
+FINISHED = 9  # finished or rejected, row not yet released (an output naming it is in flight)
+FREE = 10
+
+
+class RequestTable:
+    """Columns of request state, grown by doubling; rows are request slots."""
+
+    def __init__(self, rows: int, max_model_len: int) -> None:
+        self.data = np.zeros((len(COLUMNS), rows), dtype=np.int64)
+        self.data[STATUS] = FREE
+        self.data[ROW] = np.arange(rows)
+        self.tokens = np.zeros((rows, max_model_len + 1), dtype=np.int32)
+        self.names: list[str | None] = [None] * rows
+        self.prompts: list[np.ndarray | None] = [None] * rows
+        self.stop_ids: dict[int, frozenset[int]] = {}
+        self.row_of: dict[str, int] = {}
+        self._free_rows: list[int] = list(range(rows - 1, -1, -1))
+        self._sorted_names: list[str] = []
+        self._serial = 0
+
+    @property
+    def serial(self) -> int:
+        """How many requests have taken a row (a row's SERIAL tells its occupants apart)."""
+        return self._serial
+
+    @property
+    def capacity(self) -> int:
+        return self.data.shape[1]
+
+    def __len__(self) -> int:
+        return len(self.row_of)
+
+    def grow(self) -> None:
+        old = self.capacity
+        new = old * 2
+        data = np.zeros((len(COLUMNS), new), dtype=np.int64)
+        data[:, :old] = self.data
+        data[STATUS, old:] = FREE
+        data[ROW, old:] = np.arange(old, new)
+        self.data = data
+        tokens = np.zeros((new, self.tokens.shape[1]), dtype=np.int32)
+        tokens[:old] = self.tokens
+        self.tokens = tokens
+        self.names.extend([None] * old)
+        self.prompts.extend([None] * old)
+        self._free_rows = list(range(new - 1, old - 1, -1)) + self._free_rows
+
+    def take_row(self, name: str) -> int:
+        """A free row for a new request (the caller fills its columns)."""
+        if not self._free_rows:
+            self.grow()
+        row = self._free_rows.pop()
+        self.names[row] = name
+        self.row_of[name] = row
+        self._serial += 1
+        self.data[ID, row] = row
+        return row
+
+    def assign_rank(self, row: int, name: str) -> None:
+        """Place `name` in string order among live requests (vLLM's priority heap breaks ties by id)."""
+        at = bisect.bisect_left(self._sorted_names, name)
+        if at < len(self._sorted_names):
+            successor = self.row_of[self._sorted_names[at]]
+            rank = int(self.data[RANK, successor])
+            live = self.data[STATUS] != FREE
+            self.data[RANK, live & (self.data[RANK] >= rank)] += 1
+        else:
+            rank = int(self.data[RANK, self.row_of[self._sorted_names[-1]]]) + 1 if self._sorted_names else 0
+        self._sorted_names.insert(at, name)
+        self.data[RANK, row] = rank
+
+    def release(self, row: int) -> None:
+        name = self.names[row]
+        if name is not None:
+            del self.row_of[name]
+            at = bisect.bisect_left(self._sorted_names, name)
+            if at < len(self._sorted_names) and self._sorted_names[at] == name:
+                del self._sorted_names[at]
+        self.names[row] = None
+        self.prompts[row] = None
+        self.stop_ids.pop(row, None)
+        self.data[STATUS, row] = FREE
+        self._free_rows.append(row)
