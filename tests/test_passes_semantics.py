@@ -798,7 +798,7 @@ def test_the_scenarios_reach_every_reason() -> None:
     """The reference comparison is only as good as the cases it sees: check they cover the rules."""
     seen: set[str] = set()
 
-    @settings(max_examples=200, deadline=None, database=None, derandomize=True,
+    @settings(max_examples=500, deadline=None, database=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow])
     @given(scenarios())
     def collect(scenario: Scenario) -> None:

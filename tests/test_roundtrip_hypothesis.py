@@ -219,7 +219,7 @@ def test_the_strategies_reach_every_decision_op() -> None:
     seen: set[str] = set()
 
     @settings(
-        max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow], database=None, derandomize=True
+        max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow], database=None, derandomize=True
     )
     @given(random_modules())
     def collect(case: Case) -> None:

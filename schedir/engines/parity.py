@@ -286,7 +286,10 @@ class SchedirEngine:
         return record, chunks
 
     def update(self, sampled: dict[str, list[int]]) -> None:
-        self._sched.update(self._out, sampled)
+        finished = self._sched.update(self._out, sampled)
+        if finished is not None:  # the runtime names what finished (stops at max_tokens or max_model_len)
+            self._finish_unreported |= bool(finished)
+            return
         for rid, toks in sampled.items():
             left = self._tokens_left.get(rid, 0) - len(toks)
             self._tokens_left[rid] = left
@@ -465,7 +468,8 @@ def standard_matrix(num_requests: int | None = None) -> list[ParityConfig]:
     arrival rate large enough for the budget, not the cache, to bind); a long-prefill
     threshold; shared prefixes at the default and a high share; small KV caches where
     vLLM preempts every ~20 steps (FCFS and priority pick different victims); a burst;
-    a max_num_seqs cap; prefix caching off. The default 2000-block cache already
+    a max_num_seqs cap; prefix caching off; a 512-token budget (every prompt chunked);
+    max_model_len cutting generations short. The default 2000-block cache already
     preempts now and then. `num_requests` overrides every scenario's request count.
     """
     base = ParityConfig(num_requests=120)
@@ -483,6 +487,8 @@ def standard_matrix(num_requests: int | None = None) -> list[ParityConfig]:
         attrs.evolve(base, name="fcfs-burst-kv600", arrival_rate=0.0, num_blocks=600, num_requests=80),
         attrs.evolve(base, name="fcfs-seqs32", max_num_seqs=32, **roomy),
         attrs.evolve(base, name="fcfs-no-prefix-cache", prefix_caching=False),
+        attrs.evolve(base, name="fcfs-budget-512", max_num_batched_tokens=512, arrival_rate=0.25),
+        attrs.evolve(base, name="priority-model-len-1024", policy="priority", max_model_len=1024, prompt_max=1000),
     ]
     if num_requests is not None:
         matrix = [attrs.evolve(c, num_requests=num_requests) for c in matrix]

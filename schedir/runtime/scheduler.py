@@ -233,7 +233,7 @@ class Scheduler:
                 d[T.COMPUTED, new_rows] = 0
         computed = d[T.COMPUTED, rows]
         total = d[T.TOTAL, rows]
-        nblk_before = np.where(was_status == T.RUNNING, pool.nblk[rows], 0)
+        nblk_before = np.where(was_status == T.RUNNING, d[T.BLOCKS, rows], 0)  # as the step was built
         if not self.pool_level:
             failed = commit(gone, new_rows, d[T.COMPUTED, new_rows], rows, tokens, computed, total,
                             cfg.max_model_len, pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta,
