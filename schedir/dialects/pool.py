@@ -28,8 +28,9 @@ from xdsl.utils.exceptions import VerifyException
 
 from schedir.dialects.base import parse_attr_dict, parse_columns, print_attr_dict, print_columns
 from schedir.dialects.columns import ColumnsAttr
-from schedir.lowering.kv_pool import KVPool, register_hash
+from schedir.lowering.kv_pool import CACHED_FREE, KVPool, register_hash
 
+_EMPTY_STATE = ColumnsAttr.of({})
 _SCALARS = ("blocks", "block_size", "caching", "width")
 _NAMES = (*_SCALARS, "free", "cached", "cached_hash", "rows", "row_blocks", "row_cached", "row_hashes",
           "table", "hash")
@@ -126,6 +127,7 @@ def pool_from_columns(cols: ColumnsAttr) -> KVPool:
         at_h += int(h)
     for b, h in zip(cols.get("cached"), cols.get("cached_hash"), strict=True):
         register_hash(int(b), np.int64(h), pool.bhash, pool.dup_next, pool.cache)
+    pool.meta[CACHED_FREE] = int(np.count_nonzero(pool.bhash[free]))
     return pool
 
 
@@ -142,7 +144,9 @@ class PoolOp(IRDLOperation):
     @classmethod
     def of(cls, pool: KVPool) -> PoolOp:
         """An op over a live pool: its state is written only when printed."""
-        op = cls.create(properties={"state": ColumnsAttr.of({})})
+        from schedir.ir.fastop import new_op  # the fast constructor lives with the IR machinery
+
+        op = new_op(cls, (), {"state": _EMPTY_STATE})
         op._live = pool
         return op
 

@@ -107,8 +107,9 @@ class Step:
         self.block: Block = op.body.block
         self._facts: StepFacts | None = None
         self._fact_set: frozenset[str] | None = None
-        self._roots: dict[SSAValue, QueueOp] = {}
-        self._rows: dict[SSAValue, tuple[ColumnsAttr, np.ndarray]] = {}
+        # Keyed by id(value): hashing an xDSL SSAValue costs microseconds (it is not an identity hash).
+        self._roots: dict[int, QueueOp] = {}
+        self._rows: dict[int, tuple[ColumnsAttr, np.ndarray]] = {}
 
     # ------------------------------------------------------------ facts
     @property
@@ -169,7 +170,7 @@ class Step:
 
     def root(self, value: SSAValue) -> QueueOp:
         """The `req.queue` a set value was derived from."""
-        found = self._roots.get(value)
+        found = self._roots.get(id(value))
         if found is not None:
             return found
         op = value.owner
@@ -177,7 +178,7 @@ class Step:
             if not isinstance(op, Operation) or not op.operands:
                 raise ValueError("a request set must derive from a req.queue")
             op = op.operands[0].owner
-        self._roots[value] = op
+        self._roots[id(value)] = op
         return op
 
     def pending(self, queue: str) -> SSAValue | None:
@@ -228,11 +229,11 @@ class Step:
         if value is root.results[0]:
             return None
         owner = value.owner
-        cached = self._rows.get(value)
+        cached = self._rows.get(id(value))
         if cached is not None and cached[0] is owner.properties["columns"]:  # type: ignore[union-attr]
             return cached[1]
         rows = positions(root.ids, self.ids(value))
-        self._rows[value] = (owner.properties["columns"], rows)  # type: ignore[union-attr]
+        self._rows[id(value)] = (owner.properties["columns"], rows)  # type: ignore[union-attr]
         return rows
 
     def source(self, value: SSAValue) -> tuple[ColumnsAttr, np.ndarray]:
@@ -250,7 +251,7 @@ class Step:
             return
         parent_rows = self.rows(parent)
         rows = picked if parent_rows is None else parent_rows[picked]
-        self._rows[child] = (child.owner.properties["columns"], rows)  # type: ignore[union-attr]
+        self._rows[id(child)] = (child.owner.properties["columns"], rows)  # type: ignore[union-attr]
 
     def column(self, value: SSAValue, name: str) -> np.ndarray:
         """A queue column for the requests of `value`, in `value`'s order."""

@@ -29,7 +29,8 @@ from numba.typed import Dict
 NUM_FREE = 0
 CACHING = 1
 BLOCK_SIZE = 2
-META_SIZE = 3
+CACHED_FREE = 3  # free blocks that still hold a registered hash (revivable by a hit)
+META_SIZE = 4
 
 
 def _new_cache() -> Dict:
@@ -105,8 +106,8 @@ class KVPool:
         return self.table.shape[1]
 
     def num_cached_free(self) -> int:
-        """Free blocks that still hold a cached prefix (revivable by a hit)."""
-        return int(count_cached_free(self.nxt, self.bhash, self.num_blocks))
+        """Free blocks that still hold a cached prefix (revivable by a hit); kept as a counter."""
+        return int(self.meta[CACHED_FREE])
 
     def free_queue(self) -> np.ndarray:
         return free_queue_order(self.nxt, self.num_blocks, int(self.meta[NUM_FREE]))
@@ -180,6 +181,9 @@ class KVPool:
             raise AssertionError("a block is both held and free, or neither")
         if held.sum() + free.size != n - 1:
             raise AssertionError("blocks are not conserved: held + free != usable")
+        walked = int(count_cached_free(self.nxt, self.bhash, n))
+        if walked != self.num_cached_free():
+            raise AssertionError(f"cached-free counter says {self.num_cached_free()}, the free queue holds {walked}")
         blocks, hashes = self.cached_blocks()
         if not np.array_equal(self.bhash[blocks], hashes) or np.count_nonzero(self.bhash) != blocks.size:
             raise AssertionError("cache map and block hashes disagree")
@@ -296,6 +300,7 @@ def allocate(row: int, count: int, ref, bhash, dup_next, nxt, prv, meta, cache, 
         _unlink(nxt, prv, b)
         if bhash[b] != 0:
             evict_hash(b, bhash, dup_next, cache)
+            meta[CACHED_FREE] -= 1
         ref[b] = 1
         table[row, k] = b
         k += 1
@@ -311,6 +316,8 @@ def touch(blocks: np.ndarray, count: int, ref, nxt, prv, meta) -> None:
         if ref[b] == 0:
             _unlink(nxt, prv, b)
             meta[NUM_FREE] -= 1
+            if bhash[b] != 0:
+                meta[CACHED_FREE] -= 1
         ref[b] += 1
 
 
@@ -344,6 +351,7 @@ def free_row(row: int, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk,
                 cursor = b
             else:
                 _insert_after(nxt, prv, prv[n + 1], b)
+                meta[CACHED_FREE] += 1
     meta[NUM_FREE] += freed
     nblk[row] = 0
     ncached[row] = 0

@@ -58,7 +58,7 @@ class VllmAdmit(StepPass):
         cols, rows = step.source(pending)
         get = cols.get
         res, admitted, _ = K.admit_waiting(
-            get("row")[rows], get("computed")[rows], get("total")[rows], facts.token_budget - usage.tokens,
+            get("id")[rows], get("computed")[rows], get("total")[rows], facts.token_budget - usage.tokens,
             seqs_left, long_prefill_cap(step, self.long_prefill), facts.max_model_len, self.reserve_full,
             pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache, pool.table, pool.nblk,
             pool.ncached, pool.rhash, pool.nhash,

@@ -50,7 +50,7 @@ class VllmScheduleRunning(StepPass):
         cols, rows = step.source(pending)
         get = cols.get
         res, _ = K.schedule_running(
-            get("row")[rows], get("computed")[rows], get("total")[rows], get("priority")[rows],
+            get("id")[rows], get("computed")[rows], get("total")[rows], get("priority")[rows],
             get("arrival")[rows], get("in_flight")[rows], facts.token_budget,
             long_prefill_cap(step, self.long_prefill), facts.max_model_len, facts.policy == "priority",
             pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache, pool.table, pool.nblk,

@@ -6,7 +6,15 @@ import numba as nb
 import numpy as np
 
 from schedir.lowering.hashing import extend_hashes
-from schedir.runtime.table import EOS, HAS_STOP, IGNORE_EOS, MAX_TOKENS, OUTPUTS, RUNNING, STATUS, TOTAL
+from schedir.runtime import table as _table
+
+# Numba's on-disk cache (cache=True) does not notice a change of constants imported from
+# another module, so the column indices are spelled out here and checked against the table.
+TOTAL, MAX_TOKENS, STATUS, EOS, IGNORE_EOS, OUTPUTS, HAS_STOP = 3, 4, 7, 12, 13, 15, 16
+RUNNING = 1
+assert (TOTAL, MAX_TOKENS, STATUS, EOS, IGNORE_EOS, OUTPUTS, HAS_STOP, RUNNING) == (
+    _table.TOTAL, _table.MAX_TOKENS, _table.STATUS, _table.EOS, _table.IGNORE_EOS, _table.OUTPUTS,
+    _table.HAS_STOP, _table.RUNNING), "runtime/kernels.py column indices are stale: update them"
 
 NOT_DONE, STOPPED, LENGTH = 0, 1, 2
 

@@ -62,6 +62,7 @@ class Scheduler:
         self.spec = pipeline_spec(cfg)
         self.manager = PassManager.parse(self.spec, verify_each=cfg.verify_each)
         self.pool_level = any("kv-pool" in p.requires for p in self.manager.passes)
+        self._initial_facts: tuple[str, ...] = ("kv-pool",) if self.pool_level else ()
         self.running = _EMPTY
         self.waiting = _EMPTY
         self.metrics = RuntimeMetrics()
@@ -157,7 +158,8 @@ class Scheduler:
         facts = StepFacts(step=step, token_budget=cfg.max_num_batched_tokens, max_seqs=cfg.max_num_seqs,
                           block_size=cfg.block_size, free_blocks=pool.num_free,
                           cached_free_blocks=pool.num_cached_free() if cfg.enable_prefix_caching else 0,
-                          total_blocks=pool.usable_blocks, max_model_len=cfg.max_model_len, policy=cfg.policy)
+                          total_blocks=pool.usable_blocks, max_model_len=cfg.max_model_len, policy=cfg.policy,
+                          facts=self._initial_facts)
         run_cols = d[: T.QUEUE_COLUMN_COUNT, running]
         wait_cols = d[: T.QUEUE_COLUMN_COUNT, waiting]
         queues = {"running": dict(zip(_QUEUE_NAMES, run_cols, strict=True)),

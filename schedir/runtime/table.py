@@ -14,11 +14,12 @@ import bisect
 import numpy as np
 
 # Column indices of RequestTable.data; the first ones are the step IR's queue columns.
+# A request's IR id is its row (unique within a step; rows are recycled across steps).
 COLUMNS = (
-    "id", "row", "prompt", "computed", "total", "max_tokens", "priority", "arrival", "status", "blocks",
+    "id", "prompt", "computed", "total", "max_tokens", "priority", "arrival", "status", "blocks",
     "in_flight", "queued", "rank", "eos", "ignore_eos", "preemptions", "outputs", "has_stop", "serial",
 )
-(ID, ROW, PROMPT, COMPUTED, TOTAL, MAX_TOKENS, PRIORITY, ARRIVAL, STATUS, BLOCKS, IN_FLIGHT, QUEUED, RANK, EOS,
+(ID, PROMPT, COMPUTED, TOTAL, MAX_TOKENS, PRIORITY, ARRIVAL, STATUS, BLOCKS, IN_FLIGHT, QUEUED, RANK, EOS,
  IGNORE_EOS, PREEMPTIONS, OUTPUTS, HAS_STOP, SERIAL) = range(len(COLUMNS))
 QUEUE_COLUMN_COUNT = RANK + 1  # id .. rank go into the step IR
 
@@ -34,7 +35,6 @@ class RequestTable:
     def __init__(self, rows: int, max_model_len: int) -> None:
         self.data = np.zeros((len(COLUMNS), rows), dtype=np.int64)
         self.data[STATUS] = FREE
-        self.data[ROW] = np.arange(rows)
         self.tokens = np.zeros((rows, max_model_len + 1), dtype=np.int32)
         self.names: list[str | None] = [None] * rows
         self.prompts: list[np.ndarray | None] = [None] * rows
@@ -62,7 +62,6 @@ class RequestTable:
         data = np.zeros((len(COLUMNS), new), dtype=np.int64)
         data[:, :old] = self.data
         data[STATUS, old:] = FREE
-        data[ROW, old:] = np.arange(old, new)
         self.data = data
         tokens = np.zeros((new, self.tokens.shape[1]), dtype=np.int32)
         tokens[:old] = self.tokens
