@@ -131,7 +131,7 @@ class KVPool:
         """A private copy (dumped steps run on one, so the dump shows the state they started from)."""
         cache = _new_cache()
         for k, v in self.cache.items():
-            cache[k] = v
+            cache[k] = np.int32(v)
         return KVPool(
             num_blocks=self.num_blocks, block_size=self.block_size, ref=self.ref.copy(), bhash=self.bhash.copy(),
             dup_next=self.dup_next.copy(), nxt=self.nxt.copy(), prv=self.prv.copy(), meta=self.meta.copy(),
