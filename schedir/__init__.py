@@ -1,5 +1,10 @@
 """schedir: a scheduler IR for LLM serving engines."""
 
+from schedir._kernel_cache import ensure_fresh
+
+ensure_fresh()  # before any Numba kernel loads from the disk cache
+
+
 from schedir.runtime import (
     BatchPlan,
     CachedRequest,

@@ -309,7 +309,7 @@ def allocate(row: int, count: int, ref, bhash, dup_next, nxt, prv, meta, cache, 
 
 
 @nb.njit(cache=True)
-def touch(blocks: np.ndarray, count: int, ref, nxt, prv, meta) -> None:
+def touch(blocks: np.ndarray, count: int, ref, bhash, nxt, prv, meta) -> None:
     """Take hit blocks: one more holder each; a cached free block leaves the free queue."""
     for i in range(count):
         b = blocks[i]
@@ -392,7 +392,7 @@ def commit(preempted, admitted, admitted_hit, rows, tokens, computed, total, max
         want = admitted_hit[i] // bs
         if want > 0 and nblk[r] == 0:
             k = lookup_prefix(r, want, rhash, nhash, cache, scratch)
-            touch(scratch, k, ref, nxt, prv, meta)
+            touch(scratch, k, ref, bhash, nxt, prv, meta)
             for j in range(k):
                 table[r, j] = scratch[j]
             nblk[r] = k

@@ -171,7 +171,7 @@ def admit_waiting(rows, computed, total, budget: int, seqs_left: int, threshold:
             stop_reason = R_MEMORY
             break
         if n_hit:
-            touch(hits, n_hit, ref, nxt, prv, meta)
+            touch(hits, n_hit, ref, bhash, nxt, prv, meta)
             for k in range(n_hit):
                 table[row, nblk[row] + k] = hits[k]
             nblk[row] += n_hit
