@@ -64,6 +64,7 @@ class SchedulerOutput:
     rejected: dict[str, str]  # request id -> reason (too long for the model, larger than the cache)
     batch: BatchPlan
     generation: np.ndarray  # per request: who held the row when scheduled (guards recycled rows)
+    applied: bool = False  # set by Scheduler.update: an output is applied once
 
     @property
     def total_num_scheduled_tokens(self) -> int:

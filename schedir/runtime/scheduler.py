@@ -298,6 +298,12 @@ class Scheduler:
         e.g. a partial prefill chunk), or is an int array aligned with
         `output.req_ids` holding one token each (-1: none), the fast path.
         """
+        if output.applied:
+            raise ValueError(f"the output of step {output.step} was already applied (update() once per output)")
+        if isinstance(sampled, np.ndarray) and sampled.shape != (len(output.req_ids),):
+            raise ValueError(f"sampled token array has shape {sampled.shape}; expected length "
+                             f"{len(output.req_ids)}, one token per request of the output (-1: none)")
+        output.applied = True
         table = self.table
         d = table.data
         rows = output.rows
