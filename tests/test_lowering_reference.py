@@ -330,7 +330,7 @@ def test_hash_chains_tell_prefixes_apart(seed: int, block_size: int, blocks: int
     assert 0 not in ha and len(set(ha)) == len(ha)
     step = np.zeros(blocks + 1, dtype=np.int64)
     n = 0
-    for end in range(0, a.size + 1):
+    for end in range(a.size + 1):
         n = extend_hashes(a, end, step, n, block_size)
     assert step[:n].tolist() == ha
     assert ha[0] == int(block_hash(ROOT, a, 0, block_size))

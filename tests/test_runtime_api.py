@@ -352,10 +352,27 @@ def test_many_requests_grow_the_table_and_all_finish() -> None:
         sched.add_request(Request(name, prompt(int(rng.integers(1, 30))), max_tokens=int(rng.integers(1, 10)),
                                   priority=int(rng.integers(3)), arrival_time=float(i % 7)))
     assert sched.table.capacity >= 150 and sched.get_num_unfinished_requests() == 150
-    outs, finished_at = drive(sched)
+    _, finished_at = drive(sched)
     assert sorted(finished_at) == sorted(names)
     assert sched.pool.num_free == sched.pool.usable_blocks and len(sched.table) == 0
     for name in names[:10]:  # rows are reused
         sched.add_request(Request(name, prompt(3), max_tokens=1))
     drive(sched)
     assert len(sched.table) == 0
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "with a pass list that has no reject-oversized, a prompt longer than max_model_len is admitted whole: "
+    "the pool allocates blocks only up to max_model_len, and the batch plan reads the block table past "
+    "them, so slot_mapping points into the null block 0 (and, past the table's width, into the next "
+    "row: the Numba kernels do no bounds checks); the runtime should refuse such a step (a SchedirError) "
+    "or never schedule the request"))
+def test_a_pipeline_without_reject_oversized_cannot_schedule_past_max_model_len() -> None:
+    sched = small(max_model_len=16, pipeline="order-vllm,vllm-schedule-running,vllm-admit")
+    sched.add_request(Request("a", prompt(37), max_tokens=5))
+    try:
+        out = sched.schedule()
+    except SchedirError as err:
+        assert "'a'" in str(err)
+        return
+    assert "a" not in out.req_ids, f"scheduled with slots {out.batch.slot_mapping.tolist()}"
