@@ -38,15 +38,18 @@ DATASHEET = {
 START = dict(
     gemm_overhead_s=5e-6, gemm_eff_max=0.75, gemm_m_half=64.0, gemm_bw_eff=0.8,
     attn_prefill_overhead_s=10e-6, attn_prefill_eff_max=0.5, attn_prefill_q_half=128.0,
+    attn_prefill_kv_weight=0.3, attn_prefill_causal=0.5,
     attn_decode_overhead_s=10e-6, attn_decode_per_request_s=0.2e-6, attn_decode_bw_eff=0.7,
-    all_reduce_latency_s=(10e-6, 15e-6, 20e-6), all_reduce_bus_gbs=(300.0, 300.0, 300.0),
+    all_reduce_latency_s=(10e-6, 10e-6, 10e-6), all_reduce_bus_gbs=(100.0, 100.0, 100.0),
+    all_reduce_bulk_latency_s=(30e-6, 30e-6, 30e-6), all_reduce_bulk_bus_gbs=(300.0, 300.0, 300.0),
     elementwise_overhead_s=3e-6, elementwise_bw_eff=tuple((k, 0.7) for k in ELEMENTWISE_KINDS),
 )
 
 # The GpuSpec fields each family's fit owns (all-reduce and elementwise are unpacked below).
 FIELDS = {
     "gemm": ("gemm_overhead_s", "gemm_eff_max", "gemm_m_half", "gemm_bw_eff"),
-    "attention_prefill": ("attn_prefill_overhead_s", "attn_prefill_eff_max", "attn_prefill_q_half"),
+    "attention_prefill": ("attn_prefill_overhead_s", "attn_prefill_eff_max", "attn_prefill_q_half",
+                          "attn_prefill_kv_weight", "attn_prefill_causal"),
     "attention_decode": ("attn_decode_overhead_s", "attn_decode_per_request_s", "attn_decode_bw_eff"),
 }
 
@@ -56,8 +59,9 @@ def _flat(spec: GpuSpec, family: str) -> tuple[list[str], np.ndarray]:
         names = list(FIELDS[family])
         return names, np.array([getattr(spec, n) for n in names])
     if family == "all_reduce":
-        return ["lat2", "lat4", "lat8", "bw2", "bw4", "bw8"], np.array(
-            list(spec.all_reduce_latency_s) + list(spec.all_reduce_bus_gbs))
+        values = (spec.all_reduce_latency_s + spec.all_reduce_bus_gbs + spec.all_reduce_bulk_latency_s
+                  + spec.all_reduce_bulk_bus_gbs)
+        return [f"{what}{tp}" for what in ("lat", "bw", "bulk_lat", "bulk_bw") for tp in (2, 4, 8)], np.array(values)
     names = ["elementwise_overhead_s"] + [k for k, _ in spec.elementwise_bw_eff]
     return names, np.array([spec.elementwise_overhead_s] + [v for _, v in spec.elementwise_bw_eff])
 
@@ -67,7 +71,8 @@ def _unflat(spec: GpuSpec, family: str, names: list[str], values: np.ndarray) ->
         return attrs.evolve(spec, **dict(zip(names, (float(v) for v in values))))
     if family == "all_reduce":
         v = [float(x) for x in values]
-        return attrs.evolve(spec, all_reduce_latency_s=tuple(v[:3]), all_reduce_bus_gbs=tuple(v[3:]))
+        return attrs.evolve(spec, all_reduce_latency_s=tuple(v[0:3]), all_reduce_bus_gbs=tuple(v[3:6]),
+                            all_reduce_bulk_latency_s=tuple(v[6:9]), all_reduce_bulk_bus_gbs=tuple(v[9:12]))
     return attrs.evolve(spec, elementwise_overhead_s=float(values[0]),
                         elementwise_bw_eff=tuple((k, float(v)) for k, v in zip(names[1:], values[1:])))
 

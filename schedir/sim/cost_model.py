@@ -54,11 +54,14 @@ def prefill_attention_flops(q_tokens: ArrayLike, context: ArrayLike, num_heads: 
     return 4.0 * num_heads * head_dim * q * (context + (q + 1.0) / 2.0)
 
 
-def _prefill_work(gpu: GpuSpec, q: ArrayLike, context: ArrayLike, num_heads: int, head_dim: int) -> ArrayLike:
-    """Seconds of tensor-core work of one prefill request, at an efficiency that grows with its chunk."""
+def _prefill_work(gpu: GpuSpec, q: ArrayLike, context: ArrayLike, num_heads: ArrayLike, num_kv_heads: ArrayLike,
+                  head_dim: ArrayLike) -> ArrayLike:
+    """Seconds of kernel work of one prefill request (see `GpuSpec`), at an efficiency that grows with its chunk."""
     q = np.asarray(q, dtype=np.float64)
-    eff = gpu.attn_prefill_eff_max * q / (q + gpu.attn_prefill_q_half)
-    return prefill_attention_flops(q, context, num_heads, head_dim) / (gpu.peak_flops * eff)
+    heads = num_heads + gpu.attn_prefill_kv_weight * np.asarray(num_kv_heads, dtype=np.float64)
+    # flops / (peak * eff) with eff = eff_max * q / (q + q_half): the q cancels
+    work = 4.0 * heads * head_dim * (q + gpu.attn_prefill_q_half) * (context + gpu.attn_prefill_causal * (q + 1.0))
+    return work / (gpu.peak_flops * gpu.attn_prefill_eff_max)
 
 
 def attention_prefill_time(gpu: GpuSpec, q_tokens: ArrayLike, context: ArrayLike, num_heads: int,
@@ -68,7 +71,8 @@ def attention_prefill_time(gpu: GpuSpec, q_tokens: ArrayLike, context: ArrayLike
     Heads are per GPU. Compute-bound: FlashAttention's prefill reads each KV tile once per
     query tile, far below the tensor-core time at the chunk sizes schedulers use.
     """
-    return gpu.attn_prefill_overhead_s + np.asarray(batch) * _prefill_work(gpu, q_tokens, context, num_heads, head_dim)
+    return gpu.attn_prefill_overhead_s + np.asarray(batch) * _prefill_work(gpu, q_tokens, context, num_heads,
+                                                                         num_kv_heads, head_dim)
 
 
 def kv_read_bytes(kv_len: ArrayLike, num_kv_heads: int, head_dim: int, dtype_bytes: int = 2) -> ArrayLike:
@@ -92,22 +96,26 @@ def _tp_index(tp: int) -> int:
     return {2: 0, 4: 1, 8: 2}[tp]
 
 
+def _collective_time(gpu: GpuSpec, bus_bytes: ArrayLike, tp: int) -> ArrayLike:
+    """The faster of the low-latency and the bulk protocol for `bus_bytes` per GPU over `tp` GPUs."""
+    i = _tp_index(tp)
+    low = gpu.all_reduce_latency_s[i] + bus_bytes / (gpu.all_reduce_bus_gbs[i] * 1e9)
+    bulk = gpu.all_reduce_bulk_latency_s[i] + bus_bytes / (gpu.all_reduce_bulk_bus_gbs[i] * 1e9)
+    return np.minimum(low, bulk)
+
+
 def all_reduce_time(gpu: GpuSpec, nbytes: ArrayLike, tp: int) -> ArrayLike:
-    """Seconds of one ring all-reduce of `nbytes` over `tp` GPUs (0 at tp 1): latency + bus traffic."""
+    """Seconds of one ring all-reduce of `nbytes` over `tp` GPUs (0 at tp 1)."""
     if tp == 1:
         return np.zeros_like(np.asarray(nbytes, dtype=np.float64))
-    i = _tp_index(tp)
-    bus = 2.0 * (tp - 1) / tp * np.asarray(nbytes, dtype=np.float64)
-    return gpu.all_reduce_latency_s[i] + bus / (gpu.all_reduce_bus_gbs[i] * 1e9)
+    return _collective_time(gpu, 2.0 * (tp - 1) / tp * np.asarray(nbytes, dtype=np.float64), tp)
 
 
 def all_gather_time(gpu: GpuSpec, nbytes: ArrayLike, tp: int) -> ArrayLike:
     """Seconds to gather `nbytes` in all over `tp` GPUs: a ring all-gather moves half an all-reduce's bytes."""
     if tp == 1:
         return np.zeros_like(np.asarray(nbytes, dtype=np.float64))
-    i = _tp_index(tp)
-    bus = (tp - 1) / tp * np.asarray(nbytes, dtype=np.float64)
-    return gpu.all_reduce_latency_s[i] + bus / (gpu.all_reduce_bus_gbs[i] * 1e9)
+    return _collective_time(gpu, (tp - 1) / tp * np.asarray(nbytes, dtype=np.float64), tp)
 
 
 ELEMENTWISE_KINDS = ("norm", "rope", "act", "add", "emb")
@@ -170,7 +178,8 @@ class CostModel:
         self._ew_fixed_s = 6 * gpu.elementwise_overhead_s
         self._emb_s_per_token = (per_tok["emb"] / eff["emb"] + per_tok["norm"] / eff["norm"]) / gpu.mem_bw
         self._kv_bytes_per_token_layer = float(kv_read_bytes(1, self._kv_heads, hd, model.dtype_bytes))
-        self._prefill_scale = 4.0 * self._q_heads * hd / (gpu.peak_flops * gpu.attn_prefill_eff_max)
+        heads = self._q_heads + gpu.attn_prefill_kv_weight * self._kv_heads
+        self._prefill_scale = 4.0 * heads * hd / (gpu.peak_flops * gpu.attn_prefill_eff_max)
         self._act_bytes_per_token = model.dtype_bytes * h
 
     @classmethod
@@ -194,8 +203,8 @@ class CostModel:
         if n_dec < n_req:
             qp = q[~decode]
             cp = context[~decode]
-            # flops(q, c) / (peak * eff(q)) with eff = eff_max * q / (q + q_half), summed over requests
-            work = (qp + gpu.attn_prefill_q_half) * (cp + (qp + 1.0) * 0.5)
+            # `_prefill_work` summed over requests, its per-step factor in `_prefill_scale`
+            work = (qp + gpu.attn_prefill_q_half) * (cp + gpu.attn_prefill_causal * (qp + 1.0))
             prefill = L * (gpu.attn_prefill_overhead_s + float(work.sum()) * self._prefill_scale)
         dec = 0.0
         if n_dec:

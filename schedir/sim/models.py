@@ -62,17 +62,26 @@ class GpuSpec:
     gemm_eff_max: float
     gemm_m_half: float
     gemm_bw_eff: float
-    # prefill attention: t = overhead + flops / (peak * eff(q)), eff(q) = eff_max * q / (q + q_half)
+    # prefill attention: t = overhead + work / (peak * eff(q)), eff(q) = eff_max * q / (q + q_half),
+    # work = 4 hd (q_heads + kv_weight * kv_heads) q (context + causal * (q + 1)): K/V tile loads cost
+    # like `kv_weight` extra heads (MHA runs slower per FLOP than GQA), and the kernel pays `causal`
+    # (0.5 ideal) of the q x q square
     attn_prefill_overhead_s: float
     attn_prefill_eff_max: float
     attn_prefill_q_half: float
+    attn_prefill_kv_weight: float
+    attn_prefill_causal: float
     # decode attention: t = overhead + per_request * n + kv_bytes / (bw * eff)
     attn_decode_overhead_s: float
     attn_decode_per_request_s: float
     attn_decode_bw_eff: float
-    # all-reduce: t = latency(tp) + 2 (tp-1)/tp * bytes / bus_bw(tp); one pair per TP degree 2, 4, 8
+    # all-reduce, as NCCL picks the faster of two protocols (low-latency and bulk):
+    # t = min(latency + bus_bytes / bus_bw, bulk_latency + bus_bytes / bulk_bus_bw),
+    # bus_bytes = 2 (tp-1)/tp * bytes; one value per TP degree 2, 4, 8
     all_reduce_latency_s: tuple[float, float, float]
     all_reduce_bus_gbs: tuple[float, float, float]
+    all_reduce_bulk_latency_s: tuple[float, float, float]
+    all_reduce_bulk_bus_gbs: tuple[float, float, float]
     # memory-bound elementwise kernels: t = overhead + bytes / (bw * eff[kind])
     elementwise_overhead_s: float
     elementwise_bw_eff: tuple[tuple[str, float], ...]
@@ -105,14 +114,14 @@ GPUS: dict[str, GpuSpec] = {
     #   attention_prefill: aiconfigurator h100 fa3 (5763 rows)
     #   attention_decode: aiconfigurator h100 fa3 (6770 rows)
     #   all_reduce: vidur h100_dgx (2982 rows); aiconfigurator nccl 2.27.3 (126 rows); aiconfigurator nccl 2.29.2 (63 rows)
-    "h100": GpuSpec(name='h100', memory_gib=79.2, peak_tflops=989, mem_bw_tbs=3.35, gemm_overhead_s=3.593e-06, gemm_eff_max=0.758, gemm_m_half=198.8, gemm_bw_eff=0.8523, attn_prefill_overhead_s=1.367e-05, attn_prefill_eff_max=0.6677, attn_prefill_q_half=1241, attn_decode_overhead_s=1.168e-05, attn_decode_per_request_s=5.895e-08, attn_decode_bw_eff=0.9053, all_reduce_latency_s=(8.281e-06, 1.226e-05, 1.88e-05), all_reduce_bus_gbs=(239.5, 293.9, 322.9), elementwise_overhead_s=2.116e-06, elementwise_bw_eff=(('norm', 0.3979), ('rope', 0.5394), ('act', 0.5817), ('add', 1.267), ('emb', 0.1838))),
+    "h100": GpuSpec(name='h100', memory_gib=79.2, peak_tflops=989, mem_bw_tbs=3.35, gemm_overhead_s=3.593e-06, gemm_eff_max=0.758, gemm_m_half=198.8, gemm_bw_eff=0.8523, attn_prefill_overhead_s=1.328e-05, attn_prefill_eff_max=0.000608, attn_prefill_q_half=1312, attn_prefill_kv_weight=0.7123, attn_prefill_causal=0.0003736, attn_decode_overhead_s=1.168e-05, attn_decode_per_request_s=5.895e-08, attn_decode_bw_eff=0.9053, all_reduce_latency_s=(6.57e-06, 1.01e-05, 1.698e-05), all_reduce_bus_gbs=(66.28, 70.22, 164.1), all_reduce_bulk_latency_s=(2.23e-05, 2.192e-05, 3.939e-05), all_reduce_bulk_bus_gbs=(306.2, 337.8, 400.3), elementwise_overhead_s=2.116e-06, elementwise_bw_eff=(('norm', 0.3979), ('rope', 0.5394), ('act', 0.5817), ('add', 1.267), ('emb', 0.1838))),
     # fitted by benchmarks/calibrate_cost_model.py on:
     #   gemm: vidur a100 Llama-2-7b-hf (4176 rows); vidur a100 Llama-2-70b-hf (4176 rows); vidur a100 Meta-Llama-3-8B (7296 rows)
     #   elementwise: vidur a100 Llama-2-7b-hf (6264 rows); vidur a100 Llama-2-70b-hf (6264 rows); vidur a100 Meta-Llama-3-8B (10944 rows)
     #   attention_prefill: vidur legacy a100 70B/TP2 (4418 rows)
     #   attention_decode: vidur legacy a100 70B/TP2 (10240 rows)
     #   all_reduce: vidur a100_dgx (2982 rows)
-    "a100": GpuSpec(name='a100', memory_gib=79.2, peak_tflops=312, mem_bw_tbs=2.039, gemm_overhead_s=6.205e-06, gemm_eff_max=0.7404, gemm_m_half=86.92, gemm_bw_eff=0.8134, attn_prefill_overhead_s=2.129e-05, attn_prefill_eff_max=0.2554, attn_prefill_q_half=1.171e-10, attn_decode_overhead_s=1.701e-05, attn_decode_per_request_s=2.455e-09, attn_decode_bw_eff=0.7618, all_reduce_latency_s=(4.433e-05, 3.809e-05, 4.337e-05), all_reduce_bus_gbs=(170.5, 159.8, 151.6), elementwise_overhead_s=2.424e-06, elementwise_bw_eff=(('norm', 0.379), ('rope', 0.4564), ('act', 0.4926), ('add', 1.053), ('emb', 0.1529))),
+    "a100": GpuSpec(name='a100', memory_gib=79.2, peak_tflops=312, mem_bw_tbs=2.039, gemm_overhead_s=6.205e-06, gemm_eff_max=0.7404, gemm_m_half=86.92, gemm_bw_eff=0.8134, attn_prefill_overhead_s=2.679e-05, attn_prefill_eff_max=0.5862, attn_prefill_q_half=0.06222, attn_prefill_kv_weight=3.357, attn_prefill_causal=1.235, attn_decode_overhead_s=1.701e-05, attn_decode_per_request_s=2.455e-09, attn_decode_bw_eff=0.7618, all_reduce_latency_s=(6.023e-05, 3.249e-05, 0.0005201), all_reduce_bus_gbs=(180.3, 119.7, 67.97), all_reduce_bulk_latency_s=(4.424e-05, 6.824e-05, 4.337e-05), all_reduce_bulk_bus_gbs=(169.8, 190.5, 151.6), elementwise_overhead_s=2.424e-06, elementwise_bw_eff=(('norm', 0.379), ('rope', 0.4564), ('act', 0.4926), ('add', 1.053), ('emb', 0.1529))),
 }
 # FITTED_GPUS_END
 
