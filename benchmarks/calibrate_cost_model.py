@@ -77,18 +77,50 @@ def _unflat(spec: GpuSpec, family: str, names: list[str], values: np.ndarray) ->
                         elementwise_bw_eff=tuple((k, float(v)) for k, v in zip(names[1:], values[1:])))
 
 
+# Physical ranges: the kernel pays at least the causal triangle and at most the full square.
+BOUNDS = {"attn_prefill_causal": (0.5, 1.0)}
+
+
+def held_fields(family: str, tables: list[Table]) -> set[str]:
+    """Fields the tables cannot identify, kept at their starting value.
+
+    Without cached context the causal fraction only scales like the efficiency; with a
+    single head shape the kv-head weight does the same.
+    """
+    if family != "attention_prefill":
+        return set()
+    held = set()
+    if all(np.all(t.columns["context"] == 0) for t in tables):
+        held.add("attn_prefill_causal")
+    shapes = {(q, kv) for t in tables for q, kv in zip(t.columns["q_heads"], t.columns["kv_heads"])}
+    if len(shapes) == 1:
+        held.add("attn_prefill_kv_weight")
+    return held
+
+
 def fit_family(spec: GpuSpec, family: str, tables: list[Table]) -> GpuSpec:
     """`spec` with `family`'s fields fitted to `tables` (log-space parameters keep them positive)."""
-    names, x0 = _flat(spec, family)
+    all_names, all_x0 = _flat(spec, family)
+    held = held_fields(family, tables)
+    free = [i for i, n in enumerate(all_names) if n not in held]
+    names = all_names
     weights = [1.0 / np.sqrt(len(t)) for t in tables]
 
+    def full(logx: np.ndarray) -> np.ndarray:
+        x = all_x0.copy()
+        x[free] = np.exp(logx)
+        return x
+
     def residuals(logx: np.ndarray) -> np.ndarray:
-        trial = _unflat(spec, family, names, np.exp(logx))
+        trial = _unflat(spec, family, names, full(logx))
         parts = [w * np.log(PREDICT[family](trial, t.columns) / t.measured_s) for t, w in zip(tables, weights)]
         return np.concatenate(parts)
 
-    res = least_squares(residuals, np.log(x0), loss="soft_l1", f_scale=0.05, max_nfev=2000)
-    return _unflat(spec, family, names, np.exp(res.x))
+    lo = np.array([np.log(BOUNDS.get(all_names[i], (1e-30, 1e30))[0]) for i in free])
+    hi = np.array([np.log(BOUNDS.get(all_names[i], (1e-30, 1e30))[1]) for i in free])
+    x0 = np.clip(np.log(all_x0[free]), lo + 1e-9, hi - 1e-9)
+    res = least_squares(residuals, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.05, max_nfev=2000)
+    return _unflat(spec, family, names, full(res.x))
 
 
 def _fmt(v: object) -> str:
@@ -109,14 +141,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     tables = load_tables(args.profiles)
     print("GPUS: dict[str, GpuSpec] = {")
-    for gpu in ("h100", "a100"):
-        spec = GpuSpec(**DATASHEET[gpu], **START)
+    start = dict(START)
+    for gpu in ("h100", "a100"):  # h100 first: its fit seeds what the a100 tables cannot identify
+        spec = GpuSpec(**DATASHEET[gpu], **start)
         sources = []
         for family in ("gemm", "elementwise", "attention_prefill", "attention_decode", "all_reduce"):
             mine = [t for t in tables if t.gpu == gpu and t.family == family]
             if mine:
                 spec = fit_family(spec, family, mine)
-                sources.append(f"#   {family}: " + "; ".join(f"{t.source} ({len(t)} rows)" for t in mine))
+                held = held_fields(family, mine)
+                note = f" (held: {', '.join(f'{h}={getattr(spec, h):.4g}' for h in sorted(held))})" if held else ""
+                sources.append(f"#   {family}: " + "; ".join(f"{t.source} ({len(t)} rows)" for t in mine) + note)
+        start["attn_prefill_kv_weight"] = spec.attn_prefill_kv_weight
         print(f"    # fitted by benchmarks/calibrate_cost_model.py on:")
         print("\n".join("    " + s for s in sources))
         fields = ", ".join(f"{a.name}={_fmt(getattr(spec, a.name))}" for a in attrs.fields(GpuSpec))

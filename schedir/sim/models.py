@@ -111,17 +111,17 @@ GPUS: dict[str, GpuSpec] = {
     # fitted by benchmarks/calibrate_cost_model.py on:
     #   gemm: vidur h100 Llama-2-7b-hf (4176 rows); vidur h100 Llama-2-70b-hf (4176 rows); aiconfigurator h100 bf16 (35742 rows)
     #   elementwise: vidur h100 Llama-2-7b-hf (6264 rows); vidur h100 Llama-2-70b-hf (6264 rows)
-    #   attention_prefill: aiconfigurator h100 fa3 (5763 rows)
+    #   attention_prefill: aiconfigurator h100 fa3 (5763 rows) (held: attn_prefill_causal=0.5)
     #   attention_decode: aiconfigurator h100 fa3 (6770 rows)
     #   all_reduce: vidur h100_dgx (2982 rows); aiconfigurator nccl 2.27.3 (126 rows); aiconfigurator nccl 2.29.2 (63 rows)
-    "h100": GpuSpec(name='h100', memory_gib=79.2, peak_tflops=989, mem_bw_tbs=3.35, gemm_overhead_s=3.593e-06, gemm_eff_max=0.758, gemm_m_half=198.8, gemm_bw_eff=0.8523, attn_prefill_overhead_s=1.328e-05, attn_prefill_eff_max=0.000608, attn_prefill_q_half=1312, attn_prefill_kv_weight=0.7123, attn_prefill_causal=0.0003736, attn_decode_overhead_s=1.168e-05, attn_decode_per_request_s=5.895e-08, attn_decode_bw_eff=0.9053, all_reduce_latency_s=(6.57e-06, 1.01e-05, 1.698e-05), all_reduce_bus_gbs=(66.28, 70.22, 164.1), all_reduce_bulk_latency_s=(2.23e-05, 2.192e-05, 3.939e-05), all_reduce_bulk_bus_gbs=(306.2, 337.8, 400.3), elementwise_overhead_s=2.116e-06, elementwise_bw_eff=(('norm', 0.3979), ('rope', 0.5394), ('act', 0.5817), ('add', 1.267), ('emb', 0.1838))),
+    "h100": GpuSpec(name='h100', memory_gib=79.2, peak_tflops=989, mem_bw_tbs=3.35, gemm_overhead_s=3.593e-06, gemm_eff_max=0.758, gemm_m_half=198.8, gemm_bw_eff=0.8523, attn_prefill_overhead_s=1.328e-05, attn_prefill_eff_max=0.8136, attn_prefill_q_half=1312, attn_prefill_kv_weight=0.7123, attn_prefill_causal=0.5, attn_decode_overhead_s=1.168e-05, attn_decode_per_request_s=5.895e-08, attn_decode_bw_eff=0.9053, all_reduce_latency_s=(6.57e-06, 1.01e-05, 1.698e-05), all_reduce_bus_gbs=(66.28, 70.21, 163.9), all_reduce_bulk_latency_s=(2.23e-05, 2.192e-05, 3.938e-05), all_reduce_bulk_bus_gbs=(306.2, 337.8, 400.2), elementwise_overhead_s=2.116e-06, elementwise_bw_eff=(('norm', 0.3979), ('rope', 0.5394), ('act', 0.5817), ('add', 1.267), ('emb', 0.1838))),
     # fitted by benchmarks/calibrate_cost_model.py on:
     #   gemm: vidur a100 Llama-2-7b-hf (4176 rows); vidur a100 Llama-2-70b-hf (4176 rows); vidur a100 Meta-Llama-3-8B (7296 rows)
     #   elementwise: vidur a100 Llama-2-7b-hf (6264 rows); vidur a100 Llama-2-70b-hf (6264 rows); vidur a100 Meta-Llama-3-8B (10944 rows)
-    #   attention_prefill: vidur legacy a100 70B/TP2 (4418 rows)
+    #   attention_prefill: vidur legacy a100 70B/TP2 (4418 rows) (held: attn_prefill_kv_weight=0.7123)
     #   attention_decode: vidur legacy a100 70B/TP2 (10240 rows)
     #   all_reduce: vidur a100_dgx (2982 rows)
-    "a100": GpuSpec(name='a100', memory_gib=79.2, peak_tflops=312, mem_bw_tbs=2.039, gemm_overhead_s=6.205e-06, gemm_eff_max=0.7404, gemm_m_half=86.92, gemm_bw_eff=0.8134, attn_prefill_overhead_s=2.679e-05, attn_prefill_eff_max=0.5862, attn_prefill_q_half=0.06222, attn_prefill_kv_weight=3.357, attn_prefill_causal=1.235, attn_decode_overhead_s=1.701e-05, attn_decode_per_request_s=2.455e-09, attn_decode_bw_eff=0.7618, all_reduce_latency_s=(6.023e-05, 3.249e-05, 0.0005201), all_reduce_bus_gbs=(180.3, 119.7, 67.97), all_reduce_bulk_latency_s=(4.424e-05, 6.824e-05, 4.337e-05), all_reduce_bulk_bus_gbs=(169.8, 190.5, 151.6), elementwise_overhead_s=2.424e-06, elementwise_bw_eff=(('norm', 0.379), ('rope', 0.4564), ('act', 0.4926), ('add', 1.053), ('emb', 0.1529))),
+    "a100": GpuSpec(name='a100', memory_gib=79.2, peak_tflops=312, mem_bw_tbs=2.039, gemm_overhead_s=6.205e-06, gemm_eff_max=0.7404, gemm_m_half=86.92, gemm_bw_eff=0.8134, attn_prefill_overhead_s=2.5e-05, attn_prefill_eff_max=0.395, attn_prefill_q_half=1.125e-09, attn_prefill_kv_weight=0.7123, attn_prefill_causal=1, attn_decode_overhead_s=1.701e-05, attn_decode_per_request_s=2.455e-09, attn_decode_bw_eff=0.7618, all_reduce_latency_s=(6.023e-05, 3.249e-05, 3.89e-05), all_reduce_bus_gbs=(180.3, 119.7, 129.1), all_reduce_bulk_latency_s=(4.424e-05, 6.824e-05, 0.0001545), all_reduce_bulk_bus_gbs=(169.8, 190.5, 225.2), elementwise_overhead_s=2.424e-06, elementwise_bw_eff=(('norm', 0.379), ('rope', 0.4564), ('act', 0.4926), ('add', 1.053), ('emb', 0.1529))),
 }
 # FITTED_GPUS_END
 
