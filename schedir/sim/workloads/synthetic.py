@@ -65,15 +65,17 @@ class LogNormalMix:
 
 
 # Fitted by `python benchmarks/workload_stats.py --fit` to Mooncake's conversation trace
-# (12,031 requests). With these, 12k requests give input p10/p50/p90/p99 ~ (see the
-# benchmarks README section for the side-by-side figures), output p50 ~350 and
-# ~37% prefix-hit tokens; depth of the multi-turn chains follows the trace's
-# (0.31, 0.13, 0.066, 0.039, ... requests per conversation at depth 1, 2, 3, 4, ...).
+# (12,031 requests): turns per conversation to the trace's multi-turn chain depths
+# (0.31, 0.13, 0.066, 0.039, ... requests at depth 1, 2, 3, 4, ... per conversation),
+# outputs to its quantiles, prompts through the whole generator to its input quantiles
+# and prefix-hit fraction. 12,031 requests, seed 0, give input p50/p90/p99 6,831 / 29,531 /
+# 82,623 (trace: 6,909 / 27,367 / 85,400), output p50/p90/p99 351 / 595 / 1,136 (350 / 597 /
+# 1,119) and 38.8% prefix-hit tokens (37.4%).
 MOONCAKE_SYSTEM_PROMPT = 890  # the trace's shortest prompts are 891-905 tokens; all share block 0
-MOONCAKE_FIRST_TURN = LogNormalMix(medians=(20.0, 6000.0), sigmas=(1.2, 1.3), weights=(0.2, 0.8), high=125_000)
-MOONCAKE_FOLLOW_UP = LogNormalMix(medians=(15.0, 2500.0), sigmas=(1.0, 1.3), weights=(0.65, 0.35), high=100_000)
-MOONCAKE_OUTPUT = LogNormalMix(medians=(12.0, 380.0, 700.0), sigmas=(1.2, 0.4, 0.5), weights=(0.12, 0.8, 0.08),
-                               high=2000)
+MOONCAKE_FIRST_TURN = LogNormalMix(medians=(39.2, 8807.0), sigmas=(1.342, 1.049), weights=(0.261, 0.739), high=125_000)
+MOONCAKE_FOLLOW_UP = LogNormalMix(medians=(35.2, 236.6), sigmas=(0.985, 1.155), weights=(0.675, 0.325), high=100_000)
+MOONCAKE_OUTPUT = LogNormalMix(medians=(39.8, 405.4, 444.2), sigmas=(1.388, 0.298, 0.630),
+                               weights=(0.293, 0.605, 0.102), high=2000)
 
 
 @attrs.frozen
@@ -89,8 +91,8 @@ class SyntheticSpec:
     first_turn: LogNormalMix = MOONCAKE_FIRST_TURN  # user text of turn 0, after the system prompt
     follow_up: LogNormalMix = MOONCAKE_FOLLOW_UP  # new user text of each later turn
     output: LogNormalMix = MOONCAKE_OUTPUT
-    continue_probs: tuple[float, ...] = attrs.field(default=(0.26, 0.75), converter=tuple)
-    continue_weights: tuple[float, ...] = attrs.field(default=(0.9, 0.1), converter=tuple, validator=_check_weights)
+    continue_probs: tuple[float, ...] = attrs.field(default=(0.295, 0.742), converter=tuple)
+    continue_weights: tuple[float, ...] = attrs.field(default=(0.905, 0.095), converter=tuple, validator=_check_weights)
     max_turns: int = attrs.field(default=64, validator=attrs.validators.ge(1))
     think_median_s: float = 123.0  # the trace's median gap between a turn and the next: 123 s (p10 42, p90 483)
     think_sigma: float = 1.0
