@@ -19,8 +19,16 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from schedir.sim.workloads import (BUILTIN_WORKLOADS, LogNormalMix, Workload, builtin_workload, generate,
-                                   load_azure, load_mooncake, load_sharegpt)
+from schedir.sim.workloads import (
+    BUILTIN_WORKLOADS,
+    LogNormalMix,
+    Workload,
+    builtin_workload,
+    generate,
+    load_azure,
+    load_mooncake,
+    load_sharegpt,
+)
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces"
 MOONCAKE = TRACES / "mooncake" / "conversation_trace.jsonl"

@@ -16,7 +16,19 @@ from schedir.sim.workloads.vidur import load_vidur_trace
 from schedir.sim.workloads.workload import Workload
 
 __all__ = [
-    "BUILTIN_WORKLOADS", "BadRow", "LogNormalMix", "SyntheticSpec", "TRACE_FORMATS", "TraceError", "Workload",
-    "builtin_workload", "detect_format", "generate", "load_azure", "load_mooncake", "load_sharegpt", "load_trace",
+    "BUILTIN_WORKLOADS",
+    "TRACE_FORMATS",
+    "BadRow",
+    "LogNormalMix",
+    "SyntheticSpec",
+    "TraceError",
+    "Workload",
+    "builtin_workload",
+    "detect_format",
+    "generate",
+    "load_azure",
+    "load_mooncake",
+    "load_sharegpt",
+    "load_trace",
     "load_vidur_trace",
 ]

@@ -48,19 +48,21 @@ def load_azure(path: str | PathLike[str], on_bad_row: str = "error", limit: int 
     outputs: list[int] = []
     days: dict[str, int] = {}
     previous: float | None = None
+    previous_text = ""
     with open(path, encoding="utf-8", newline="") as f:
         reader, col = read_header(f, log, AZURE_COLUMNS)
         for line_no, row in rows(reader, log, max(col[c] for c in AZURE_COLUMNS) + 1):
             if limit is not None and len(times) >= limit:
                 break
             try:
-                t = in_order("TIMESTAMP", parse_timestamp(row[col["TIMESTAMP"]], days), previous)
+                text = row[col["TIMESTAMP"]].strip()
+                t = in_order("TIMESTAMP", parse_timestamp(text, days), previous, text, previous_text)
                 n_in = positive_int("ContextTokens", row[col["ContextTokens"]])
                 n_out = positive_int("GeneratedTokens", row[col["GeneratedTokens"]])
             except BadField as e:
                 log.report(line_no, str(e))
                 continue
-            previous = t
+            previous, previous_text = t, text
             times.append(t)
             inputs.append(n_in)
             outputs.append(n_out)

@@ -12,6 +12,7 @@ class BadField(Exception):
 
 def positive_int(name: str, value: Any) -> int:
     """A length: a JSON int, or CSV text holding an integer (an integral float like `12.0` is fine)."""
+    original = value
     if isinstance(value, str):
         text = value.strip()
         try:
@@ -23,7 +24,7 @@ def positive_int(name: str, value: Any) -> int:
                 raise BadField(f"{name} must be a positive integer, got {value!r}") from None
             value = int(as_float) if math.isfinite(as_float) and as_float.is_integer() else value
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise BadField(f"{name} must be a positive integer, got {value!r}")
+        raise BadField(f"{name} must be a positive integer, got {original!r}")
     return value
 
 
@@ -39,8 +40,9 @@ def time_value(name: str, value: Any) -> float:
     return float(value)
 
 
-def in_order(name: str, value: float, previous: float | None) -> float:
+def in_order(name: str, value: float, previous: float | None, shown: str = "", previous_shown: str = "") -> float:
     """Traces are sorted by arrival; a row that goes back in time is bad, never reordered."""
     if previous is not None and value < previous:
-        raise BadField(f"{name} {value:g} is earlier than the previous row's {previous:g} (rows must be in arrival order)")
+        raise BadField(f"{name} {shown or f'{value:g}'} is earlier than the previous row's "
+                       f"{previous_shown or f'{previous:g}'} (rows must be in arrival order)")
     return value

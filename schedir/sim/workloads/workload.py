@@ -20,13 +20,18 @@ from schedir.sim.workloads.prefix import prefix_hit_tokens
 from schedir.sim.workloads.tokens import block_tokens_of
 
 
-def _column(dtype: type) -> Any:
-    def convert(values: Any) -> np.ndarray:
-        arr = np.array(values, dtype=dtype)  # a private copy, so read-only cannot leak to the caller
-        arr.setflags(write=False)
-        return arr
+def _read_only(values: Any, dtype: type) -> np.ndarray:
+    arr = np.array(values, dtype=dtype)  # a private copy, so read-only cannot leak to the caller
+    arr.setflags(write=False)
+    return arr
 
-    return attrs.field(converter=convert)
+
+def _f64(values: Any) -> np.ndarray:
+    return _read_only(values, np.float64)
+
+
+def _i64(values: Any) -> np.ndarray:
+    return _read_only(values, np.int64)
 
 
 def blocks_for(input_len: np.ndarray, block_tokens: int) -> np.ndarray:
@@ -40,12 +45,12 @@ class Workload:
 
     name: str
     source: str
-    arrival_s: np.ndarray = _column(np.float64)
-    input_len: np.ndarray = _column(np.int64)
-    output_len: np.ndarray = _column(np.int64)
-    priority: np.ndarray = _column(np.int64)
-    block_offsets: np.ndarray = _column(np.int64)
-    block_ids: np.ndarray = _column(np.int64)
+    arrival_s: np.ndarray = attrs.field(converter=_f64)
+    input_len: np.ndarray = attrs.field(converter=_i64)
+    output_len: np.ndarray = attrs.field(converter=_i64)
+    priority: np.ndarray = attrs.field(converter=_i64)
+    block_offsets: np.ndarray = attrs.field(converter=_i64)
+    block_ids: np.ndarray = attrs.field(converter=_i64)
     block_tokens: int = 512
     skipped: tuple[BadRow, ...] = attrs.field(default=(), converter=tuple)
 
