@@ -14,8 +14,8 @@ BUILTIN_WORKLOADS: dict[str, SyntheticSpec] = {
     # decode-heavy, no prefix reuse beyond a short shared system prompt.
     "chat-short": SyntheticSpec(
         name="chat-short", rate=5.5, system_prompt_tokens=0,
-        first_turn=LogNormalMix(medians=(1000.0,), sigmas=(0.9,), high=8000),
-        output=LogNormalMix(medians=(130.0,), sigmas=(0.9,), high=2000),
+        first_turn=LogNormalMix(medians=(1020.0,), sigmas=(0.75,), high=8192),
+        output=LogNormalMix(medians=(129.0,), sigmas=(0.8,), high=1024),
         continue_probs=(0.0,), continue_weights=(1.0,)),
     # Bursty arrivals (gamma gaps, CV 3) of two priority classes (0 = interactive, 20%; 1 = batch):
     # what priority scheduling and preemption are for.

@@ -68,9 +68,9 @@ class LogNormalMix:
 # (12,031 requests): turns per conversation to the trace's multi-turn chain depths
 # (0.31, 0.13, 0.066, 0.039, ... requests at depth 1, 2, 3, 4, ... per conversation),
 # outputs to its quantiles, prompts through the whole generator to its input quantiles
-# and prefix-hit fraction. 12,031 requests, seed 0, give input p50/p90/p99 6,831 / 29,531 /
-# 82,623 (trace: 6,909 / 27,367 / 85,400), output p50/p90/p99 351 / 595 / 1,136 (350 / 597 /
-# 1,119) and 38.8% prefix-hit tokens (37.4%).
+# and prefix-hit fraction. 12,031 requests, seed 0, give input p50/p90/p99 6,758 / 28,859 /
+# 81,001 (trace: 6,909 / 27,367 / 85,400), output p50/p90/p99 350 / 595 / 1,128 (350 / 597 /
+# 1,119) and 38.4% prefix-hit tokens (37.4%); seeds 0-5 at 12,000 give 37.3-39.6%.
 MOONCAKE_SYSTEM_PROMPT = 890  # the trace's shortest prompts are 891-905 tokens; all share block 0
 MOONCAKE_FIRST_TURN = LogNormalMix(medians=(39.2, 8807.0), sigmas=(1.342, 1.049), weights=(0.261, 0.739), high=125_000)
 MOONCAKE_FOLLOW_UP = LogNormalMix(medians=(35.2, 236.6), sigmas=(0.985, 1.155), weights=(0.675, 0.325), high=100_000)
