@@ -140,3 +140,19 @@ def test_error_against_measured_tables() -> None:
     for family, errs in pooled.items():
         median = float(np.median(np.concatenate(errs)))
         assert median <= 0.10, f"{family}: median relative error {median:.1%}"
+
+
+@pytest.mark.parametrize("model, gpu, tp", [("llama-3-8b", "h100", 1), ("llama-2-70b", "a100", 2),
+                                            ("llama-2-70b", "h100", 4)])
+def test_step_cost_is_step_time_and_flops_in_one_call(model, gpu, tp):
+    cost = CostModel.create(model, gpu, tp)
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        n = int(rng.integers(1, 300))
+        num_tokens = np.where(rng.random(n) < 0.7, 1, rng.integers(1, 3000, n)).astype(np.int64)
+        context = rng.integers(0, 60000, n).astype(np.int64)
+        seconds, flops = cost.step_cost(num_tokens, context)  # twice: the memoised parts must agree too
+        assert cost.step_cost(num_tokens, context) == (seconds, flops)
+        assert seconds == pytest.approx(cost.step_time(num_tokens, context), rel=1e-12)
+        assert flops == pytest.approx(cost.flops(num_tokens, context), rel=1e-12)
+    assert cost.step_cost(np.zeros(0, np.int64), np.zeros(0, np.int64)) == (0.0, 0.0)

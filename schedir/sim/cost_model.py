@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 
+import numba as nb
 import numpy as np
 
 from schedir.sim.models import GpuSpec, ModelSpec, get_gpu, get_model
@@ -147,6 +148,28 @@ def elementwise_bytes(kind: str, tokens: ArrayLike, hidden: int, q_heads: int = 
 # ---- the step --------------------------------------------------------------------------------
 
 
+@nb.njit(cache=True)
+def _batch_sums(num_tokens: np.ndarray, context: np.ndarray, q_half: float,
+                causal: float) -> tuple[float, int, float, float, float]:
+    """One pass over a batch: total tokens, decode count, decode KV tokens, prefill work, causal q*kv sum."""
+    total = 0.0
+    n_dec = 0
+    dec_kv = 0.0
+    work = 0.0
+    qc = 0.0
+    for i in range(num_tokens.size):
+        q = float(num_tokens[i])
+        c = float(context[i])
+        total += q
+        qc += q * (c + (q + 1.0) / 2.0)
+        if num_tokens[i] == 1:
+            n_dec += 1
+            dec_kv += c + 1.0
+        else:
+            work += (q + q_half) * (c + causal * (q + 1.0))
+    return total, n_dec, dec_kv, work, qc
+
+
 class CostModel:
     """Step time, FLOPs and KV capacity of `model` on `tp` GPUs of kind `gpu`.
 
@@ -181,6 +204,8 @@ class CostModel:
         heads = self._q_heads + gpu.attn_prefill_kv_weight * self._kv_heads
         self._prefill_scale = 4.0 * heads * hd / (gpu.peak_flops * gpu.attn_prefill_eff_max)
         self._act_bytes_per_token = model.dtype_bytes * h
+        self._by_total: dict[float, tuple[float, float]] = {}
+        self._by_req: dict[int, tuple[float, float]] = {}
 
     @classmethod
     def create(cls, model_name: str, gpu_name: str, tp: int = 1) -> CostModel:
@@ -224,6 +249,54 @@ class CostModel:
                  + float(all_gather_time(gpu, logits_bytes, self.tp))
                  + SAMPLER_PASSES * float(elementwise_time(gpu, logits_bytes, "add")))
         return gemm, prefill, dec, ar, ew, other
+
+    def step_cost(self, num_tokens: np.ndarray, context: np.ndarray) -> tuple[float, float]:
+        """`(step_time, flops)` in one pass: the simulator's per-step call (a few µs).
+
+        The same formulas as `_terms` and `flops`: the per-request sums come from one
+        Numba loop, and the parts that depend only on the batch's token count or
+        request count (GEMMs, elementwise, all-reduce, LM head, sampler) are memoised.
+        """
+        n_req = len(num_tokens)
+        if n_req == 0:
+            return 0.0, 0.0
+        self._check(num_tokens, context)
+        gpu, model, L = self.gpu, self.model, self.model.num_layers
+        total, n_dec, dec_kv, work, qc = _batch_sums(num_tokens, context, gpu.attn_prefill_q_half,
+                                                     gpu.attn_prefill_causal)
+        by_total = self._by_total.get(total)
+        if by_total is None:
+            by_total = self._by_total[total] = self._total_terms(total)
+        by_req = self._by_req.get(n_req)
+        if by_req is None:
+            by_req = self._by_req[n_req] = self._request_terms(n_req)
+        seconds = by_total[0] + by_req[0]
+        if n_dec < n_req:
+            seconds += L * (gpu.attn_prefill_overhead_s + work * self._prefill_scale)
+        if n_dec:
+            seconds += L * (gpu.attn_decode_overhead_s + n_dec * gpu.attn_decode_per_request_s
+                            + dec_kv * self._kv_bytes_per_token_layer / (gpu.mem_bw * gpu.attn_decode_bw_eff))
+        flops = by_total[1] + by_req[1] + L * 4.0 * model.num_heads * model.head_dim * qc
+        return seconds, flops
+
+    def _total_terms(self, total: float) -> tuple[float, float]:
+        """Seconds and FLOPs that depend only on the step's token count."""
+        gpu, model, L = self.gpu, self.model, self.model.num_layers
+        seconds = L * float(np.sum(gemm_time(gpu, total, self._gemm_n, self._gemm_k, model.dtype_bytes)))
+        if self.tp > 1:
+            seconds += 2 * L * float(all_reduce_time(gpu, total * self._act_bytes_per_token, self.tp))
+        seconds += L * (self._ew_fixed_s + total * self._ew_s_per_token) + total * self._emb_s_per_token
+        return seconds, 2.0 * L * model.params_per_layer * total
+
+    def _request_terms(self, n_req: int) -> tuple[float, float]:
+        """Seconds and FLOPs that depend only on how many requests sample (LM head, sampler, overhead)."""
+        gpu, model = self.gpu, self.model
+        lm_head = float(gemm_time(gpu, n_req, model.vocab_size // self.tp, model.hidden_size, model.dtype_bytes))
+        logits_bytes = 4.0 * n_req * model.vocab_size
+        seconds = (STEP_OVERHEAD_S + lm_head + 2 * gpu.elementwise_overhead_s
+                   + float(all_gather_time(gpu, logits_bytes, self.tp))
+                   + SAMPLER_PASSES * float(elementwise_time(gpu, logits_bytes, "add")))
+        return seconds, 2.0 * n_req * model.vocab_size * model.hidden_size
 
     @staticmethod
     def _check(num_tokens: np.ndarray, context: np.ndarray) -> None:

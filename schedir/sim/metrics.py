@@ -87,6 +87,7 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "gpu_busy_s": busy,
         "scheduler_us_per_step": float(np.median(sched_us)) if sched_us.size else 0.0,
         "scheduler_us": quantiles(sched_us),
+        "scheduler_share_of_gpu_time": float(sched_us.sum() / 1e6 / busy) if busy else 0.0,
         "sim_wall_s": result.sim_wall_s,
         "stalled": result.stalled,
         "runtime": result.runtime_metrics,

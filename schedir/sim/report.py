@@ -45,6 +45,7 @@ ROWS: tuple[tuple[str, Callable[[Metrics], float], str], ...] = (
     ("steps", lambda m: m["steps"], "{:.0f}"),
     ("scheduler us/step p50", lambda m: m["scheduler_us"]["p50"], "{:.0f}"),
     ("scheduler us/step p99", lambda m: m["scheduler_us"]["p99"], "{:.0f}"),
+    ("scheduler wall / GPU time", lambda m: m["scheduler_share_of_gpu_time"], "{:.2%}"),
     ("simulated time (s)", lambda m: m["simulated_s"], "{:.0f}"),
     ("simulator wall time (s)", lambda m: m["sim_wall_s"], "{:.1f}"),
 )

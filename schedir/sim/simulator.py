@@ -111,7 +111,7 @@ class Simulator:
             idx = row_index[out.rows]
             num_tokens = out.num_tokens
             computed = out.computed
-            gpu_s = cost.step_time(num_tokens, computed)
+            gpu_s, flops = cost.step_cost(num_tokens, computed)
             start = self.now
             self.now = start + gpu_s
             sampled = out.sampled
@@ -144,14 +144,15 @@ class Simulator:
             decode_tokens = int(decode.sum())
             steps.append(start, gpu_s, int(num_tokens.sum()) - decode_tokens, decode_tokens, k,
                          int(sched.waiting.size), 1.0 - pool.num_free / usable, ((w1 - w0) + (w3 - w2)) * 1e6,
-                         cost.flops(num_tokens, computed))
+                         flops)
             if progress is not None and steps.size % progress_every == 0:
                 progress(done, n, self.now)
         wall = time.perf_counter() - wall_start
         if progress is not None:
             progress(done, n, self.now)
         return SimResult(
-            config_name=cfg.name, config=attrs.asdict(cfg, value_serializer=_plain), workload=workload.stats(),
+            config_name=cfg.name, config=attrs.asdict(cfg, value_serializer=_plain),
+            workload={"name": workload.name, "source": workload.source, **workload.stats()},
             num_blocks=self.num_blocks, max_model_len=self.max_model_len, peak_flops=cost.peak_flops,
             requests=reqs, steps=steps, runtime_metrics=sched.get_metrics(), sim_wall_s=wall, stalled=stalled,
         )

@@ -1,4 +1,4 @@
-"""The `schedir` command line: `schedir passes`, `schedir opt`.
+"""The `schedir` command line: `schedir passes`, `schedir opt`, `schedir sim/bench/stats`.
 
 Bad input (a file that does not parse, an unknown pass, a pipeline whose
 dependencies are missing) prints one clear message and exits 2; a step that a
@@ -16,6 +16,7 @@ from typing import TextIO
 from schedir.ir.errors import PassFailure, PipelineError, SchedirError, StepParseError
 from schedir.ir.pipeline import Instrumentation, PassManager, default_presets, default_registry
 from schedir.ir.textio import parse_step_file, parse_step_text, print_ir
+from schedir.tools.sim_commands import add_commands as add_sim_commands
 
 EXIT_OK, EXIT_ILLEGAL, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -44,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--generic", action="store_true", help="print the generic (MLIR) form")
     opt.add_argument("--timing", action="store_true", help="print each pass's time to stderr")
     opt.add_argument("-o", "--output", type=Path, help="write the result here instead of stdout")
+    add_sim_commands(sub)
     return parser
 
 
@@ -104,6 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "passes":
             return cmd_passes(out)
+        if args.command in ("sim", "bench", "stats"):
+            return run_sim_command(args, err)
         return cmd_opt(args, out, err)
     except (StepParseError, PipelineError) as e:
         err.write(f"schedir: error: {e}\n")
@@ -120,6 +124,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RuntimeError as e:  # an external tool failed (Graphviz `dot` for --dot-dir)
         err.write(f"schedir: error: {e}\n")
         return EXIT_ILLEGAL
+
+
+def run_sim_command(args: argparse.Namespace, err: TextIO) -> int:
+    """The simulator's commands: bad input (trace rows, names, options) is a ValueError -> exit 2."""
+    from rich.console import Console
+
+    from schedir.tools.sim_commands import cmd_bench, cmd_sim, cmd_stats
+
+    console = Console() if sys.stdout.isatty() else Console(width=200)  # files and pipes: no 80-column wrap
+    command = {"sim": cmd_sim, "bench": cmd_bench, "stats": cmd_stats}[args.command]
+    try:
+        return command(args, console)
+    except ValueError as e:
+        err.write(f"schedir {args.command}: error: {e}\n")
+        return EXIT_BAD_INPUT
 
 
 if __name__ == "__main__":

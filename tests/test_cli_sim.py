@@ -1,0 +1,128 @@
+"""`schedir sim`, `schedir bench`, `schedir stats`: outputs, files, and bad input as one clear message."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from schedir.tools.cli import EXIT_BAD_INPUT, EXIT_OK, main
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces"
+REQUIRED_KEYS = ("ttft_s", "tbt_s", "e2e_s", "throughput_req_s", "throughput_tok_s", "prefix_hit_rate",
+                 "batch_efficiency", "kv_utilization", "preemptions", "scheduler_us_per_step", "sim_wall_s")
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_sim_builtin_workload_writes_json_and_plots(capsys, tmp_path):
+    out_json = tmp_path / "run.json"
+    code, out, err = run(capsys, "sim", "--workload", "conversation", "--num-requests", "30", "--quiet",
+                         "--json", str(out_json), "--plots", str(tmp_path / "plots"))
+    assert code == EXIT_OK, err
+    assert "TTFT p50" in out and "throughput" in out
+    m = json.loads(out_json.read_text())
+    for key in REQUIRED_KEYS:
+        assert key in m
+    assert m["requests"]["finished"] == 30
+    assert {"p50", "p90", "p99"} <= set(m["ttft_s"])
+    assert (tmp_path / "plots" / "latency_cdf.png").stat().st_size > 0
+    assert (tmp_path / "plots" / "batch_composition.png").stat().st_size > 0
+
+    code, out, err = run(capsys, "stats", str(out_json), "--plots", str(tmp_path / "again"))
+    assert code == EXIT_OK, err
+    assert "TTFT p50" in out and (tmp_path / "again" / "latency_cdf.png").exists()
+
+
+def test_bench_prints_configs_side_by_side_with_ratios(capsys, tmp_path):
+    code, out, err = run(capsys, "bench", "--configs", "vllm,vllm@enable_prefix_caching=false", "--num-requests",
+                         "25", "--quiet", "--json", str(tmp_path / "bench.json"), "--plots", str(tmp_path / "p"))
+    assert code == EXIT_OK, err
+    assert "vllm@enable_prefix_caching=false (x first)" in out
+    assert "x)" in out  # ratio cells
+    runs = json.loads((tmp_path / "bench.json").read_text())["runs"]
+    assert [r["config"] for r in runs] == ["vllm", "vllm@enable_prefix_caching=false"]
+    assert runs[0]["prefix_hit_rate"] > 0 and runs[1]["prefix_hit_rate"] == 0
+    assert (tmp_path / "p" / "batch_composition.png").exists()
+    code, out, _ = run(capsys, "stats", str(tmp_path / "bench.json"))
+    assert code == EXIT_OK and "(x first)" in out
+
+
+def test_sim_dumps_the_chosen_steps(capsys, tmp_path):
+    code, _, err = run(capsys, "sim", "--num-requests", "3", "--quiet", "--dump-steps", "2,4-5",
+                       "--dump-dir", str(tmp_path / "d"))
+    assert code == EXIT_OK, err
+    steps = {p.name[:10] for p in (tmp_path / "d").glob("*.mlir")}
+    assert steps == {"step-00002", "step-00004", "step-00005"}
+
+
+def test_sim_trace_file(capsys, tmp_path):
+    trace = tmp_path / "t.jsonl"
+    rows = [{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [0, 1]},
+            {"timestamp": 100, "input_length": 700, "output_length": 3, "hash_ids": [0, 2]}]
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code, out, err = run(capsys, "sim", "--trace", str(trace), "--quiet", "--json", str(tmp_path / "r.json"))
+    assert code == EXIT_OK, err
+    m = json.loads((tmp_path / "r.json").read_text())
+    assert m["requests"]["finished"] == 2 and m["prefix_hit_rate"] > 0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["sim", "--model", "llama-9b", "--num-requests", "2"], "llama-3-8b"),
+    (["sim", "--gpu", "tpu-v5", "--num-requests", "2"], "h100"),
+    (["sim", "--workload", "nope"], "conversation"),
+    (["sim", "--preset", "no-such-preset", "--num-requests", "2", "--quiet"], "no-such-preset"),
+    (["sim", "--num-requests", "0"], "--num-requests must be positive"),
+    (["sim", "--dump-steps", "3"], "--dump-steps needs --dump-dir"),
+    (["sim", "--dump-steps", "x", "--dump-dir", "d"], "not a step number"),
+    (["bench", "--configs", "vllm@colour=red"], "unknown field 'colour'"),
+])
+def test_bad_input_is_one_clear_message(capsys, argv, message):
+    code, _, err = run(capsys, *argv)
+    assert code == EXIT_BAD_INPUT
+    assert message in err and "Traceback" not in err
+
+
+def test_bad_trace_row_names_file_and_line(capsys, tmp_path):
+    trace = tmp_path / "bad.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [0, 1]}\n'
+                     '{"timestamp": 5, "input_length": 600, "output_length": -3, "hash_ids": [0, 1]}\n'
+                     '{"timestamp": 9, "input_length": 100, "output_length": 2, "hash_ids": [7]}\n')
+    code, _, err = run(capsys, "sim", "--trace", str(trace), "--quiet")
+    assert code == EXIT_BAD_INPUT
+    assert "bad.jsonl:2" in err and "output_length" in err
+    code, out, err = run(capsys, "sim", "--trace", str(trace), "--quiet", "--skip-bad-rows")
+    assert code == EXIT_OK, err
+    assert "bad.jsonl:2" in out and "skipped" in out
+
+
+def test_stats_refuses_a_file_that_is_not_a_run(capsys, tmp_path):
+    bad = tmp_path / "x.json"
+    bad.write_text('{"hello": 1}')
+    code, _, err = run(capsys, "stats", str(bad))
+    assert code == EXIT_BAD_INPUT and "not written by schedir" in err
+    bad.write_text("{not json")
+    code, _, err = run(capsys, "stats", str(bad))
+    assert code == EXIT_BAD_INPUT and "x.json:1" in err
+
+
+@pytest.mark.parametrize("name, path, count", [
+    ("mooncake", SHARED / "mooncake" / "conversation_trace.jsonl", 300),
+    ("azure", SHARED / "azure2023" / "AzureLLMInferenceTrace_conv.csv", 300),
+])
+def test_sim_replays_real_traces(capsys, tmp_path, name, path, count):
+    if not path.exists():
+        pytest.skip(f"{path} absent: the real traces live in ../shared/data, not in the project")
+    out_json = tmp_path / f"{name}.json"
+    code, _, err = run(capsys, "sim", "--trace", str(path), "--preset", "vllm", "--num-requests", str(count),
+                       "--quiet", "--json", str(out_json))
+    assert code == EXIT_OK, err
+    m = json.loads(out_json.read_text())
+    for key in REQUIRED_KEYS:
+        assert key in m
+    assert m["requests"]["finished"] + m["requests"]["rejected"] == count
