@@ -311,7 +311,8 @@ def test_update_with_a_wrong_length_array_fails_cleanly() -> None:
 # ---------------------------------------------------------------- state and metrics
 METRIC_KEYS = {"total_requests", "finished_requests", "rejected_requests", "preemptions", "steps",
                "scheduled_tokens", "prefix_hit_tokens", "batch_efficiency", "memory_utilization",
-               "schedule_us_median", "schedule_us_p99"}
+               "schedule_us_median", "schedule_us_p99", "aborted_requests", "avg_latency_s", "p99_latency_s",
+               "throughput_req_s", "throughput_tok_s"}
 
 
 def test_metrics_keys_and_counts() -> None:
@@ -376,3 +377,30 @@ def test_a_pipeline_without_reject_oversized_cannot_schedule_past_max_model_len(
         assert "'a'" in str(err)
         return
     assert "a" not in out.req_ids, f"scheduled with slots {out.batch.slot_mapping.tolist()}"
+
+
+def test_latency_and_throughput_on_the_schedulers_clock() -> None:
+    """A fake clock: each step takes 0.5 s; latencies are finish - arrival on that clock."""
+    now = [0.0]
+    sched = Scheduler(SchedulerConfig(num_blocks=64, block_size=4, max_num_batched_tokens=64, max_model_len=64),
+                      clock=lambda: now[0])
+    sched.add_request(Request("a", prompt(5), max_tokens=2))  # arrives now (t = 0) by the clock
+    now[0] = 1.0
+    sched.add_request(Request("b", prompt(5, 50), max_tokens=3))
+    sched.add_request(Request("c", prompt(5, 80), max_tokens=9))
+    ends: dict[str, float] = {}
+    while sched.has_unfinished_requests():
+        out = sched.schedule()
+        now[0] += 0.5
+        for name in sched.update(out, {rid: [5] for rid in out.req_ids}):
+            ends[name] = now[0]
+        if "c" in out.req_ids and out.num_tokens[out.req_ids.index("c")] and "a" in ends:
+            sched.finish_requests("c")  # aborted: not a completed request
+    m = sched.get_metrics()
+    assert set(ends) == {"a", "b"}
+    assert m["avg_latency_s"] == (ends["a"] - 0.0 + ends["b"] - 1.0) / 2
+    assert m["finished_requests"] == 3 and m["aborted_requests"] == 1
+    span = max(ends.values()) - 0.0
+    assert m["throughput_req_s"] == 2 / span
+    assert m["throughput_tok_s"] == (2 + 3) / span
+    assert m["p99_latency_s"] <= max(ends["a"], ends["b"] - 1.0)

@@ -12,6 +12,18 @@ from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
 
 
+def oversized(total: np.ndarray, max_model_len: int, total_blocks: int, block_size: int,
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """(too long for the model, too big for the whole cache) per request of `total` known tokens.
+
+    The runtime's admission window uses the same rule, so a request that will be rejected
+    always enters the step that rejects it.
+    """
+    too_long = total > max_model_len
+    too_big = (total + block_size - 1) // block_size > total_blocks
+    return too_long, too_big
+
+
 @dataclass(frozen=True)
 class RejectOversized(StepPass):
     """Reject requests longer than the model or larger than the whole KV cache.
@@ -35,8 +47,7 @@ class RejectOversized(StepPass):
         # Fits the model and the cache iff total <= max_model_len and total <= blocks * block_size.
         if total.size == 0 or int(total.max()) <= min(facts.max_model_len, facts.total_blocks * facts.block_size):
             return
-        too_long = total > facts.max_model_len
-        too_big = (total + facts.block_size - 1) // facts.block_size > facts.total_blocks
+        too_long, too_big = oversized(total, facts.max_model_len, facts.total_blocks, facts.block_size)
         bad = too_long | too_big
         if not bad.any():
             return

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import attrs
@@ -75,10 +75,11 @@ class Request:
     prompt_token_ids: Sequence[int] | np.ndarray
     max_tokens: int = 16
     priority: int = 0
-    arrival_time: float | None = None  # seconds; None: now
+    arrival_time: float | None = None  # seconds on the scheduler's clock; None: now
     eos_token_id: int | None = None
     ignore_eos: bool = False
     stop_token_ids: Sequence[int] = ()
 
-    def arrival(self) -> float:
-        return time.monotonic() if self.arrival_time is None else float(self.arrival_time)
+    def arrival(self, clock: Callable[[], float] = time.monotonic) -> float:
+        """The arrival time on the scheduler's clock (now, if the request did not say)."""
+        return clock() if self.arrival_time is None else float(self.arrival_time)

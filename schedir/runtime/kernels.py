@@ -5,7 +5,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from schedir.lowering.hashing import extend_hashes
+from schedir.lowering.hashing import ROOT, block_hash
 from schedir.runtime import table as _table
 
 # Numba's on-disk cache (cache=True) does not notice a change of constants imported from
@@ -20,10 +20,13 @@ NOT_DONE, STOPPED, LENGTH = 0, 1, 2
 
 
 @nb.njit(cache=True)
-def apply_samples(rows, offsets, toks, data, tokens, rhash, nhash, block_size: int, max_model_len: int,
+def apply_samples(rows, offsets, toks, data, tail, rhash, nhash, block_size: int, max_model_len: int,
                   stop_rows, stop_ids):
     """Append each request's sampled tokens; returns per request NOT_DONE, STOPPED (EOS or a
-    stop id) or LENGTH (max_tokens or max_model_len). Tokens after a stop are dropped."""
+    stop id) or LENGTH (max_tokens or max_model_len). Tokens after a stop are dropped.
+
+    `tail[r]` holds row r's unfinished last block; when a token completes it, the block's
+    chained hash is appended to `rhash[r]` (the tokens themselves are not kept)."""
     n = rows.size
     done = np.zeros(n, dtype=np.int8)
     for i in range(n):
@@ -33,11 +36,13 @@ def apply_samples(rows, offsets, toks, data, tokens, rhash, nhash, block_size: i
         for k in range(offsets[i], offsets[i + 1]):
             t = toks[k]
             at = data[TOTAL, r]
-            tokens[r, at] = t
+            tail[r, at % block_size] = t
             data[TOTAL, r] = at + 1
             data[OUTPUTS, r] += 1
-            if (at + 1) % block_size == 0:
-                nhash[r] = extend_hashes(tokens[r], at + 1, rhash[r], nhash[r], block_size)
+            if (at + 1) % block_size == 0 and (at + 1) // block_size == nhash[r] + 1:
+                parent = rhash[r, nhash[r] - 1] if nhash[r] > 0 else ROOT
+                rhash[r, nhash[r]] = block_hash(parent, tail[r], 0, block_size)
+                nhash[r] += 1
             if data[IGNORE_EOS, r] == 0 and data[EOS, r] >= 0 and t == data[EOS, r]:
                 done[i] = STOPPED
                 break

@@ -1,4 +1,8 @@
-"""Counters the runtime keeps about itself (the simulator adds latency metrics on top)."""
+"""Counters the runtime keeps about itself: requests, steps, batch fill, KV use, latency, throughput.
+
+Latency and throughput are measured on the scheduler's clock (`Scheduler(clock=...)`):
+wall time in an engine, simulated time in the simulator.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import numpy as np
 class RuntimeMetrics:
     added: int = 0
     finished: int = 0
+    aborted: int = 0
     rejected: int = 0
     preemptions: int = 0
     steps: int = 0
@@ -18,6 +23,23 @@ class RuntimeMetrics:
     step_seconds: list[float] = attrs.field(factory=list)
     batch_fill: list[float] = attrs.field(factory=list)
     kv_usage: list[float] = attrs.field(factory=list)
+    latencies: np.ndarray = attrs.field(factory=lambda: np.zeros(64))  # arrival -> finish, per finished request
+    output_tokens: int = 0
+    first_arrival: float = float("inf")
+    last_finish: float = float("-inf")
+
+    def record_arrival(self, arrival: float) -> None:
+        self.added += 1
+        self.first_arrival = min(self.first_arrival, arrival)
+
+    def record_finish(self, arrival: float, now: float, outputs: int) -> None:
+        """A request that finished by a stop condition (not an abort or a rejection)."""
+        if self.finished == self.latencies.size:
+            self.latencies = np.concatenate([self.latencies, np.zeros(self.latencies.size)])
+        self.latencies[self.finished] = now - arrival
+        self.finished += 1
+        self.output_tokens += outputs
+        self.last_finish = max(self.last_finish, now)
 
     def record_step(self, out, seconds: float, budget: int, kv_usage: float) -> None:
         self.steps += 1
@@ -31,10 +53,13 @@ class RuntimeMetrics:
 
     def summary(self) -> dict[str, float]:
         us = np.asarray(self.step_seconds) * 1e6
+        lat = self.latencies[: self.finished]
+        span = self.last_finish - self.first_arrival if self.finished else 0.0
         return {
             "total_requests": self.added,
-            "finished_requests": self.finished,
+            "finished_requests": self.finished + self.aborted,  # ended: stopped by itself or aborted
             "rejected_requests": self.rejected,
+            "aborted_requests": self.aborted,
             "preemptions": self.preemptions,
             "steps": self.steps,
             "scheduled_tokens": self.scheduled_tokens,
@@ -43,4 +68,8 @@ class RuntimeMetrics:
             "memory_utilization": float(np.mean(self.kv_usage)) if self.kv_usage else 0.0,
             "schedule_us_median": float(np.median(us)) if us.size else 0.0,
             "schedule_us_p99": float(np.percentile(us, 99)) if us.size else 0.0,
+            "avg_latency_s": float(lat.mean()) if lat.size else 0.0,
+            "p99_latency_s": float(np.percentile(lat, 99)) if lat.size else 0.0,
+            "throughput_req_s": self.finished / span if span > 0 else 0.0,
+            "throughput_tok_s": self.output_tokens / span if span > 0 else 0.0,
         }

@@ -13,7 +13,7 @@ scheduled and not yet updated is not scheduled again (`in_flight` column).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
@@ -29,6 +29,7 @@ from schedir.ir.step import steps_of
 from schedir.lowering.batch_plan import batch_plan
 from schedir.lowering.hashing import extend_hashes
 from schedir.lowering.kv_pool import KVPool, commit, match_rows
+from schedir.passes.reject_oversized import oversized
 from schedir.runtime import table as T
 from schedir.runtime.config import Request, SchedulerConfig
 from schedir.runtime.kernels import apply_samples
@@ -39,6 +40,7 @@ _EMPTY = np.zeros(0, dtype=np.int64)
 _QUEUE_NAMES = T.COLUMNS[: T.QUEUE_COLUMN_COUNT]
 _REASON_NAMES = {int(r): r.name.lower().replace("_", "-") for r in Reason}
 _INT32_MAX = 2**31 - 1
+WINDOW_SLACK = 256  # waiting requests beyond max_num_seqs that still enter a vllm step (see _admission_window)
 
 
 def pipeline_spec(config: SchedulerConfig) -> str:
@@ -53,15 +55,22 @@ def pipeline_spec(config: SchedulerConfig) -> str:
 class Scheduler:
     """One engine's scheduler: request table, queues, KV pool, and the pass pipeline."""
 
-    def __init__(self, config: SchedulerConfig | None = None) -> None:
+    def __init__(self, config: SchedulerConfig | None = None, *, clock: Callable[[], float] | None = None) -> None:
+        """`clock` (seconds) times arrivals and finishes for latency and throughput metrics:
+        `time.monotonic` by default, the simulated clock in the simulator."""
         self.config = cfg = config or SchedulerConfig()
+        self.clock = clock or time.monotonic
         width = -(-cfg.max_model_len // cfg.block_size) + 1
-        self.table = T.RequestTable(64, cfg.max_model_len)
+        self.table = T.RequestTable(64, cfg.block_size)
         self.pool = KVPool.create(cfg.num_blocks, cfg.block_size, width, rows=self.table.capacity,
                                   enable_caching=cfg.enable_prefix_caching)
         self.spec = pipeline_spec(cfg)
         self.manager = PassManager.parse(self.spec, verify_each=cfg.verify_each)
         self.pool_level = any("kv-pool" in p.requires for p in self.manager.passes)
+        # vLLM's order is known here, so a long waiting queue enters the step as its head only
+        # (see `_admission_window`); a pipeline with another order sees the whole queue.
+        self.window = (cfg.max_num_seqs + max(cfg.max_num_seqs, WINDOW_SLACK)
+                       if any(p.name == "order-vllm" for p in self.manager.passes) else 0)
         self._initial_facts: tuple[str, ...] = ("kv-pool",) if self.pool_level else ()
         self.running = _EMPTY
         self.waiting = _EMPTY
@@ -90,7 +99,7 @@ class Scheduler:
             raise ValueError(f"request '{name}': token ids must lie in 0..{_INT32_MAX}")
         if request.max_tokens < 1:
             raise ValueError(f"request '{name}': max_tokens must be >= 1, got {request.max_tokens}")
-        arrival = request.arrival()
+        arrival = request.arrival(self.clock)
         if arrival < 0:
             raise ValueError(f"request '{name}': arrival_time must be >= 0, got {arrival}")
         table = self.table
@@ -126,16 +135,17 @@ class Scheduler:
         else:
             d[T.RANK, row] = 0
         table.prompts[row] = prompt
-        stored = min(n, table.tokens.shape[1])  # a too-long prompt is rejected at its first step
-        table.tokens[row, :stored] = prompt[:stored]
         self.pool.nblk[row] = 0
         self.pool.ncached[row] = 0
         self.pool.nhash[row] = 0
-        if cfg.enable_prefix_caching:
-            self.pool.nhash[row] = extend_hashes(table.tokens[row], min(stored, cfg.max_model_len),
-                                                 self.pool.rhash[row], 0, cfg.block_size)
+        prompt32 = prompt.astype(np.int32)
+        if cfg.enable_prefix_caching:  # a too-long prompt is hashed up to max_model_len, rejected at its first step
+            self.pool.nhash[row] = extend_hashes(prompt32, min(n, cfg.max_model_len), self.pool.rhash[row], 0,
+                                                 cfg.block_size)
+        partial = n % cfg.block_size  # the unfinished last block: generated tokens complete it
+        table.tail[row, :partial] = prompt32[n - partial:]
         self.waiting = np.append(self.waiting, row)
-        self.metrics.added += 1
+        self.metrics.record_arrival(arrival)
 
     def _refresh_stops(self) -> None:
         pairs = [(r, t) for r, ids in self.table.stop_ids.items() for t in sorted(ids)]
@@ -152,6 +162,8 @@ class Scheduler:
         pool = self.pool
         d = self.table.data
         running, waiting = self.running, self.waiting
+        if self.window and waiting.size > self.window:
+            waiting = self._admission_window(waiting)
         d[T.BLOCKS, running] = pool.nblk[running]
         dumping = cfg.dumps(step)
         work_pool = pool.copy() if dumping and self.pool_level else pool
@@ -181,6 +193,30 @@ class Scheduler:
         self.metrics.record_step(out, time.perf_counter() - start, cfg.max_num_batched_tokens,
                                  1.0 - pool.num_free / pool.usable_blocks)
         return out
+
+    def _admission_window(self, waiting: np.ndarray) -> np.ndarray:
+        """The first `window` waiting requests in vLLM's order, plus every request that
+        reject-oversized will refuse (unsorted: order-vllm sorts them).
+
+        One step admits at most max_num_seqs requests and stops at the first that does not
+        fit, so requests past the head cannot be admitted this step: leaving them out of the
+        step keeps its cost flat when thousands wait (an overloaded simulation). The decisions
+        are the same as with the whole queue unless more than `window - max_num_seqs` requests
+        that do fit are skipped at the head in one step (nothing in the vllm preset skips).
+        """
+        d = self.table.data
+        cfg = self.config
+        w = self.window
+        if cfg.policy == "priority":
+            order = np.lexsort((d[T.RANK, waiting], d[T.ARRIVAL, waiting], d[T.PRIORITY, waiting]))
+            head = order[:w]
+        else:
+            head = np.argpartition(d[T.QUEUED, waiting], w - 1)[:w]
+        too_long, too_big = oversized(d[T.TOTAL, waiting], cfg.max_model_len, self.pool.usable_blocks, cfg.block_size)
+        bad = np.flatnonzero(too_long | too_big)
+        if bad.size:
+            head = np.union1d(head, bad)
+        return waiting[head]
 
     def _run_dumped(self, module: ModuleOp, step: int) -> None:
         cfg = self.config
@@ -326,7 +362,7 @@ class Scheduler:
             offsets = np.zeros(rows.size + 1, dtype=np.int64)
             np.cumsum(counts, out=offsets[1:])
             toks = np.fromiter((t for x in lists for t in x), dtype=np.int64, count=int(offsets[-1]))
-        done = apply_samples(rows, offsets, toks, d, table.tokens, self.pool.rhash, self.pool.nhash,
+        done = apply_samples(rows, offsets, toks, d, table.tail, self.pool.rhash, self.pool.nhash,
                              self.config.block_size, self.config.max_model_len, self._stop_rows, self._stop_ids)
         finished: list[str] = []
         if done.any():
@@ -338,15 +374,20 @@ class Scheduler:
             table.release(r)
         return finished
 
-    def _finish(self, row: int) -> str:
-        """Free a request's blocks and retire it (its row is released once no output names it)."""
+    def _finish(self, row: int, completed: bool = True) -> str:
+        """Free a request's blocks and retire it (its row is released once no output names it).
+
+        `completed`: it stopped by itself (counted in latency and throughput), not aborted."""
         table = self.table
         name = table.names[row]
+        if completed:
+            self.metrics.record_finish(table.data[T.ARRIVAL, row] / 1e6, self.clock(), int(table.data[T.OUTPUTS, row]))
+        else:
+            self.metrics.aborted += 1
         table.data[T.STATUS, row] = T.FINISHED
         self.pool.free_request(row)
         self.pool.nhash[row] = 0
         self._finished.append(name)
-        self.metrics.finished += 1
         if table.data[T.IN_FLIGHT, row] == 0:
             table.release(row)
         return name
@@ -362,7 +403,7 @@ class Scheduler:
             row = self.table.row_of.get(name)
             if row is None or d[T.STATUS, row] == T.FINISHED:
                 continue
-            done.append(self._finish(row))
+            done.append(self._finish(row, completed=False))
         if done:
             self.running = self.running[d[T.STATUS, self.running] == T.RUNNING]
             st = d[T.STATUS, self.waiting]

@@ -2,9 +2,11 @@
 
 Rows are recycled when a request finishes, and the table doubles when full, so
 a step reads its queues with one fancy index over a (columns x rows) int64
-array: no per-request Python objects on the hot path. Token ids live in a
-(rows x max_model_len) int32 array so the prefix-cache hashes of generated
-blocks can be computed where the tokens are.
+array: no per-request Python objects on the hot path. Of the token ids, only
+each row's unfinished last block is kept (`tail`, rows x block_size int32): the
+prefix-cache hashes are chained, so a block's hash needs its own tokens and its
+parent's hash, never the whole sequence — a 128k-token context costs one block
+of memory per request, not 512 KiB.
 """
 
 from __future__ import annotations
@@ -32,10 +34,10 @@ FREE = 10
 class RequestTable:
     """Columns of request state, grown by doubling; rows are request slots."""
 
-    def __init__(self, rows: int, max_model_len: int) -> None:
+    def __init__(self, rows: int, block_size: int) -> None:
         self.data = np.zeros((len(COLUMNS), rows), dtype=np.int64)
         self.data[STATUS] = FREE
-        self.tokens = np.zeros((rows, max_model_len + 1), dtype=np.int32)
+        self.tail = np.zeros((rows, block_size), dtype=np.int32)  # tokens of each row's partial last block
         self.names: list[str | None] = [None] * rows
         self.prompts: list[np.ndarray | None] = [None] * rows
         self.stop_ids: dict[int, frozenset[int]] = {}
@@ -63,9 +65,9 @@ class RequestTable:
         data[:, :old] = self.data
         data[STATUS, old:] = FREE
         self.data = data
-        tokens = np.zeros((new, self.tokens.shape[1]), dtype=np.int32)
-        tokens[:old] = self.tokens
-        self.tokens = tokens
+        tail = np.zeros((new, self.tail.shape[1]), dtype=np.int32)
+        tail[:old] = self.tail
+        self.tail = tail
         self.names.extend([None] * old)
         self.prompts.extend([None] * old)
         self._free_rows = list(range(new - 1, old - 1, -1)) + self._free_rows
