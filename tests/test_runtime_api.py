@@ -404,3 +404,21 @@ def test_latency_and_throughput_on_the_schedulers_clock() -> None:
     assert m["throughput_req_s"] == 2 / span
     assert m["throughput_tok_s"] == (2 + 3) / span
     assert m["p99_latency_s"] <= max(ends["a"], ends["b"] - 1.0)
+
+
+def test_has_requests_covers_finishes_not_yet_reported() -> None:
+    sched = small()
+    assert not sched.has_requests() and not sched.has_finished_requests()
+    sched.add_request(Request("a", prompt(5), max_tokens=1))
+    assert sched.has_requests() and not sched.has_finished_requests()
+    out = sched.schedule()
+    assert sched.update(out, {"a": [5]}) == ["a"]
+    assert not sched.has_unfinished_requests()
+    assert sched.has_finished_requests() and sched.has_requests()  # "a" is not reported yet
+    last = sched.schedule()
+    assert last.finished_req_ids == {"a"} and not last.req_ids
+    assert not sched.has_requests()
+    sched.add_request(Request("huge", prompt(100), max_tokens=1))  # longer than max_model_len
+    out = sched.schedule()
+    assert out.rejected == {"huge": "too-long"} and out.finished_req_ids == {"huge"}
+    assert not sched.has_requests()

@@ -87,8 +87,6 @@ def scenarios(draw: st.DrawFn, pipeline: str = "vllm") -> Scenario:
     reqs = []
     for i in range(n):
         length = draw(st.integers(1, mml + 8))
-        if length == mml:
-            length += 1  # a prompt of exactly max_model_len stalls when chunked: see the xfail below
         share = draw(st.sampled_from((None, 0, 1)))
         if share is None:
             prompt = rng.integers(VOCAB_LO, VOCAB_HI, length)
@@ -259,7 +257,7 @@ class FakeEngine:
             s.computed, s.preempted = 0, True
             self.preemptions += 1
         for rid in out.finished_req_ids:
-            if rid in self.reported or self.reqs[rid].status not in ("finished", "aborted"):
+            if rid in self.reported or self.reqs[rid].status not in ("finished", "aborted", "rejected"):
                 raise Violation(f"{where}: {rid} reported finished twice or while {self.reqs[rid].status}")
             self.reported.append(rid)
         sched.pool.check()
@@ -403,8 +401,9 @@ class FakeEngine:
         if len(sched.table):
             raise Violation(f"request rows still held: {sorted(sched.table.row_of)}")
         ended = sorted(rid for rid, s in self.reqs.items() if s.status in ("finished", "aborted"))
-        if sorted(self.reported) != ended:
-            raise Violation(f"finished_req_ids reported {sorted(self.reported)}, finished/aborted {ended}")
+        gone = sorted(rid for rid, s in self.reqs.items() if s.status in ("finished", "aborted", "rejected"))
+        if sorted(self.reported) != gone:
+            raise Violation(f"finished_req_ids reported {sorted(self.reported)}, finished/aborted/rejected {gone}")
         m = sched.get_metrics()
         if m["rejected_requests"] != len(self.rejected) or m["finished_requests"] != len(ended):
             raise Violation(f"metrics disagree: {m}")
@@ -477,7 +476,7 @@ def test_oversized_request_at_the_head_is_rejected_without_stalling_others(
     assert out.req_ids == ["s0", "s1", "s2"]
     engine = run(sc)
     assert engine.rejected == {"huge": reason}
-    assert sorted(engine.reported) == ["s0", "s1", "s2"]
+    assert sorted(engine.reported) == ["huge", "s0", "s1", "s2"]  # rejected ones are reported finished too
 
 
 def test_oversized_request_arriving_later_does_not_stall_running_or_waiting() -> None:
@@ -485,7 +484,7 @@ def test_oversized_request_arriving_later_does_not_stall_running_or_waiting() ->
     reqs = [TraceReq("a", 0, _prompt(10), 8), TraceReq("huge", 2, _prompt(100), 4), TraceReq("b", 3, _prompt(6), 4)]
     engine = run(_trace(*reqs))
     assert engine.rejected == {"huge": "too-long"}
-    assert sorted(engine.reported) == ["a", "b"]
+    assert sorted(engine.reported) == ["a", "b", "huge"]  # the rejection is reported finished too
 
 
 def test_prompt_fits_but_generation_outgrows_the_whole_cache() -> None:
@@ -497,13 +496,9 @@ def test_prompt_fits_but_generation_outgrows_the_whole_cache() -> None:
     assert engine.rejected == {"a": "exceeds-cache"}
     assert engine.preemptions >= 1
     assert engine.reqs["a"].outputs == 13  # 20 + 12 tokens fill the cache; the 13th needs a 9th block
-    assert engine.reported == ["b"]
+    assert sorted(engine.reported) == ["a", "b"]  # "a" rejected after running: reported so the engine frees it
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "a request the engine has seen (scheduled, then preempted) and later rejected as exceeds-cache is "
-    "never reported in finished_req_ids, so an engine that keeps preempted requests' state (vLLM's model "
-    "runner does, until finished_req_ids names them) leaks it; only out.rejected names it"))
 def test_a_seen_request_rejected_later_is_reported_finished() -> None:
     sched = Scheduler(SchedulerConfig(num_blocks=9, block_size=4, max_num_batched_tokens=64, max_model_len=64))
     sched.add_request(Request("a", list(_prompt(20)), max_tokens=30, ignore_eos=True, arrival_time=0.0))
@@ -518,12 +513,6 @@ def test_a_seen_request_rejected_later_is_reported_finished() -> None:
     assert "a" in reported
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "vllm: a prompt of exactly max_model_len that is chunked (budget or long-prefill threshold smaller "
-    "than the prompt) stalls at computed = max_model_len - 1: the running loop caps a request at "
-    "max_model_len - 1 - computed tokens (vLLM's cap for decodes), so the last prompt token is never "
-    "scheduled, nothing is sampled, and the request sits in running forever (reason too-long, never "
-    "rejected, never finished)"))
 @pytest.mark.parametrize("config", [{"max_num_batched_tokens": 16},
                                     {"max_num_batched_tokens": 64, "long_prefill_token_threshold": 8}])
 def test_prompt_of_exactly_max_model_len_finishes_when_chunked(config: dict[str, int]) -> None:

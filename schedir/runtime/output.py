@@ -60,7 +60,9 @@ class SchedulerOutput:
     block_table: np.ndarray  # int32[n, max blocks] (the same array as batch.block_table)
     new_prompts: list[np.ndarray]  # prompt ids of the new requests, in batch order
     preempted_req_ids: frozenset[str]
-    finished_req_ids: frozenset[str]  # finished since the previous output (as in vLLM)
+    # finished since the previous output (as in vLLM), plus this output's rejected requests: an
+    # engine that saw one before (scheduled, then preempted) must free its state
+    finished_req_ids: frozenset[str]
     rejected: dict[str, str]  # request id -> reason (too long for the model, larger than the cache)
     batch: BatchPlan
     generation: np.ndarray  # per request: who held the row when scheduled (guards recycled rows)

@@ -291,7 +291,9 @@ class Scheduler:
         rejected_out: dict[str, str] = {}
         for ids, reasons in rejected:
             for r, why in zip(ids.tolist(), reasons.tolist(), strict=True):
-                rejected_out[table.names[r]] = _REASON_NAMES.get(why, str(why))
+                name = table.names[r]
+                rejected_out[name] = _REASON_NAMES.get(why, str(why))
+                self._finished.append(name)  # an engine that saw it (scheduled, preempted) frees its state
                 d[T.STATUS, r] = T.FINISHED
                 pool.free_request(r)
                 pool.nhash[r] = 0
@@ -415,6 +417,15 @@ class Scheduler:
     # ------------------------------------------------------------ state
     def has_unfinished_requests(self) -> bool:
         return bool(self.running.size or self.waiting.size)
+
+    def has_finished_requests(self) -> bool:
+        """Finished (or rejected, aborted) requests that no output has reported yet."""
+        return bool(self._finished)
+
+    def has_requests(self) -> bool:
+        """Anything to schedule or to report: an engine loop runs while this holds (vLLM's check),
+        so the last finishes reach `finished_req_ids` in one more schedule()."""
+        return self.has_unfinished_requests() or self.has_finished_requests()
 
     def get_num_unfinished_requests(self) -> int:
         return int(self.running.size + self.waiting.size)
