@@ -422,3 +422,13 @@ def test_has_requests_covers_finishes_not_yet_reported() -> None:
     out = sched.schedule()
     assert out.rejected == {"huge": "too-long"} and out.finished_req_ids == {"huge"}
     assert not sched.has_requests()
+
+
+def test_long_prefill_threshold_reaches_every_pass_that_takes_it() -> None:
+    listed = Scheduler(SchedulerConfig(pipeline="reject-oversized,order-vllm,vllm-schedule-running,vllm-admit",
+                                       long_prefill_token_threshold=8))
+    assert [getattr(p, "long_prefill", None) for p in listed.manager.passes] == [None, None, 8, 8]
+    preset = Scheduler(SchedulerConfig(long_prefill_token_threshold=8))
+    assert preset.manager.spec == listed.manager.spec
+    with pytest.raises(ValueError, match="no pass of pipeline 'base' takes a long-prefill option"):
+        Scheduler(SchedulerConfig(pipeline="base", long_prefill_token_threshold=8))

@@ -12,6 +12,7 @@ scheduled and not yet updated is not scheduled again (`in_flight` column).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
@@ -44,12 +45,19 @@ WINDOW_SLACK = 256  # waiting requests beyond max_num_seqs that still enter a vl
 
 
 def pipeline_spec(config: SchedulerConfig) -> str:
-    """The pass list a config runs (the `vllm` preset takes the long-prefill threshold as options)."""
+    """The pass list a config runs: `long_prefill_token_threshold` becomes the `long-prefill`
+    option of every pass that takes one (and has none set); a pipeline without such a pass
+    cannot honour the threshold and is refused."""
     t = config.long_prefill_token_threshold
-    if config.pipeline == "vllm" and t > 0:
-        return (f"reject-oversized,order-vllm,vllm-schedule-running{{long-prefill={t}}},"
-                f"vllm-admit{{long-prefill={t}}}")
-    return config.pipeline
+    if t <= 0:
+        return config.pipeline
+    passes = PassManager.parse(config.pipeline).passes
+    takes = [any(f.name == "long_prefill" for f in dataclasses.fields(p)) for p in passes]
+    if not any(takes):
+        raise ValueError(f"long_prefill_token_threshold={t}: no pass of pipeline '{config.pipeline}' takes a "
+                         "long-prefill option (the vllm preset's vllm-schedule-running and vllm-admit do)")
+    return ",".join(str((dataclasses.replace(p, long_prefill=t) if take and not p.long_prefill else p).spec())
+                    for p, take in zip(passes, takes, strict=True))
 
 
 class Scheduler:
