@@ -24,7 +24,7 @@ from schedir.dialects.mem import MatchOp
 from schedir.dialects.req import PreemptOp, QueueOp, RejectOp, ScheduleOp
 from schedir.dialects.sched import StepFacts
 from schedir.ir.builder import build_step
-from schedir.ir.errors import PassFailure
+from schedir.ir.errors import PassFailure, PipelineError
 from schedir.ir.pipeline import Instrumentation, PassManager
 from schedir.ir.step import steps_of
 from schedir.lowering.batch_plan import batch_plan
@@ -74,6 +74,10 @@ class Scheduler:
                                   enable_caching=cfg.enable_prefix_caching)
         self.spec = pipeline_spec(cfg)
         self.manager = PassManager.parse(self.spec, verify_each=cfg.verify_each)
+        if not any("admissible" in p.provides for p in self.manager.passes):
+            raise PipelineError(f"pipeline '{self.spec}' has no pass that rejects requests longer than the model or "
+                                "the whole KV cache (reject-oversized provides 'admissible'): such a request would be "
+                                "scheduled past its blocks; put reject-oversized first")
         self.pool_level = any("kv-pool" in p.requires for p in self.manager.passes)
         # vLLM's order is known here, so a long waiting queue enters the step as its head only
         # (see `_admission_window`); a pipeline with another order sees the whole queue.
