@@ -9,17 +9,17 @@ import pytest
 from schedir import Request, Scheduler, SchedulerConfig
 
 
-def run(window: bool, policy: str, seed: int) -> list[tuple]:
-    cfg = SchedulerConfig(num_blocks=300, block_size=4, max_num_batched_tokens=64, max_num_seqs=4,
+def run(window: bool, policy: str, seed: int, num_blocks: int) -> list[tuple]:
+    cfg = SchedulerConfig(num_blocks=num_blocks, block_size=4, max_num_batched_tokens=64, max_num_seqs=4,
                           max_model_len=256, policy=policy)
     sched = Scheduler(cfg)
     if not window:
         sched.window = 0
     else:
-        assert sched.window == 4 + 256
+        assert sched.window == 4 + 16
     rng = np.random.default_rng(seed)
     shared = rng.integers(0, 1000, 32).tolist()
-    n = 700  # far more than the window: most of the queue sits outside every step
+    n = 400  # far more than the window: most of the queue sits outside every step
     for i in range(n):
         length = int(rng.integers(1, 60))
         tokens = (shared[: int(rng.integers(0, 32))] + rng.integers(0, 1000, length).tolist())[:250]
@@ -38,10 +38,13 @@ def run(window: bool, policy: str, seed: int) -> list[tuple]:
     return decisions
 
 
+@pytest.mark.parametrize("num_blocks", [300, 40])  # 40: preemptions and exceeds-cache rejections
 @pytest.mark.parametrize("policy", ["fcfs", "priority"])
-def test_admission_window_keeps_every_decision(policy):
-    windowed = run(True, policy, seed=3)
-    whole = run(False, policy, seed=3)
+def test_admission_window_keeps_every_decision(policy, num_blocks):
+    windowed = run(True, policy, seed=3, num_blocks=num_blocks)
+    whole = run(False, policy, seed=3, num_blocks=num_blocks)
+    if num_blocks == 40:
+        assert any(step[3] for step in whole) and any(step[4] for step in whole)
     assert len(windowed) == len(whole)
     for step, (a, b) in enumerate(zip(windowed, whole, strict=True)):
         assert a == b, f"step {step + 1} differs"
