@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -23,7 +24,8 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 def test_sim_builtin_workload_writes_json_and_plots(capsys, tmp_path):
     out_json = tmp_path / "run.json"
     code, out, err = run(capsys, "sim", "--workload", "conversation", "--num-requests", "30", "--quiet",
-                         "--json", str(out_json), "--plots", str(tmp_path / "plots"))
+                         "--json", str(out_json), "--plots", str(tmp_path / "plots"),
+                         "--requests-csv", str(tmp_path / "requests.csv"))
     assert code == EXIT_OK, err
     assert "TTFT p50" in out and "throughput" in out
     m = json.loads(out_json.read_text())
@@ -33,6 +35,12 @@ def test_sim_builtin_workload_writes_json_and_plots(capsys, tmp_path):
     assert {"p50", "p90", "p99"} <= set(m["ttft_s"])
     assert (tmp_path / "plots" / "latency_cdf.png").stat().st_size > 0
     assert (tmp_path / "plots" / "batch_composition.png").stat().st_size > 0
+    with (tmp_path / "requests.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 30 and set(rows[0]) >= {"ttft_s", "e2e_s", "queueing_s", "mean_tbt_s", "preemptions"}
+    ttft = sorted(float(r["ttft_s"]) for r in rows)
+    assert ttft[len(ttft) // 2] == pytest.approx(m["ttft_s"]["p50"], rel=0.2)
+    assert all(float(r["ttft_s"]) <= float(r["e2e_s"]) for r in rows)
 
     code, out, err = run(capsys, "stats", str(out_json), "--plots", str(tmp_path / "again"))
     assert code == EXIT_OK, err

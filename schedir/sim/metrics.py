@@ -98,6 +98,29 @@ def summarize(result: SimResult) -> dict[str, Any]:
     }
 
 
+REQUEST_COLUMNS = ("request", "arrival_s", "input_tokens", "output_tokens", "prefix_hit_tokens", "queueing_s",
+                   "ttft_s", "mean_tbt_s", "e2e_s", "preemptions", "rejected")
+
+
+def per_request(result: SimResult) -> list[tuple[object, ...]]:
+    """One row per request (`REQUEST_COLUMNS`; empty cells where it never happened)."""
+    r = result.requests
+
+    def cell(value: float) -> object:
+        return "" if np.isnan(value) else round(float(value), 6)
+
+    mean_tbt = np.where(r.tokens_out > 1, (r.last_token_s - r.first_token_s) / np.maximum(r.tokens_out - 1, 1),
+                        np.nan)
+    rows = []
+    for i in range(r.arrival_s.size):
+        rows.append((i, round(float(r.arrival_s[i]), 6), int(r.input_len[i]), int(r.tokens_out[i]),
+                     int(r.prefix_hit_tokens[i]) if r.prefix_hit_tokens[i] >= 0 else "",
+                     cell(r.first_scheduled_s[i] - r.arrival_s[i]), cell(r.first_token_s[i] - r.arrival_s[i]),
+                     cell(mean_tbt[i]), cell(r.finish_s[i] - r.arrival_s[i]), int(r.preemptions[i]),
+                     r.rejected.get(i, "")))
+    return rows
+
+
 def cdf_points(values: np.ndarray, points: int = CDF_POINTS) -> list[float]:
     """The values at `points` evenly spaced quantiles: a CDF that fits in the JSON at any run size."""
     if values.size == 0:

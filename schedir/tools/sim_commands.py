@@ -9,6 +9,7 @@ GPU, preset or config field — is one clear message and exit status 2.
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,7 +20,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from schedir.sim.config import SimConfig
-from schedir.sim.metrics import summarize
+from schedir.sim.metrics import REQUEST_COLUMNS, per_request, summarize
+from schedir.sim.records import SimResult
 from schedir.sim.report import comparison_table, print_notes, run_table
 from schedir.sim.runspec import parse_configs
 from schedir.sim.simulator import Simulator
@@ -78,6 +80,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     add_deployment_arguments(sim)
     sim.add_argument("--dump-steps", metavar="LIST", help="steps whose IR to dump after every pass: 1,5,10-12 or all")
     sim.add_argument("--dump-dir", type=Path, metavar="DIR", help="where --dump-steps writes")
+    sim.add_argument("--requests-csv", type=Path, metavar="OUT",
+                     help="write one row per request: queueing, TTFT, mean TBT, E2E, preemptions, prefix hit")
 
     bench = sub.add_parser("bench", help="run several presets or pipelines on one workload, side by side")
     add_workload_arguments(bench, DEFAULT_BENCH_REQUESTS)
@@ -143,7 +147,7 @@ def parse_dump_steps(text: str | None) -> tuple[int, ...] | str:
     return tuple(steps)
 
 
-def simulate(config: SimConfig, workload: Workload, console: Console, quiet: bool) -> dict[str, Any]:
+def simulate(config: SimConfig, workload: Workload, console: Console, quiet: bool) -> tuple[dict[str, Any], SimResult]:
     simulator = Simulator(config)
     if quiet:
         result = simulator.run(workload)
@@ -153,7 +157,7 @@ def simulate(config: SimConfig, workload: Workload, console: Console, quiet: boo
                       console=console) as bar:
             task = bar.add_task(config.name, total=len(workload), sim=0.0)
             result = simulator.run(workload, progress=lambda done, total, now: bar.update(task, completed=done, sim=now))
-    return summarize(result)
+    return summarize(result), result
 
 
 def cmd_sim(args: argparse.Namespace, console: Console) -> int:
@@ -162,17 +166,24 @@ def cmd_sim(args: argparse.Namespace, console: Console) -> int:
     workload = load_workload(args, console)
     config = attrs.evolve(base_config(args, args.preset), dump_dir=args.dump_dir,
                           dump_steps=parse_dump_steps(args.dump_steps))
-    metrics = simulate(config, workload, console, args.quiet)
+    metrics, result = simulate(config, workload, console, args.quiet)
     console.print(run_table(metrics))
     print_notes(console, metrics)
     _write_outputs(args, [metrics], console, single=True)
+    if args.requests_csv:
+        args.requests_csv.parent.mkdir(parents=True, exist_ok=True)
+        with args.requests_csv.open("w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(REQUEST_COLUMNS)
+            writer.writerows(per_request(result))
+        console.print(f"wrote {args.requests_csv}")
     return 1 if metrics["stalled"] else 0
 
 
 def cmd_bench(args: argparse.Namespace, console: Console) -> int:
     configs = parse_configs(args.configs, base_config(args, "vllm"))
     workload = load_workload(args, console)
-    runs = [simulate(config, workload, console, args.quiet) for config in configs]
+    runs = [simulate(config, workload, console, args.quiet)[0] for config in configs]
     console.print(comparison_table(runs))
     for m in runs:
         print_notes(console, m)
