@@ -80,9 +80,12 @@ def schedule_running(rows, computed, total, priority, arrival, in_flight,
         while True:
             need = max(_cdiv(min(computed[i] + want, max_model_len), bs) - nblk[row], 0)
             if need <= meta[NUM_FREE]:
-                allocate(row, need, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk)
-                cache_full_blocks(row, min(computed[i] + want, total[i]), bhash, dup_next, cache, meta, table,
-                                  ncached, rhash, nhash)
+                # Most decode steps need no block and fill none: skip the calls (22 array arguments each).
+                if need > 0:
+                    allocate(row, need, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk)
+                if min(computed[i] + want, total[i]) // bs > ncached[row]:
+                    cache_full_blocks(row, min(computed[i] + want, total[i]), bhash, dup_next, cache, meta, table,
+                                      ncached, rhash, nhash)
                 out[RUN_ALLOC, i] += need
                 fits = True
                 break
