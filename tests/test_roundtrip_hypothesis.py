@@ -415,3 +415,14 @@ def test_non_ascii_identifier_queue_name(queue: str) -> None:
     parsed = parse_step_text(text)
     assert parsed.is_structurally_equivalent(module)
     assert print_ir(parsed) == text
+
+
+@given(st.integers(-(2**63), 2**63 - 1))
+def test_fast_i64_attr_equals_xdsls_own(value):
+    """i64_attr builds uncached values without xDSL's constructor: same attribute, same text."""
+    from xdsl.dialects.builtin import IntegerAttr, i64
+
+    from schedir.dialects.sched import _fast_i64
+    attr = _fast_i64(value)
+    assert attr == IntegerAttr(value, i64) and hash(attr) == hash(IntegerAttr(value, i64))
+    assert str(attr) == str(IntegerAttr(value, i64))
