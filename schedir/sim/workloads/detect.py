@@ -40,7 +40,7 @@ def load_trace(path: str | PathLike[str], format: str | None = None, on_bad_row:
     fmt = format or detect_format(path)
     if fmt == "sharegpt":
         if rate is None:
-            raise ValueError("ShareGPT-style length files have no arrival times: pass rate= (requests per second)")
+            raise ValueError("ShareGPT-style length files have no arrival times: pass rate= (requests per second; --rate on the command line)")
         return load_sharegpt(path, rate=rate, seed=seed, on_bad_row=on_bad_row)
     loaders = {"mooncake": load_mooncake, "azure": load_azure, "vidur": load_vidur_trace}
     if fmt not in loaders:
