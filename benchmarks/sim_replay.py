@@ -21,17 +21,17 @@ os.environ.setdefault("NUMBA_NUM_THREADS", "1")  # one core, as the issue asks
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import argparse  # noqa: E402
-import cProfile  # noqa: E402
-import json  # noqa: E402
-import pstats  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
+import argparse
+import cProfile
+import json
+import pstats
+import time
+from pathlib import Path
 
-from schedir.sim.config import SimConfig  # noqa: E402
-from schedir.sim.metrics import summarize  # noqa: E402
-from schedir.sim.simulator import Simulator  # noqa: E402
-from schedir.sim.workloads import load_trace  # noqa: E402
+from schedir.sim.config import SimConfig
+from schedir.sim.metrics import summarize
+from schedir.sim.simulator import Simulator
+from schedir.sim.workloads import load_trace
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces"
 FILES = {

@@ -74,7 +74,7 @@ def test_sim_trace_file(capsys, tmp_path):
     rows = [{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [0, 1]},
             {"timestamp": 100, "input_length": 700, "output_length": 3, "hash_ids": [0, 2]}]
     trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    code, out, err = run(capsys, "sim", "--trace", str(trace), "--quiet", "--json", str(tmp_path / "r.json"))
+    code, _, err = run(capsys, "sim", "--trace", str(trace), "--quiet", "--json", str(tmp_path / "r.json"))
     assert code == EXIT_OK, err
     m = json.loads((tmp_path / "r.json").read_text())
     assert m["requests"]["finished"] == 2 and m["prefix_hit_rate"] > 0

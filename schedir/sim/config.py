@@ -14,7 +14,7 @@ import attrs
 from schedir.runtime.config import POLICIES, SchedulerConfig
 
 
-def _positive(instance: object, attribute: attrs.Attribute, value: int | float) -> None:
+def _positive(instance: object, attribute: attrs.Attribute, value: float) -> None:
     if value <= 0:
         raise ValueError(f"{attribute.name} must be positive, got {value}")
 

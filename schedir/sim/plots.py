@@ -13,7 +13,7 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")  # files only: no display on a server
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 LATENCIES = (("ttft_s", "TTFT (s)"), ("tbt_s", "time between tokens (s)"), ("e2e_s", "end-to-end latency (s)"))
 

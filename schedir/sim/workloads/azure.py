@@ -9,13 +9,9 @@ from __future__ import annotations
 
 from datetime import date
 from os import PathLike
-from pathlib import Path
 
-import numpy as np
-
-from schedir.sim.workloads.csvrows import read_header, rows
-from schedir.sim.workloads.errors import BadRowLog
-from schedir.sim.workloads.fields import BadField, in_order, positive_int
+from schedir.sim.workloads.csvrows import load_timed_lengths
+from schedir.sim.workloads.fields import BadField
 from schedir.sim.workloads.workload import Workload
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -41,33 +37,6 @@ def parse_timestamp(text: str, day_cache: dict[str, int]) -> float:
 def load_azure(path: str | PathLike[str], on_bad_row: str = "error", limit: int | None = None,
                block_tokens: int = 512) -> Workload:
     """Read an Azure 2023 trace CSV; prompts get fresh block ids (the trace says nothing about content)."""
-    path = str(path)
-    log = BadRowLog(path, on_bad_row)
-    times: list[float] = []
-    inputs: list[int] = []
-    outputs: list[int] = []
     days: dict[str, int] = {}
-    previous: float | None = None
-    previous_text = ""
-    with open(path, encoding="utf-8", newline="") as f:
-        reader, col = read_header(f, log, AZURE_COLUMNS)
-        for line_no, row in rows(reader, log, max(col[c] for c in AZURE_COLUMNS) + 1):
-            if limit is not None and len(times) >= limit:
-                break
-            try:
-                text = row[col["TIMESTAMP"]].strip()
-                t = in_order("TIMESTAMP", parse_timestamp(text, days), previous, text, previous_text)
-                n_in = positive_int("ContextTokens", row[col["ContextTokens"]])
-                n_out = positive_int("GeneratedTokens", row[col["GeneratedTokens"]])
-            except BadField as e:
-                log.report(line_no, str(e))
-                continue
-            previous, previous_text = t, text
-            times.append(t)
-            inputs.append(n_in)
-            outputs.append(n_out)
-    if not times:
-        raise log.refuse(2, "no usable requests after the header")
-    arrival = np.asarray(times) - times[0]
-    return Workload.without_content(Path(path).stem, path, arrival, np.asarray(inputs), np.asarray(outputs),
-                                    block_tokens=block_tokens, skipped=tuple(log.rows))
+    return load_timed_lengths(path, AZURE_COLUMNS, lambda text: parse_timestamp(text, days), on_bad_row, limit,
+                              block_tokens)
