@@ -616,6 +616,7 @@ def reference(
     if out.run_tokens:
         out.run_phase = "decode" if all_decode else "mixed"
         out.batch.append([i for i, _ in out.run_tokens])
+    budgets.seqs -= len(out.run_defer)  # running requests left out keep their sequence slots
     out.wait_tokens, out.wait_alloc, out.wait_share, out.wait_defer, _ = fit_queue(
         ordered, budgets, bs, chunk=admit_chunk, stop_at_first=stop_at_first, hits=hits
     )

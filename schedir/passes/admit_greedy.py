@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numpy as np
+
 from schedir.dialects.mem import AllocOp, ShareOp
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
@@ -19,7 +21,7 @@ class AdmitGreedy(StepPass):
     shared (`mem.share`), and hit blocks that sat in the free queue are charged
     against free blocks. A full-prompt hit still recomputes the last token. A
     request that does not fit is deferred with its reason and the walk goes on
-    (greedy); with `stop-at-first` the first misfit blocks everyone behind it.
+    (greedy); running requests left out of the step keep their sequence slots; with `stop-at-first` the first misfit blocks everyone behind it.
     With `chunk`, a prompt larger than the remaining budget gets a partial chunk.
     """
 
@@ -30,12 +32,23 @@ class AdmitGreedy(StepPass):
     chunk: bool = False
     stop_at_first: bool = False
     queue: str = "waiting"
+    running: str = "running"
+
+    def _running_not_scheduled(self, step: Step) -> int:
+        """Running requests this step left out (in flight, deferred): they keep their slots,
+        so max_seqs caps the running set, as in vLLM, not just this step's batch."""
+        running = step.queue(self.running)
+        if running is None or len(running) == 0:
+            return 0
+        ids = step.ids(running.result)
+        return int(ids.size - np.isin(ids, step.usage().scheduled_ids).sum())
 
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)
         if pending is None:
             return
-        fit = fit_pending(step, pending, prefix_hits=True, chunk=self.chunk, stop_at_first=self.stop_at_first)
+        fit = fit_pending(step, pending, prefix_hits=True, chunk=self.chunk, stop_at_first=self.stop_at_first,
+                          seated=self._running_not_scheduled(step))
         if fit is None:
             return
         if fit.run_ids.size:

@@ -154,9 +154,13 @@ class Fit:
         self.defer_ids, self.defer_reasons = out[7, :nd], out[8, :nd]
 
 
-def fit_pending(step: Step, pending: SSAValue, *, prefix_hits: bool, chunk: bool, stop_at_first: bool) -> Fit | None:
+def fit_pending(step: Step, pending: SSAValue, *, prefix_hits: bool, chunk: bool, stop_at_first: bool,
+                seated: int = 0) -> Fit | None:
     """Run `fit_batch` over a pending set against what the step has left of its budgets
-    (None for an empty set). The shared core of schedule-running and admit-greedy."""
+    (None for an empty set). The shared core of schedule-running and admit-greedy.
+
+    `seated`: requests that hold a sequence slot without being scheduled in this step
+    (running ones left out, e.g. in flight): admission must not give their slots away."""
     cols, rows = step.source(pending)
     if rows.size == 0:
         return None
@@ -165,6 +169,6 @@ def fit_pending(step: Step, pending: SSAValue, *, prefix_hits: bool, chunk: bool
     return Fit(fit_batch(
         rows, cols.get("id"), cols.get("computed"), cols.get("total"), cols.get("blocks"),
         hit_rows, hit, cached_free,
-        facts.token_budget - used.tokens, facts.max_seqs - used.seqs, used.free_left(facts),
+        facts.token_budget - used.tokens, facts.max_seqs - used.seqs - seated, used.free_left(facts),
         facts.block_size, chunk, stop_at_first,
     ))

@@ -10,29 +10,30 @@
 // The `base` preset end to end: reject-oversized, order-fcfs, schedule-running,
 // admit-greedy, verify-step.
 //
-// Token budget 80, max_seqs 6, 10 free blocks of 16 (1 cached-free), 20 blocks
+// Token budget 80, max_seqs 7, 10 free blocks of 16 (1 cached-free), 20 blocks
 // in all (320 tokens), max_model_len 512.
 // Running, in queue order:
 //   1: decode crossing into a new block   -> 1 token, 1 new block
 //   2: decode                              -> 1 token
 //   3: computed == total                   -> in_flight
 //   4: prefill at 64 of 100, 4 blocks      -> 36 tokens, 3 new blocks (mixed batch)
-//   => 38 tokens, 3 sequences, 4 blocks: 42 tokens, 3 sequences, 6 blocks left.
+//   => 38 tokens, 4 blocks: 42 tokens and 6 blocks left; 3 sequence slots left (request 3,
+//      in flight, keeps its slot: max_seqs caps the running set, not the batch).
 // Waiting (arrival order 10, 11, 12, 13, 14, 15, 16):
 //   10: 600 tokens > 512                   -> rejected, too_long
 //   11: 400 tokens = 25 blocks > 20        -> rejected, exceeds_cache
 //   12: 40 tokens, hit 32 (1 cached-free)  -> 8 tokens; share 2 (revived 1), 1 new block
 //   13: 30 tokens                          -> 30 tokens, 2 new blocks (4 tokens, 1 block left)
 //   14: 10 tokens                          -> budget
-//   15: 2 tokens                           -> 2 tokens, 1 new block (6 sequences)
+//   15: 2 tokens                           -> 2 tokens, 1 new block (7 sequences)
 //   16: 1 token                            -> max_seqs
-sched.step 9 {token_budget = 80, max_seqs = 6, block_size = 16, free_blocks = 10, cached_free_blocks = 1, total_blocks = 20, max_model_len = 512, policy = "fcfs", facts = []} {
+sched.step 9 {token_budget = 80, max_seqs = 7, block_size = 16, free_blocks = 10, cached_free_blocks = 1, total_blocks = 20, max_model_len = 512, policy = "fcfs", facts = []} {
   %run = req.queue running {id = [1, 2, 3, 4], prompt = [16, 20, 30, 100], computed = [16, 20, 30, 64], total = [17, 21, 30, 100], max_tokens = [32, 32, 32, 32], priority = [0, 0, 0, 0], arrival = [1, 2, 3, 4], status = [running, running, running, running], blocks = [1, 2, 2, 4]}
   %w = req.queue waiting {id = [16, 15, 14, 13, 12, 11, 10], prompt = [1, 2, 10, 30, 40, 400, 600], computed = [0, 0, 0, 0, 0, 0, 0], total = [1, 2, 10, 30, 40, 400, 600], max_tokens = [8, 8, 8, 8, 8, 8, 8], priority = [0, 1, 1, 1, 1, 1, 1], arrival = [16, 15, 14, 13, 12, 11, 10], status = [waiting, waiting, waiting, waiting, waiting, waiting, waiting], blocks = [0, 0, 0, 0, 0, 0, 0]}
   mem.match %w {id = [12], hit = [32], cached_free = [1]}
 }
 
-// CHECK:      sched.step 9 {token_budget = 80, max_seqs = 6, block_size = 16, free_blocks = 10, cached_free_blocks = 1, total_blocks = 20, max_model_len = 512, policy = "fcfs", facts = ["admissible", "budget-legal", "order", "running-scheduled", "waiting-scheduled"]} {
+// CHECK:      sched.step 9 {token_budget = 80, max_seqs = 7, block_size = 16, free_blocks = 10, cached_free_blocks = 1, total_blocks = 20, max_model_len = 512, policy = "fcfs", facts = ["admissible", "budget-legal", "order", "running-scheduled", "waiting-scheduled"]} {
 // CHECK-NEXT:   %run = req.queue running
 // CHECK-NEXT:   %w = req.queue waiting
 // CHECK-NEXT:   mem.match %w {id = [12], hit = [32], cached_free = [1]}
@@ -66,7 +67,7 @@ sched.step 9 {token_budget = 80, max_seqs = 6, block_size = 16, free_blocks = 10
 // AFTER-ALL-NOT:  IR after
 
 // base-priority: request 16 (priority 0) goes first and takes the sixth
-// sequence slot before 15: 14 and 15 are deferred for max_seqs (max_seqs is
+// sequence slot left before 15: 14 and 15 are deferred for max_seqs (max_seqs is
 // checked before the budget).
 // PRIORITY:      %[[SORTED:[0-9]+]] = req.sort %{{[0-9]+}} by ["priority", "arrival"] {id = [16, 12, 13, 14, 15]}
 // PRIORITY:      %[[ADMITTED:[0-9]+]] = req.schedule %[[SORTED]] prefill {id = [16, 12, 13], tokens = [1, 8, 30]}
