@@ -30,7 +30,8 @@ def latency_cdfs(runs: Sequence[dict[str, Any]], path: Path) -> Path:
         ax.set_ylabel("fraction of requests" if key != "tbt_s" else "fraction of token gaps")
         ax.set_xscale("symlog", linthresh=1e-2)
         ax.grid(True, alpha=0.3)
-    axes[0].legend(fontsize="small")
+    if axes[0].get_legend_handles_labels()[0]:
+        axes[0].legend(fontsize="small")
     fig.suptitle(f"latency CDFs — {runs[0]['workload'].get('name', '')}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -51,7 +52,8 @@ def batch_composition(runs: Sequence[dict[str, Any]], path: Path) -> Path:
             twin.set_ylabel("KV use")
         ax.set_title(m["config"], fontsize="medium")
         ax.set_ylabel("tokens / step")
-        ax.legend(loc="upper left", fontsize="small")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="upper left", fontsize="small")
     axes[-1, 0].set_xlabel("simulated time (s)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
