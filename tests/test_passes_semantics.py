@@ -178,13 +178,13 @@ def block_op_names(module: ModuleOp) -> list[str]:
 def test_reject_oversized_reasons_and_the_rest_kept_in_order() -> None:
     facts = make_facts(max_model_len=100, block_size=16, total_blocks=4, free_blocks=4)
     waiting = [
-        Req(1, prompt=101),  # longer than the model
+        Req(1, prompt=100),  # no room for a token under max_model_len
         Req(2, prompt=65),  # 5 blocks > 4 in the whole cache
         Req(3, prompt=64),  # exactly the cache: kept
         Req(4, prompt=300),  # both: too long wins
         Req(5, prompt=10),
-        Req(6, prompt=50, computed=0, total=100),  # exactly the model length, but 7 blocks > 4
-        Req(7, prompt=5, total=100),  # total (not prompt) counts
+        Req(6, prompt=50, computed=0, total=99),  # under the model length, but 7 blocks > 4
+        Req(7, prompt=5, total=99),  # total (not prompt) counts
         Req(8, prompt=20, total=33),  # 3 blocks: kept
     ]
     log = read_log(run(make_module(facts, waiting=waiting), "reject-oversized"))
@@ -194,7 +194,7 @@ def test_reject_oversized_reasons_and_the_rest_kept_in_order() -> None:
 
 
 def test_reject_oversized_boundaries_are_kept() -> None:
-    facts = make_facts(max_model_len=64, block_size=16, total_blocks=4, free_blocks=0)
+    facts = make_facts(max_model_len=65, block_size=16, total_blocks=4, free_blocks=0)  # 64: one token of room
     waiting = [Req(1, prompt=64), Req(2, prompt=1), Req(3, prompt=48, total=64)]
     module = run(make_module(facts, waiting=waiting), "reject-oversized")
     assert block_op_names(module) == ["req.queue", "req.queue", "sched.yield"], "nothing rejected: no ops"
@@ -218,7 +218,7 @@ def test_a_rejected_head_never_stalls_the_queue() -> None:
     facts = make_facts(max_model_len=1000, block_size=16, total_blocks=50, free_blocks=50, token_budget=200)
     waiting = [
         Req(1, prompt=5000, arrival=0),  # the head: too long
-        Req(2, prompt=900, total=1000, arrival=1),  # 63 blocks > 50: can never fit
+        Req(2, prompt=900, total=999, arrival=1),  # 63 blocks > 50: can never fit
         Req(3, prompt=40, arrival=2),
         Req(4, prompt=60, arrival=3),
     ]
@@ -598,7 +598,7 @@ def reference(
     bs = facts.block_size
     kept = []
     for r in waiting:
-        if r.total > facts.max_model_len:
+        if r.total >= facts.max_model_len:  # no room for one new token
             out.rejected.append((r.id, int(TOO_LONG)))
         elif ceil_div(r.total, bs) > facts.total_blocks:
             out.rejected.append((r.id, int(EXCEEDS_CACHE)))

@@ -16,10 +16,12 @@ def oversized(total: np.ndarray, max_model_len: int, total_blocks: int, block_si
               ) -> tuple[np.ndarray, np.ndarray]:
     """(too long for the model, too big for the whole cache) per request of `total` known tokens.
 
+    Too long: total >= max_model_len, no room for a single new token (vLLM's input processor
+    refuses such a prompt; admitted, a chunked one would stall one token short of sampling).
     The runtime's admission window uses the same rule, so a request that will be rejected
     always enters the step that rejects it.
     """
-    too_long = total > max_model_len
+    too_long = total >= max_model_len
     too_big = (total + block_size - 1) // block_size > total_blocks
     return too_long, too_big
 
@@ -28,9 +30,9 @@ def oversized(total: np.ndarray, max_model_len: int, total_blocks: int, block_si
 class RejectOversized(StepPass):
     """Reject requests longer than the model or larger than the whole KV cache.
 
-    A request whose known tokens exceed `max_model_len`, or whose known tokens
-    need more blocks than the pool holds, can never be scheduled; leaving it at
-    the head of the queue would stall everything behind it.
+    A request whose known tokens reach `max_model_len` (no room to generate one
+    token), or whose known tokens need more blocks than the pool holds, can never
+    be served; leaving it at the head of the queue would stall everything behind it.
     """
 
     name: ClassVar[str] = "reject-oversized"
@@ -44,8 +46,8 @@ class RejectOversized(StepPass):
             return
         facts = step.facts
         (total,) = step.columns(pending, ("total",))
-        # Fits the model and the cache iff total <= max_model_len and total <= blocks * block_size.
-        if total.size == 0 or int(total.max()) <= min(facts.max_model_len, facts.total_blocks * facts.block_size):
+        # Fits the model and the cache iff total < max_model_len and total <= blocks * block_size.
+        if total.size == 0 or int(total.max()) <= min(facts.max_model_len - 1, facts.total_blocks * facts.block_size):
             return
         too_long, too_big = oversized(total, facts.max_model_len, facts.total_blocks, facts.block_size)
         bad = too_long | too_big

@@ -67,10 +67,9 @@ def schedule_running(rows, computed, total, priority, arrival, in_flight,
         want = total[i] - computed[i]
         if 0 < threshold < want:
             want = threshold
-        # vLLM caps a running request at max_model_len - 1 - computed (room for the token it
-        # samples); a prompt of exactly max_model_len would then stall one token short when
-        # chunked, so its prefill may reach the prompt's end (it samples one token and stops).
-        want = min(want, left, max(total[i], max_model_len - 1) - computed[i])
+        # vLLM's cap: room for the token it samples. No prompt reaches max_model_len
+        # (reject-oversized refuses it, as vLLM's input processor does), so no prefill stalls here.
+        want = min(want, left, max_model_len - 1 - computed[i])
         if want <= 0:
             out[RUN_REASON, i] = R_TOO_LONG if computed[i] + 1 >= max_model_len else R_BUDGET
             i += 1

@@ -3,13 +3,14 @@
 // RUN: schedir opt %s -p reject-oversized | schedir opt - | filecheck %s
 
 // reject-oversized refuses the requests of a queue (`waiting` by default) that
-// can never run: total > max_model_len (too_long, which wins when both hold) or
+// can never run: total >= max_model_len, no room for one new token (too_long,
+// which wins when both hold; vLLM refuses such a prompt too) or
 // more blocks than the whole cache, ceil(total / block_size) > total_blocks
 // (exceeds_cache). The rest stays pending as a req.select, in queue order.
 
 // max_model_len = 1024; the cache holds 20 blocks of 16 = 320 tokens.
 //   10: 100 tokens                   -> kept
-//   11: 1025 > 1024                  -> too_long
+//   11: 1025 >= 1024                 -> too_long
 //   12: 321 tokens = 21 blocks > 20  -> exceeds_cache
 //   13: 2000: both                   -> too_long
 //   14: 320 tokens = 20 blocks       -> kept (exactly the whole cache)
@@ -38,14 +39,29 @@ sched.step 1 {token_budget = 512, max_seqs = 8, block_size = 16, free_blocks = 2
 // RUNNING-NEXT:    sched.yield
 // RUNNING-NEXT:  }
 
-// Max model length and cache size at the limit: 64 tokens, 4 blocks of 16.
+// Max model length and cache size at the limit: 64 tokens leave room for one
+// more under max_model_len = 65, and fill 4 blocks of 16 exactly.
 // Every request fits exactly or less: nothing is emitted.
-sched.step 2 {token_budget = 512, max_seqs = 8, block_size = 16, free_blocks = 4, cached_free_blocks = 0, total_blocks = 4, max_model_len = 64, policy = "fcfs", facts = []} {
+sched.step 2 {token_budget = 512, max_seqs = 8, block_size = 16, free_blocks = 4, cached_free_blocks = 0, total_blocks = 4, max_model_len = 65, policy = "fcfs", facts = []} {
   %w2 = req.queue waiting {id = [20, 21], prompt = [64, 1], computed = [0, 0], total = [64, 1], max_tokens = [8, 8], priority = [0, 0], arrival = [1, 2], status = [waiting, waiting], blocks = [0, 0]}
 }
 
 // CHECK-LABEL: sched.step 2
 // CHECK-NEXT:    %w2 = req.queue waiting
+// CHECK-NEXT:    sched.yield
+// CHECK-NEXT:  }
+
+// A prompt of exactly max_model_len cannot produce a token: too_long (vLLM's
+// input processor refuses it; admitted and chunked it would stall one token
+// short). One token less is kept.
+sched.step 6 {token_budget = 512, max_seqs = 8, block_size = 16, free_blocks = 8, cached_free_blocks = 0, total_blocks = 8, max_model_len = 64, policy = "fcfs", facts = []} {
+  %w6 = req.queue waiting {id = [60, 61], prompt = [64, 63], computed = [0, 0], total = [64, 63], max_tokens = [1, 1], priority = [0, 0], arrival = [1, 2], status = [waiting, waiting], blocks = [0, 0]}
+}
+
+// CHECK-LABEL: sched.step 6
+// CHECK-NEXT:    %w6 = req.queue waiting
+// CHECK-NEXT:    req.reject %w6 {id = [60], reason = [too_long]}
+// CHECK-NEXT:    %{{[0-9]+}} = req.select %w6 {id = [61]}
 // CHECK-NEXT:    sched.yield
 // CHECK-NEXT:  }
 
