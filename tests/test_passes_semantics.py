@@ -180,22 +180,24 @@ def test_reject_oversized_reasons_and_the_rest_kept_in_order() -> None:
     waiting = [
         Req(1, prompt=100),  # no room for a token under max_model_len
         Req(2, prompt=65),  # 5 blocks > 4 in the whole cache
-        Req(3, prompt=64),  # exactly the cache: kept
+        Req(3, prompt=64, max_tokens=1),  # exactly the cache: kept
         Req(4, prompt=300),  # both: too long wins
         Req(5, prompt=10),
+        Req(9, prompt=10, max_tokens=60),  # the prompt fits, its generation (69 tokens) does not
         Req(6, prompt=50, computed=0, total=99),  # under the model length, but 7 blocks > 4
         Req(7, prompt=5, total=99),  # total (not prompt) counts
-        Req(8, prompt=20, total=33),  # 3 blocks: kept
+        Req(8, prompt=20, total=33, max_tokens=29),  # 48 tokens at most: 3 blocks, kept
     ]
     log = read_log(run(make_module(facts, waiting=waiting), "reject-oversized"))
-    assert log.ids("req.reject", "waiting") == [1, 2, 4, 6, 7]
-    assert log.rejected() == {1: TOO_LONG, 2: EXCEEDS_CACHE, 4: TOO_LONG, 6: EXCEEDS_CACHE, 7: EXCEEDS_CACHE}
+    assert log.ids("req.reject", "waiting") == [1, 2, 4, 9, 6, 7]
+    assert log.rejected() == {1: TOO_LONG, 2: EXCEEDS_CACHE, 4: TOO_LONG, 6: EXCEEDS_CACHE, 7: EXCEEDS_CACHE,
+                              9: EXCEEDS_CACHE}
     assert log.ids("req.select", "waiting") == [3, 5, 8]
 
 
 def test_reject_oversized_boundaries_are_kept() -> None:
     facts = make_facts(max_model_len=65, block_size=16, total_blocks=4, free_blocks=0)  # 64: one token of room
-    waiting = [Req(1, prompt=64), Req(2, prompt=1), Req(3, prompt=48, total=64)]
+    waiting = [Req(1, prompt=64), Req(2, prompt=1), Req(3, prompt=48, total=64, max_tokens=17)]  # max_tokens: 16
     module = run(make_module(facts, waiting=waiting), "reject-oversized")
     assert block_op_names(module) == ["req.queue", "req.queue", "sched.yield"], "nothing rejected: no ops"
 
@@ -600,8 +602,8 @@ def reference(
     for r in waiting:
         if r.total >= facts.max_model_len:  # no room for one new token
             out.rejected.append((r.id, int(TOO_LONG)))
-        elif ceil_div(r.total, bs) > facts.total_blocks:
-            out.rejected.append((r.id, int(EXCEEDS_CACHE)))
+        elif ceil_div(max(r.total, min(r.prompt + r.max_tokens, facts.max_model_len) - 1), bs) > facts.total_blocks:
+            out.rejected.append((r.id, int(EXCEEDS_CACHE)))  # the KV its last step holds outgrows the cache
         else:
             kept.append(r)
     if out.rejected:

@@ -15,6 +15,7 @@ import dataclasses
 import tempfile
 from collections import deque
 from pathlib import Path
+from typing import ClassVar
 
 import attrs
 import numpy as np
@@ -23,9 +24,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from schedir import Request, Scheduler, SchedulerConfig
+from schedir.dialects.codes import Reason, Status
+from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step, steps_of
 from schedir.lowering.hashing import extend_hashes
-from schedir.passes import PASSES
+from schedir.passes import PASSES, register_pass
 from schedir.runtime import table as T
 from schedir.runtime.output import SchedulerOutput
 
@@ -277,14 +280,17 @@ class FakeEngine:
     def check_rejection(self, step: int, rid: str, why: str) -> None:
         s = self.reqs[rid]
         known = len(s.tokens)
+        peak = min(len(s.spec.prompt) + s.spec.max_tokens, self.cfg.max_model_len) - 1  # KV at the last step
         if known >= self.cfg.max_model_len:  # no room for one new token
             expected = "too-long"
-        elif cdiv(known, self.cfg.block_size) > self.cfg.num_blocks - 1:
+        elif cdiv(peak, self.cfg.block_size) > self.cfg.num_blocks - 1:
             expected = "exceeds-cache"
         else:
             raise Violation(f"step {step}: {rid} ({known} tokens) rejected as {why!r} but it fits model and cache")
         if why != expected or s.status != "live":
             raise Violation(f"step {step}: {rid} rejected as {why!r} (status {s.status}), expected {expected!r}")
+        if s.seen:
+            raise Violation(f"step {step}: {rid} rejected after it was scheduled (it must be refused up front)")
         s.status = "rejected"
         self.rejected[rid] = why
 
@@ -487,30 +493,65 @@ def test_oversized_request_arriving_later_does_not_stall_running_or_waiting() ->
     assert sorted(engine.reported) == ["a", "b", "huge"]  # the rejection is reported finished too
 
 
-def test_prompt_fits_but_generation_outgrows_the_whole_cache() -> None:
-    """prompt + max_tokens > the whole cache: the request runs until it fills the cache, preempts
-    itself, and is rejected as exceeds-cache at its next step; it neither loops nor stalls, and
-    requests behind it (including the one it preempted) still run."""
-    reqs = [TraceReq("a", 0, _prompt(20), 30, ignore_eos=True), TraceReq("b", 1, _prompt(4, 50), 8)]
-    engine = run(_trace(*reqs, num_blocks=9))  # 8 usable blocks of 4 = 32 tokens
+@pytest.mark.parametrize("pipeline", ["vllm"])
+def test_prompt_fits_but_generation_outgrows_the_whole_cache(pipeline: str) -> None:
+    """prompt + max_tokens > the whole cache: rejected as exceeds-cache before it runs. Checking the
+    prompt alone let it run until it filled the cache, preempt itself and be rejected after 13 tokens
+    were delivered (vLLM preempts itself and livelocks there). A generation that just fits runs."""
+    reqs = [TraceReq("a", 0, _prompt(20), 14, ignore_eos=True), TraceReq("b", 1, _prompt(4, 50), 8),
+            TraceReq("fits", 2, _prompt(20, 80), 13, ignore_eos=True)]  # 20 + 13 - 1 = 32 tokens of KV: 8 blocks
+    engine = run(_trace(*reqs, num_blocks=9, pipeline=pipeline))  # 8 usable blocks of 4 = 32 tokens
     assert engine.rejected == {"a": "exceeds-cache"}
-    assert engine.preemptions >= 1
-    assert engine.reqs["a"].outputs == 13  # 20 + 12 tokens fill the cache; the 13th needs a 9th block
-    assert sorted(engine.reported) == ["a", "b"]  # "a" rejected after running: reported so the engine frees it
+    assert engine.reqs["a"].outputs == 0
+    assert engine.reqs["fits"].outputs == 13
+    assert sorted(engine.reported) == ["a", "b", "fits"]
+
+
+def test_model_length_caps_the_generation_checked_against_the_cache() -> None:
+    """max_tokens beyond max_model_len does not count: the model length stops the request first."""
+    engine = run(_trace(TraceReq("a", 0, _prompt(10), 1000, ignore_eos=True), num_blocks=9, max_model_len=33))
+    assert engine.rejected == {}
+    assert engine.reqs["a"].outputs == 23  # 10 + 23 = max_model_len; 32 tokens of KV = 8 blocks
+
+
+@dataclasses.dataclass(frozen=True)
+class _RejectPreempted(StepPass):
+    """Test-only: reject every preempted request of the waiting queue (as a policy pass might)."""
+
+    name: ClassVar[str] = "test-reject-preempted"
+
+    def run(self, step: Step) -> None:
+        pending = step.pending("waiting")
+        if pending is None:
+            return
+        ids, status = step.columns(pending, ("id", "status"))
+        gone = status == int(Status.PREEMPTED)
+        if gone.any():
+            step.reject(pending, ids[gone], np.full(int(gone.sum()), int(Reason.EXCEEDS_CACHE)))
+            step.keep(pending, ids[~gone], picked=np.flatnonzero(~gone))
 
 
 def test_a_seen_request_rejected_later_is_reported_finished() -> None:
-    sched = Scheduler(SchedulerConfig(num_blocks=9, block_size=4, max_num_batched_tokens=64, max_model_len=64))
-    sched.add_request(Request("a", list(_prompt(20)), max_tokens=30, ignore_eos=True, arrival_time=0.0))
-    reported: set[str] = set()
-    rejected: dict[str, str] = {}
-    for _ in range(30):
+    """A request the engine saw (scheduled, then preempted) and later rejected is named in that output's
+    finished_req_ids as well as in `rejected`: an engine that keeps its state frees it."""
+    register_pass(_RejectPreempted)
+    try:
+        sched = Scheduler(SchedulerConfig(num_blocks=9, block_size=4, max_num_batched_tokens=64, max_model_len=64,
+                                          pipeline="test-reject-preempted,reject-oversized,order-vllm,"
+                                                   "vllm-schedule-running,vllm-admit"))
+    finally:
+        del PASSES[_RejectPreempted.name]  # other tests list every registered pass
+    sched.add_request(Request("a", list(_prompt(16)), max_tokens=16, ignore_eos=True, arrival_time=0.0))
+    sched.add_request(Request("b", list(_prompt(12, 50)), max_tokens=16, ignore_eos=True, arrival_time=1.0))
+    seen: set[str] = set()
+    for _ in range(40):
         out = sched.schedule()
-        reported |= out.finished_req_ids
-        rejected |= out.rejected
+        seen |= set(out.req_ids)
+        if out.rejected:
+            break
         sched.update(out, np.where(out.sampled, 9, -1))
-    assert rejected == {"a": "exceeds-cache"}
-    assert "a" in reported
+    assert out.rejected == {"b": "exceeds-cache"} and "b" in seen
+    assert "b" in out.finished_req_ids
 
 
 @pytest.mark.parametrize("pipeline", ["vllm", "base"])

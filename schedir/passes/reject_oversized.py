@@ -12,17 +12,22 @@ from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
 
 
-def oversized(total: np.ndarray, max_model_len: int, total_blocks: int, block_size: int,
-              ) -> tuple[np.ndarray, np.ndarray]:
-    """(too long for the model, too big for the whole cache) per request of `total` known tokens.
+def oversized(total: np.ndarray, prompt: np.ndarray, max_tokens: np.ndarray, max_model_len: int,
+              total_blocks: int, block_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(too long for the model, too big for the whole cache) per request.
 
-    Too long: total >= max_model_len, no room for a single new token (vLLM's input processor
-    refuses such a prompt; admitted, a chunked one would stall one token short of sampling).
-    The runtime's admission window uses the same rule, so a request that will be rejected
-    always enters the step that rejects it.
+    Too long: `total` known tokens >= max_model_len, no room for a single new token (vLLM's
+    input processor refuses such a prompt; admitted, a chunked one would stall one token short
+    of sampling). Too big: the KV the request holds at its last step, min(prompt + max_tokens,
+    max_model_len) - 1 tokens (the last sampled token is never computed), needs more blocks
+    than the whole cache. Checking the prompt alone let such a request run, deliver tokens,
+    preempt itself when the cache filled and be rejected only then (vLLM livelocks there);
+    it is refused up front instead. The runtime's admission window uses the same rule, so a
+    request that will be rejected always enters the step that rejects it.
     """
     too_long = total >= max_model_len
-    too_big = (total + block_size - 1) // block_size > total_blocks
+    peak = np.maximum(np.minimum(prompt + max_tokens, max_model_len) - 1, total)
+    too_big = (peak + block_size - 1) // block_size > total_blocks
     return too_long, too_big
 
 
@@ -31,8 +36,9 @@ class RejectOversized(StepPass):
     """Reject requests longer than the model or larger than the whole KV cache.
 
     A request whose known tokens reach `max_model_len` (no room to generate one
-    token), or whose known tokens need more blocks than the pool holds, can never
-    be served; leaving it at the head of the queue would stall everything behind it.
+    token), or whose generation would need more blocks than the pool holds (prompt
+    + max_tokens, capped by the model length), can never be served; leaving it at
+    the head of the queue would stall everything behind it.
     """
 
     name: ClassVar[str] = "reject-oversized"
@@ -45,11 +51,15 @@ class RejectOversized(StepPass):
         if pending is None:
             return
         facts = step.facts
-        (total,) = step.columns(pending, ("total",))
-        # Fits the model and the cache iff total < max_model_len and total <= blocks * block_size.
-        if total.size == 0 or int(total.max()) <= min(facts.max_model_len - 1, facts.total_blocks * facts.block_size):
+        total, prompt, max_tokens = step.columns(pending, ("total", "prompt", "max_tokens"))
+        if total.size == 0:
             return
-        too_long, too_big = oversized(total, facts.max_model_len, facts.total_blocks, facts.block_size)
+        mml, cache = facts.max_model_len, facts.total_blocks * facts.block_size
+        # Fast path: nothing reaches the model length, and the longest generation fits the cache.
+        longest = int(total.max())
+        if longest < mml and longest <= cache and (mml - 1 <= cache or int((prompt + max_tokens).max()) - 1 <= cache):
+            return
+        too_long, too_big = oversized(total, prompt, max_tokens, mml, facts.total_blocks, facts.block_size)
         bad = too_long | too_big
         if not bad.any():
             return

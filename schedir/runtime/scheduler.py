@@ -224,7 +224,8 @@ class Scheduler:
             head = order[:w]
         else:
             head = np.argpartition(d[T.QUEUED, waiting], w - 1)[:w]
-        too_long, too_big = oversized(d[T.TOTAL, waiting], cfg.max_model_len, self.pool.usable_blocks, cfg.block_size)
+        too_long, too_big = oversized(d[T.TOTAL, waiting], d[T.PROMPT, waiting], d[T.MAX_TOKENS, waiting],
+                                      cfg.max_model_len, self.pool.usable_blocks, cfg.block_size)
         bad = np.flatnonzero(too_long | too_big)
         if bad.size:
             head = np.union1d(head, bad)
