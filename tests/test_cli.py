@@ -69,7 +69,7 @@ def test_passes_lists_every_pass_and_preset(capsys):
 
 def test_passes_shows_option_defaults(capsys):
     _, out, _ = run_cli(capsys, "passes")
-    assert "chunk: bool = false, stop-at-first: bool = false, queue: str = waiting" in out
+    assert "chunk: bool = true, stop-at-first: bool = false, queue: str = waiting" in out
     assert "requires:    order, running-scheduled" in out
 
 

@@ -232,7 +232,7 @@ def test_a_rejected_head_never_stalls_the_queue() -> None:
     # The same head without reject-oversized blocks everything behind it under stop-at-first.
     module = run(
         make_module(facts, waiting=waiting),
-        "order-fcfs,schedule-running,admit-greedy{stop-at-first=true},verify-step",
+        "order-fcfs,schedule-running,admit-greedy{chunk=false stop-at-first=true},verify-step",
     )
     log = read_log(module)
     assert log.scheduled("waiting") == {}
@@ -367,8 +367,8 @@ def test_a_chunk_that_needs_too_many_blocks_is_deferred_for_memory() -> None:
 
 
 # ================================================================ admit-greedy
-ADMIT = "order-fcfs,schedule-running,admit-greedy,verify-step"
-STOP_AT_FIRST = "order-fcfs,schedule-running,admit-greedy{stop-at-first=true},verify-step"
+ADMIT = "order-fcfs,schedule-running,admit-greedy{chunk=false},verify-step"  # the seed's admission
+STOP_AT_FIRST = "order-fcfs,schedule-running,admit-greedy{chunk=false stop-at-first=true},verify-step"
 
 
 def test_admission_skips_a_misfit_and_goes_on() -> None:
@@ -413,8 +413,10 @@ def test_admission_uses_what_running_left() -> None:
     log = read_log(run(make_module(facts, running, waiting), "base"))
     assert log.scheduled("running") == {1: 1, 2: 1}
     assert log.scheduled("waiting") == {3: 30}  # 2 blocks: the last 2 free ones; 8 tokens left
-    assert log.deferred("waiting") == {4: MEMORY, 5: BUDGET}
+    assert log.deferred("waiting") == {4: MEMORY, 5: MEMORY}  # base chunks: 8 of 9 tokens, but no block left
     assert log.batch == [[1, 2], [3]]
+    unchunked = "reject-oversized,order-fcfs,schedule-running,admit-greedy{chunk=false},verify-step"
+    assert read_log(run(make_module(facts, running, waiting), unchunked)).deferred("waiting") == {4: MEMORY, 5: BUDGET}
     # One sequence slot fewer: the running batch and request 3 fill max_seqs.
     log = read_log(run(make_module(make_facts(block_size=bs, token_budget=40, max_seqs=3, free_blocks=3),
                                    running, waiting), "base"))
@@ -739,8 +741,9 @@ def scenarios(draw) -> Scenario:
 
 
 PIPELINES = {
-    "base": ("base", {}),
-    "base-priority": ("base-priority", {"priority": True}),
+    "base": ("base", {"admit_chunk": True}),
+    "base-priority": ("base-priority", {"priority": True, "admit_chunk": True}),
+    "base-unchunked": ("reject-oversized,order-fcfs,schedule-running,admit-greedy{chunk=false},verify-step", {}),
     "options": (
         "reject-oversized,order-fcfs,schedule-running{chunk=false},admit-greedy{chunk=true stop-at-first=true},"
         "verify-step",

@@ -325,8 +325,9 @@ def test_base_pipeline_result(small_step_text):
     text = print_ir(module)
     assert 'req.sort %w by ["arrival"] {id = [3, 4]}' in text
     assert "req.schedule %run decode {id = [1, 2], tokens = [1, 1]}" in text
-    assert re.search(r"req\.schedule %\d+ prefill \{id = \[3\], tokens = \[40\]\}", text)
-    assert re.search(r"req\.defer %\d+ \{id = \[4\], reason = \[budget\]\}", text)
+    # 4 (50 tokens) gets the 22 left of the budget as a chunk (admit-greedy chunks by default).
+    assert re.search(r"req\.schedule %\d+ prefill \{id = \[3, 4\], tokens = \[40, 22\]\}", text)
+    assert "req.defer" not in text
     assert 'facts = ["admissible", "budget-legal", "order", "running-scheduled", "waiting-scheduled"]' in text
 
 

@@ -77,9 +77,8 @@ class Scenario:
 def scenarios(draw: st.DrawFn, pipeline: str = "vllm") -> Scenario:
     """Small caches (preemption is common), chunking budgets, shared prefixes, stops and aborts.
 
-    `base` never preempts and never chunks an admission, so its scenarios get a token
-    budget of at least max_model_len and a cache that holds every request at once
-    (its liveness limits are pinned by xfails below).
+    `base` never preempts, so its scenarios get a cache that holds every request at once
+    (its liveness limit is pinned by an xfail below).
     """
     bs = draw(st.sampled_from((1, 4, 16)))
     mml = draw(st.sampled_from((24, 48, 96, 160)))
@@ -106,7 +105,6 @@ def scenarios(draw: st.DrawFn, pipeline: str = "vllm") -> Scenario:
     cache_tokens = draw(st.integers(8, 240))
     budget = draw(st.sampled_from((1, 3, 8, 16, 32, 64, 256)))
     if pipeline == "base":
-        budget = max(budget, mml)
         footprint = sum(cdiv(min(len(r.prompt) + r.max_tokens, mml), bs) for r in reqs if len(r.prompt) < mml)
         cache_tokens = max(cache_tokens, footprint * bs)
     check = draw(st.sampled_from(("verify-step", "verify-step", "verify-each")))
@@ -562,8 +560,8 @@ def test_prompt_of_exactly_max_model_len_is_rejected(pipeline: str, config: dict
     """Such a prompt leaves no room for one token: vLLM's input processor refuses it, and admitted
     and chunked it stalled one token short (vLLM caps a chunk at max_model_len - 1 - computed).
     It is rejected as too-long at its first step, reported finished; one token less is served."""
-    if pipeline == "base" and ("long_prefill_token_threshold" in config or config["max_num_batched_tokens"] < 32):
-        pytest.skip("the base pipeline takes no long-prefill threshold and does not chunk admissions")
+    if pipeline == "base" and "long_prefill_token_threshold" in config:
+        pytest.skip("the base pipeline takes no long-prefill threshold")
     reqs = [TraceReq("a", 0, _prompt(32), 4), TraceReq("b", 0, _prompt(3, 90), 2), TraceReq("c", 0, _prompt(31, 50), 4)]
     engine = run(_trace(*reqs, max_model_len=32, pipeline=pipeline, **config))
     assert engine.rejected == {"a": "too-long"}
@@ -571,15 +569,15 @@ def test_prompt_of_exactly_max_model_len_is_rejected(pipeline: str, config: dict
     assert engine.reqs["c"].outputs == 1  # 31 + 1 = max_model_len
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "base preset: admit-greedy does not chunk (chunk=False) and reject-oversized only rejects prompts "
-    "longer than max_model_len or the cache, so a prompt longer than max_num_batched_tokens is deferred "
-    "with reason 'budget' at every step forever: the greedy walk serves the requests behind it, but this "
-    "one is neither run nor rejected, and the trace never drains"))
-def test_base_prompt_longer_than_the_token_budget_is_served_or_rejected() -> None:
+@pytest.mark.parametrize("pipeline", ["base", "base-priority"])
+def test_base_prompt_longer_than_the_token_budget_is_served(pipeline: str) -> None:
+    """The base presets chunk an admission (admit-greedy{chunk=true}): unchunked, a prompt longer
+    than max_num_batched_tokens was deferred for the budget at every step, forever."""
     engine = run(_trace(TraceReq("a", 0, _prompt(40), 2), TraceReq("b", 0, _prompt(4, 90), 2),
-                        pipeline="base", max_num_batched_tokens=32, max_model_len=64))
-    assert sorted(engine.reported) + sorted(engine.rejected) in (["a", "b"], ["b", "a"])
+                        pipeline=pipeline, max_num_batched_tokens=32, max_model_len=64))
+    assert engine.rejected == {}
+    assert sorted(engine.reported) == ["a", "b"]
+    assert engine.reqs["a"].outputs == 2
 
 
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason=(

@@ -103,10 +103,12 @@ def test_seed_order_and_filter_in_the_ir(spf):
     assert [s.ids.tolist() for s in ops_of(module, SelectOp)] == [[3, 4, 5, 6], [4, 6, 3]]
     assert re.search(r"req\.defer %\w+ \{id = \[5\], reason = \[policy\]\}", text)
 
-    # Admission follows the seed's order: 4 then 6 fit the budget; 3 (50 tokens) no longer does.
+    # Admission follows the seed's order: 4 then 6 fit the budget; 3 (50 tokens) gets the 12 left
+    # as a chunk (admit-greedy chunks by default).
     prefill = [s for s in ops_of(module, ScheduleOp) if s.phase.data == "prefill"]
-    assert [s.ids.tolist() for s in prefill] == [[4, 6]]
-    assert defers[(3,)] == [int(Reason.BUDGET)]
+    assert [s.ids.tolist() for s in prefill] == [[4, 6, 3]]
+    assert prefill[0].col("tokens").tolist() == [20, 30, 12]
+    assert (3,) not in defers
     (reject,) = ops_of(module, RejectOp)
     assert reject.ids.tolist() == [7] and reject.col("reason").tolist() == [int(Reason.TOO_LONG)]
     assert steps_of(module)[0].fact_set() >= {"order", "waiting-scheduled", "budget-legal"}
@@ -117,7 +119,8 @@ def test_fcfs_admits_differently(spf):
     module = seed_step()
     PassManager.parse("base").run(module)
     prefill = [s for s in ops_of(module, ScheduleOp) if s.phase.data == "prefill"]
-    assert [s.ids.tolist() for s in prefill] == [[3]]
+    assert [s.ids.tolist() for s in prefill] == [[3, 4]]
+    assert prefill[0].col("tokens").tolist() == [50, 12]  # 4 (20 tokens) gets what 3 left: a chunk
 
 
 def test_seed_pass_satisfies_order_for_admission(spf):

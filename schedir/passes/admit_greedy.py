@@ -22,14 +22,16 @@ class AdmitGreedy(StepPass):
     against free blocks. A full-prompt hit still recomputes the last token. A
     request that does not fit is deferred with its reason and the walk goes on
     (greedy); running requests left out of the step keep their sequence slots; with `stop-at-first` the first misfit blocks everyone behind it.
-    With `chunk`, a prompt larger than the remaining budget gets a partial chunk.
+    With `chunk` (the default, as in schedule-running), a prompt larger than the remaining budget
+    gets a partial chunk; `chunk=false` is the seed's admission, under which a prompt longer
+    than the whole budget would wait forever.
     """
 
     name: ClassVar[str] = "admit-greedy"
     requires: ClassVar[frozenset[str]] = frozenset({"order", "running-scheduled"})
     provides: ClassVar[frozenset[str]] = frozenset({"waiting-scheduled"})
 
-    chunk: bool = False
+    chunk: bool = True
     stop_at_first: bool = False
     queue: str = "waiting"
     running: str = "running"

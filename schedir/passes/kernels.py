@@ -27,6 +27,7 @@ def fit_batch(
     computed: np.ndarray,
     total: np.ndarray,
     held: np.ndarray,
+    in_flight: np.ndarray,  # steps scheduled and not yet updated (empty: none)
     hit_rows: np.ndarray,  # request i's prefix hit is hit[hit_rows[i]]
     hit: np.ndarray,  # prefix-hit tokens (empty: no hits)
     cached_free: np.ndarray,  # hit blocks sitting in the free queue
@@ -47,10 +48,12 @@ def fit_batch(
     queue. Returns (out, n_run, n_alloc, n_share, n_defer, all_decode), rows of `out`:
     run ids, run tokens, alloc ids, alloc blocks, share ids, share blocks, share revived,
     defer ids, defer reasons (each valid up to its count); `Fit` names them.
-    A request with nothing left to compute is deferred as IN_FLIGHT.
+    A request with nothing left to compute, or with a step in flight (a prefill chunk whose
+    update has not come back), is deferred as IN_FLIGHT.
     """
     n = rows.size
     has_hits = hit.size > 0
+    has_flight = in_flight.size > 0
     # One array for every output (returning nine arrays costs more than computing them).
     out = np.empty((9, n), np.int64)
     run_ids = out[0]
@@ -83,7 +86,7 @@ def fit_batch(
         reason = 0
         t = 0
         nb = 0
-        if need <= 0:
+        if need <= 0 or (has_flight and in_flight[r] > 0):
             reason = _IN_FLIGHT
         elif stopped:
             reason = _BLOCKED
@@ -168,7 +171,7 @@ def fit_pending(step: Step, pending: SSAValue, *, prefix_hits: bool, chunk: bool
     hit, cached_free, hit_rows = step.prefix_hit_source(pending) if prefix_hits else (EMPTY, EMPTY, EMPTY)
     return Fit(fit_batch(
         rows, cols.get("id"), cols.get("computed"), cols.get("total"), cols.get("blocks"),
-        hit_rows, hit, cached_free,
+        cols.get_or("in_flight", EMPTY), hit_rows, hit, cached_free,
         facts.token_budget - used.tokens, facts.max_seqs - used.seqs - seated, used.free_left(facts),
         facts.block_size, chunk, stop_at_first,
     ))

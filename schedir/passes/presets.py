@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 PRESETS: dict[str, str] = {
-    # The seed's base scheduler: FIFO order, running requests first, greedy admission.
+    # The seed's base scheduler: FIFO order, running requests first, greedy admission. Admission
+    # chunks a prompt larger than the budget left (admit-greedy's default; unchunked, a prompt
+    # longer than the whole budget was deferred forever).
     "base": "reject-oversized,order-fcfs,schedule-running,admit-greedy,verify-step",
     # The same with priority order (lower value first, then arrival).
     "base-priority": "reject-oversized,order-priority,schedule-running,admit-greedy,verify-step",

@@ -19,7 +19,8 @@ class ScheduleRunning(StepPass):
     free blocks is deferred with that reason (this pass never preempts). With
     `chunk`, a running request still in its prefill takes what budget is left.
     A request with nothing left to compute (its last step's tokens have not come
-    back yet) is deferred as in-flight.
+    back yet), or with a prefill chunk still in flight (`in_flight` column), is
+    deferred as in-flight: it is never scheduled twice before its update.
     """
 
     name: ClassVar[str] = "schedule-running"

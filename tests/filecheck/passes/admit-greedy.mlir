@@ -1,14 +1,17 @@
-// RUN: schedir opt %s -p admit-greedy | filecheck %s --check-prefixes=CHECK,GREEDY,NOSTOP
-// RUN: schedir opt %s -p "admit-greedy{stop-at-first=true}" | filecheck %s --check-prefixes=CHECK,STOP
+// RUN: schedir opt %s -p "admit-greedy{chunk=false}" | filecheck %s --check-prefixes=CHECK,GREEDY,NOSTOP
+// RUN: schedir opt %s -p "admit-greedy{chunk=false stop-at-first=true}" | filecheck %s --check-prefixes=CHECK,STOP
+// RUN: schedir opt %s -p admit-greedy | filecheck %s --check-prefixes=CHECK,CHUNK,NOSTOP
 // RUN: schedir opt %s -p "admit-greedy{chunk=true}" | filecheck %s --check-prefixes=CHECK,CHUNK,NOSTOP
-// RUN: schedir opt %s -p admit-greedy,verify-step | filecheck %s --check-prefixes=CHECK,GREEDY,NOSTOP
+// RUN: schedir opt %s -p "admit-greedy{chunk=false},verify-step" | filecheck %s --check-prefixes=CHECK,GREEDY,NOSTOP
+// RUN: schedir opt %s -p admit-greedy,verify-step | filecheck %s --check-prefixes=CHECK,CHUNK,NOSTOP
 
 // admit-greedy walks the pending waiting set in order and schedules (prefill)
 // each request that fits the remaining token budget, max_seqs and free blocks,
 // after what earlier decisions in the step already use. A misfit is deferred
 // with its reason and the walk goes on; with stop-at-first every request
-// behind the first misfit is deferred as blocked; with chunk a prompt larger
-// than the remaining budget gets a partial chunk. It requires the facts
+// behind the first misfit is deferred as blocked; with chunk (the default) a
+// prompt larger than the remaining budget gets a partial chunk (chunk=false:
+// the seed's admission, where it waits for a step with budget enough). It requires the facts
 // "order" and "running-scheduled": every step below records them.
 //
 // Prefix hits (mem.match): the usable hit is the full blocks of at most

@@ -1,6 +1,7 @@
 // RUN: schedir opt %s -p base | filecheck %s
 // RUN: schedir opt %s -p base | schedir opt - | filecheck %s
 // RUN: schedir opt %s -p reject-oversized,order-fcfs,schedule-running,admit-greedy,verify-step | filecheck %s
+// RUN: schedir opt %s -p "reject-oversized,order-fcfs,schedule-running,admit-greedy{chunk=false},verify-step" | filecheck %s --check-prefix=UNCHUNKED
 // RUN: schedir opt %s -p base --print-ir-after-all 2>&1 >/dev/null | filecheck %s --check-prefix=AFTER-ALL
 // RUN: schedir opt %s -p base-priority | filecheck %s --check-prefix=PRIORITY
 // RUN: not schedir opt %s -p admit-greedy 2>&1 | filecheck %s --check-prefix=MISSING
@@ -8,7 +9,7 @@
 // RUN: not schedir opt %s -p "base{chunk=true}" 2>&1 | filecheck %s --check-prefix=PRESET-OPTIONS
 
 // The `base` preset end to end: reject-oversized, order-fcfs, schedule-running,
-// admit-greedy, verify-step.
+// admit-greedy (which chunks by default), verify-step.
 //
 // Token budget 80, max_seqs 7, 10 free blocks of 16 (1 cached-free), 20 blocks
 // in all (320 tokens), max_model_len 512.
@@ -24,9 +25,11 @@
 //   11: 400 tokens = 25 blocks > 20        -> rejected, exceeds_cache
 //   12: 40 tokens, hit 32 (1 cached-free)  -> 8 tokens; share 2 (revived 1), 1 new block
 //   13: 30 tokens                          -> 30 tokens, 2 new blocks (4 tokens, 1 block left)
-//   14: 10 tokens                          -> budget
-//   15: 2 tokens                           -> 2 tokens, 1 new block (7 sequences)
+//   14: 10 tokens                          -> a 4-token chunk, 1 new block (7 sequences)
+//   15: 2 tokens                           -> max_seqs
 //   16: 1 token                            -> max_seqs
+// Unchunked (admit-greedy{chunk=false}, the seed's admission), 14 is deferred for
+// the budget, and 15 takes the last slot: 2 tokens, 1 new block.
 sched.step 9 {token_budget = 80, max_seqs = 7, block_size = 16, free_blocks = 10, cached_free_blocks = 1, total_blocks = 20, max_model_len = 512, policy = "fcfs", facts = []} {
   %run = req.queue running {id = [1, 2, 3, 4], prompt = [16, 20, 30, 100], computed = [16, 20, 30, 64], total = [17, 21, 30, 100], max_tokens = [32, 32, 32, 32], priority = [0, 0, 0, 0], arrival = [1, 2, 3, 4], status = [running, running, running, running], blocks = [1, 2, 2, 4]}
   %w = req.queue waiting {id = [16, 15, 14, 13, 12, 11, 10], prompt = [1, 2, 10, 30, 40, 400, 600], computed = [0, 0, 0, 0, 0, 0, 0], total = [1, 2, 10, 30, 40, 400, 600], max_tokens = [8, 8, 8, 8, 8, 8, 8], priority = [0, 1, 1, 1, 1, 1, 1], arrival = [16, 15, 14, 13, 12, 11, 10], status = [waiting, waiting, waiting, waiting, waiting, waiting, waiting], blocks = [0, 0, 0, 0, 0, 0, 0]}
@@ -43,12 +46,17 @@ sched.step 9 {token_budget = 80, max_seqs = 7, block_size = 16, free_blocks = 10
 // CHECK-NEXT:   %[[RUNNING:[0-9]+]] = req.schedule %run mixed {id = [1, 2, 4], tokens = [1, 1, 36]}
 // CHECK-NEXT:   mem.alloc %[[RUNNING]] {id = [1, 4], blocks = [1, 3]}
 // CHECK-NEXT:   req.defer %run {id = [3], reason = [in_flight]}
-// CHECK-NEXT:   %[[ADMITTED:[0-9]+]] = req.schedule %[[SORTED]] prefill {id = [12, 13, 15], tokens = [8, 30, 2]}
+// CHECK-NEXT:   %[[ADMITTED:[0-9]+]] = req.schedule %[[SORTED]] prefill {id = [12, 13, 14], tokens = [8, 30, 4]}
 // CHECK-NEXT:   mem.share %[[ADMITTED]] {id = [12], blocks = [2], revived = [1]}
-// CHECK-NEXT:   mem.alloc %[[ADMITTED]] {id = [12, 13, 15], blocks = [1, 2, 1]}
-// CHECK-NEXT:   req.defer %[[SORTED]] {id = [14, 16], reason = [budget, max_seqs]}
+// CHECK-NEXT:   mem.alloc %[[ADMITTED]] {id = [12, 13, 14], blocks = [1, 2, 1]}
+// CHECK-NEXT:   req.defer %[[SORTED]] {id = [15, 16], reason = [max_seqs, max_seqs]}
 // CHECK-NEXT:   sched.yield %[[RUNNING]], %[[ADMITTED]]
 // CHECK-NEXT: }
+
+// UNCHUNKED:      %[[ADMITTED:[0-9]+]] = req.schedule %{{[0-9]+}} prefill {id = [12, 13, 15], tokens = [8, 30, 2]}
+// UNCHUNKED-NEXT: mem.share %[[ADMITTED]] {id = [12], blocks = [2], revived = [1]}
+// UNCHUNKED-NEXT: mem.alloc %[[ADMITTED]] {id = [12, 13, 15], blocks = [1, 2, 1]}
+// UNCHUNKED-NEXT: req.defer %{{[0-9]+}} {id = [14, 16], reason = [budget, max_seqs]}
 
 // AFTER-ALL:      IR after input
 // AFTER-ALL-NOT:  req.reject

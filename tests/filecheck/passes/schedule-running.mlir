@@ -104,3 +104,18 @@ sched.step 6 {token_budget = 8, max_seqs = 3, block_size = 16, free_blocks = 0, 
 // CHECK-NEXT:     %e6 = req.queue running
 // CHECK-NEXT:     sched.yield
 // CHECK-NEXT:   }
+
+// A prefill chunk in flight (the runtime's `in_flight` column counts steps
+// scheduled and not yet updated): request 1 still has 40 prompt tokens to go,
+// but its previous chunk has not come back, so it is deferred in_flight rather
+// than scheduled twice; request 2 runs. Without the column, nothing is in flight.
+sched.step 7 {token_budget = 64, max_seqs = 4, block_size = 16, free_blocks = 10, cached_free_blocks = 0, total_blocks = 20, max_model_len = 1024, policy = "fcfs", facts = []} {
+  %run7 = req.queue running {id = [1, 2], prompt = [80, 16], computed = [40, 17], total = [80, 18], max_tokens = [8, 8], priority = [0, 0], arrival = [1, 2], status = [running, running], blocks = [3, 2], in_flight = [1, 0]}
+}
+
+// CHECK-LABEL:  sched.step 7
+// CHECK-NEXT:     %run7 = req.queue running
+// CHECK-NEXT:     %[[S7:[0-9]+]] = req.schedule %run7 decode {id = [2], tokens = [1]}
+// CHECK-NEXT:     req.defer %run7 {id = [1], reason = [in_flight]}
+// CHECK-NEXT:     sched.yield %[[S7]]
+// CHECK-NEXT:   }
