@@ -321,9 +321,45 @@ def test_running_deferrals_have_the_right_reason(facts, scheduled, deferred) -> 
         running_req(3, 20, block_size=bs),
         running_req(4, 48, block_size=bs),
     ]
+    log = read_log(run(make_module(make_facts(block_size=bs, **facts), running),
+                       "schedule-running{preempt=false},verify-step"))
+    assert list(log.scheduled("running")) == scheduled
+    assert log.deferred("running") == deferred
+
+
+@pytest.mark.parametrize(
+    ("facts", "scheduled", "deferred", "preempted"),
+    [
+        # 2 needs a block: 4 (last, 3 blocks) is preempted, 2 waits a step for its blocks; 3 runs.
+        (dict(free_blocks=0), [1, 3], {2: MEMORY}, [4]),
+        # 2 takes the free block; 4 needs one, with nobody behind it: it preempts itself.
+        (dict(free_blocks=1), [1, 2, 3], {}, [4]),
+        # Priority: the largest (priority, arrival) behind 2 goes, 3 (priority 5), not 4; 4 then
+        # waits for 3's blocks rather than preempting itself.
+        (dict(free_blocks=0, policy="priority"), [1], {2: MEMORY, 4: MEMORY}, [3]),
+    ],
+)
+def test_running_preempts_behind_it_when_short_of_blocks(facts, scheduled, deferred, preempted) -> None:
+    bs = 16
+    running = [
+        running_req(1, 10, block_size=bs),
+        running_req(2, 16, block_size=bs),
+        running_req(3, 20, block_size=bs, priority=5),
+        running_req(4, 48, block_size=bs, priority=1),
+    ]
     log = read_log(run(make_module(make_facts(block_size=bs, **facts), running), "schedule-running,verify-step"))
     assert list(log.scheduled("running")) == scheduled
     assert log.deferred("running") == deferred
+    assert log.ids("req.preempt", "running") == preempted
+    assert ("mem.free", "running") not in log.ops  # the victims' blocks count from the next step
+
+
+def test_running_does_not_preempt_itself_while_a_request_behind_it_is_in_flight() -> None:
+    bs = 16
+    running = [running_req(1, 16, block_size=bs), running_req(2, 20, block_size=bs, left=0)]  # 2: in flight
+    log = read_log(run(make_module(make_facts(block_size=bs, free_blocks=0), running), "schedule-running,verify-step"))
+    assert log.deferred("running") == {1: MEMORY, 2: IN_FLIGHT}
+    assert log.ids("req.preempt", "running") == []
 
 
 def test_in_flight_requests_are_deferred_and_cost_nothing() -> None:
@@ -508,6 +544,7 @@ class Decisions:
     run_tokens: list[tuple[int, int]] = field(default_factory=list)
     run_alloc: list[tuple[int, int]] = field(default_factory=list)
     run_defer: list[tuple[int, int]] = field(default_factory=list)
+    run_preempt: list[int] = field(default_factory=list)  # in the order preempted
     wait_tokens: list[tuple[int, int]] = field(default_factory=list)
     wait_alloc: list[tuple[int, int]] = field(default_factory=list)
     wait_share: list[tuple[int, int, int]] = field(default_factory=list)
@@ -530,7 +567,9 @@ def fit_queue(
     chunk: bool,
     stop_at_first: bool,
     hits: Mapping[int, tuple[int, int]],
-) -> tuple[list[tuple[int, int]], list[tuple[int, int]], list[tuple[int, int, int]], list[tuple[int, int]], bool]:
+    victim_rank: Sequence[int] | None = None,
+) -> tuple[list[tuple[int, int]], list[tuple[int, int]], list[tuple[int, int, int]], list[tuple[int, int]], bool,
+           list[int]]:
     """Walk `rows` in order and take each request that fits what is left (the docstrings' rule).
 
     A request's start is what it has computed, or the whole blocks of its prefix hit
@@ -539,11 +578,18 @@ def fit_queue(
     empty or too small token budget (unless chunked), then for blocks: the blocks it
     must add for start + tokens beyond what it holds and what it shares, plus the
     shared blocks that leave the free queue.
+
+    With `victim_rank`, one short of blocks preempts the undecided requests behind it that
+    hold blocks and are not in flight, highest rank first, until their blocks cover the
+    shortfall (it still waits: they are free only next step); with none to take, none in
+    flight behind it and no one preempted yet, it preempts itself.
     """
-    tokens, allocs, shares, defers = [], [], [], []
+    tokens, allocs, shares, defers, preempted = [], [], [], [], []
     all_decode = True
     stopped = False
-    for r in rows:
+    for idx, r in enumerate(rows):
+        if r.id in preempted:
+            continue
         hit, cached_free = hits.get(r.id, (0, 0))
         usable = min(hit, max(r.total - 1, 0)) // block_size * block_size
         start = max(r.computed, usable)
@@ -570,6 +616,26 @@ def fit_queue(
                 new = max(0, ceil_div(start + take, block_size) - r.blocks - shared)
                 if new + revived > budgets.free:
                     reason = MEMORY
+                    if victim_rank is not None:
+                        short, found, waiting_on = new + revived - budgets.free, 0, False
+                        while found < short:
+                            takeable = []
+                            for j in range(idx + 1, len(rows)):
+                                q = rows[j]
+                                if q.id in preempted or q.blocks <= 0:
+                                    continue
+                                if q.total <= q.computed:
+                                    waiting_on = True
+                                else:
+                                    takeable.append(j)
+                            if not takeable:
+                                break
+                            v = max(takeable, key=lambda j: victim_rank[j])
+                            preempted.append(rows[v].id)
+                            found += rows[v].blocks
+                        if found == 0 and not waiting_on and not preempted and r.blocks > 0:
+                            preempted.append(r.id)
+                            continue
         if reason is None:
             budgets.tokens -= take
             budgets.seqs -= 1
@@ -584,7 +650,7 @@ def fit_queue(
             defers.append((r.id, int(reason)))
             if stop_at_first and reason != IN_FLIGHT:
                 stopped = True
-    return tokens, allocs, shares, defers, all_decode
+    return tokens, allocs, shares, defers, all_decode, preempted
 
 
 def reference(
@@ -597,6 +663,7 @@ def reference(
     run_chunk: bool = True,
     admit_chunk: bool = False,
     stop_at_first: bool = False,
+    preempt: bool = True,
 ) -> Decisions:
     out = Decisions()
     bs = facts.block_size
@@ -614,14 +681,21 @@ def reference(
     ordered = sorted(kept, key=key)
     out.order = [r.id for r in ordered]
     budgets = Budgets(facts.token_budget, facts.max_seqs, facts.free_blocks)
-    out.run_tokens, out.run_alloc, _, out.run_defer, all_decode = fit_queue(
-        running, budgets, bs, chunk=run_chunk, stop_at_first=False, hits={}
+    rank = None
+    if preempt:  # the step's policy picks victims: FCFS the last first, priority the largest (priority, arrival)
+        by_priority = facts.policy == "priority"
+        order = sorted(range(len(running)), key=lambda j: (running[j].priority, running[j].arrival) if by_priority else j)
+        rank = [0] * len(running)
+        for k, j in enumerate(order):
+            rank[j] = k
+    out.run_tokens, out.run_alloc, _, out.run_defer, all_decode, out.run_preempt = fit_queue(
+        running, budgets, bs, chunk=run_chunk, stop_at_first=False, hits={}, victim_rank=rank
     )
     if out.run_tokens:
         out.run_phase = "decode" if all_decode else "mixed"
         out.batch.append([i for i, _ in out.run_tokens])
     budgets.seqs -= len(out.run_defer)  # running requests left out keep their sequence slots
-    out.wait_tokens, out.wait_alloc, out.wait_share, out.wait_defer, _ = fit_queue(
+    out.wait_tokens, out.wait_alloc, out.wait_share, out.wait_defer, _, _ = fit_queue(
         ordered, budgets, bs, chunk=admit_chunk, stop_at_first=stop_at_first, hits=hits
     )
     if out.wait_tokens:
@@ -648,6 +722,8 @@ def decisions_of(module: ModuleOp) -> Decisions:
     out.run_tokens = pairs("req.schedule", "running", "tokens")
     out.run_alloc = pairs("mem.alloc", "running", "blocks")
     out.run_defer = pairs("req.defer", "running", "reason")
+    preempt = log.one("req.preempt", "running")
+    out.run_preempt = preempt["id"] if preempt else []
     out.wait_tokens = pairs("req.schedule", "waiting", "tokens")
     out.wait_alloc = pairs("mem.alloc", "waiting", "blocks")
     share = log.one("mem.share", "waiting")
@@ -698,6 +774,7 @@ def scenarios(draw) -> Scenario:
         cached_free_blocks=draw(st.integers(0, free)),
         total_blocks=total_blocks,
         max_model_len=draw(st.one_of(st.integers(1, 400), st.just(4096))),
+        policy=draw(st.sampled_from(["fcfs", "priority"])),  # picks preemption victims
     )
     n_run = draw(st.integers(0, 40))
     n_wait = draw(st.integers(0, 40))
@@ -775,6 +852,8 @@ def check_wiring(module: ModuleOp) -> None:
         elif op.name in ("mem.alloc", "mem.share"):
             assert isinstance(source, ScheduleOp), op.name
             assert set(op.ids.tolist()) <= set(source.ids.tolist())
+        elif op.name == "req.preempt":
+            assert isinstance(source, QueueOp) and queue == "running", (op.name, queue)
         else:
             raise AssertionError(f"unexpected op {op.name} in a base step")
 
@@ -791,6 +870,7 @@ def test_pipeline_matches_the_reference(pipeline: str, scenario: Scenario) -> No
     assert got == want
     # Every request has exactly one decision.
     decided = [i for i, _ in got.rejected + got.run_tokens + got.run_defer + got.wait_tokens + got.wait_defer]
+    decided += got.run_preempt
     assert sorted(decided) == sorted(r.id for r in scenario.running + scenario.waiting)
     # The budgets hold (verify-step checked them too; this is the plain sum).
     f = scenario.facts
@@ -818,12 +898,14 @@ def test_the_scenarios_reach_every_reason() -> None:
             seen.add("revived")
         if want.run_phase:
             seen.add(want.run_phase)
+        if want.run_preempt:
+            seen.add("preempt")
 
     collect()
     wanted = {
         "run:BUDGET", "run:MAX_SEQS", "run:MEMORY", "run:IN_FLIGHT",
         "wait:BUDGET", "wait:MAX_SEQS", "wait:MEMORY", "wait:IN_FLIGHT",
-        "TOO_LONG", "EXCEEDS_CACHE", "share", "revived", "decode", "mixed",
+        "TOO_LONG", "EXCEEDS_CACHE", "share", "revived", "decode", "mixed", "preempt",
     }
     assert wanted <= seen, f"never reached: {sorted(wanted - seen)}"
 

@@ -6,7 +6,7 @@ conserved, no request scheduled twice or while its previous step is in flight, n
 stall, every request finished, aborted or rejected with a reason, and the KV content a
 request reads (prefix hits included) to be its own tokens. Hypothesis drives random
 configs and traces through a fake engine that checks all of that after every step.
-Known bugs are pinned as strict xfails at the end of the file.
+Known bugs, when there are any, are pinned as strict xfails at the end of the file.
 """
 
 from __future__ import annotations
@@ -75,11 +75,7 @@ class Scenario:
 
 @st.composite
 def scenarios(draw: st.DrawFn, pipeline: str = "vllm") -> Scenario:
-    """Small caches (preemption is common), chunking budgets, shared prefixes, stops and aborts.
-
-    `base` never preempts, so its scenarios get a cache that holds every request at once
-    (its liveness limit is pinned by an xfail below).
-    """
+    """Small caches (preemption is common), chunking budgets, shared prefixes, stops and aborts."""
     bs = draw(st.sampled_from((1, 4, 16)))
     mml = draw(st.sampled_from((24, 48, 96, 160)))
     n = draw(st.integers(1, 9))
@@ -104,9 +100,6 @@ def scenarios(draw: st.DrawFn, pipeline: str = "vllm") -> Scenario:
     aborts = tuple((draw(st.integers(0, 30)), r.rid) for r in reqs if draw(st.integers(0, 6)) == 0)
     cache_tokens = draw(st.integers(8, 240))
     budget = draw(st.sampled_from((1, 3, 8, 16, 32, 64, 256)))
-    if pipeline == "base":
-        footprint = sum(cdiv(min(len(r.prompt) + r.max_tokens, mml), bs) for r in reqs if len(r.prompt) < mml)
-        cache_tokens = max(cache_tokens, footprint * bs)
     check = draw(st.sampled_from(("verify-step", "verify-step", "verify-each")))
     config = SchedulerConfig(
         num_blocks=max(2, cache_tokens // bs + 1), block_size=bs, max_num_batched_tokens=budget,
@@ -447,6 +440,19 @@ def test_random_traces_exercise_preemption_rejection_and_overlap() -> None:
     assert all(v > 0 for v in seen.values()), seen
 
 
+def test_base_random_traces_exercise_preemption() -> None:
+    """The base pipeline preempts too (schedule-running), on the same small caches."""
+    preempted = [0]
+
+    @settings(SETTINGS, max_examples=20)
+    @given(scenarios("base"))
+    def probe(sc: Scenario) -> None:
+        preempted[0] += run(sc).preemptions
+
+    probe()
+    assert preempted[0] > 0
+
+
 # ---------------------------------------------------------------- explicit scenarios
 def _trace(*reqs: TraceReq, **config: object) -> Scenario:
     cfg = {"num_blocks": 40, "block_size": 4, "max_num_batched_tokens": 64, "max_model_len": 64, **config}
@@ -491,7 +497,7 @@ def test_oversized_request_arriving_later_does_not_stall_running_or_waiting() ->
     assert sorted(engine.reported) == ["a", "b", "huge"]  # the rejection is reported finished too
 
 
-@pytest.mark.parametrize("pipeline", ["vllm"])
+@pytest.mark.parametrize("pipeline", ["vllm", "base"])
 def test_prompt_fits_but_generation_outgrows_the_whole_cache(pipeline: str) -> None:
     """prompt + max_tokens > the whole cache: rejected as exceeds-cache before it runs. Checking the
     prompt alone let it run until it filled the cache, preempt itself and be rejected after 13 tokens
@@ -580,15 +586,17 @@ def test_base_prompt_longer_than_the_token_budget_is_served(pipeline: str) -> No
     assert engine.reqs["a"].outputs == 2
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "base preset: schedule-running never preempts and admit-greedy admits on the prompt alone, so when "
-    "every running request needs one more block and the pool is empty, every request is deferred with "
-    "reason 'memory' at every step: a deadlock with an empty batch and nothing in flight"))
-def test_base_does_not_deadlock_when_decodes_outgrow_the_cache() -> None:
+@pytest.mark.parametrize("pipeline", ["base", "base-priority"])
+def test_base_does_not_deadlock_when_decodes_outgrow_the_cache(pipeline: str) -> None:
+    """schedule-running preempts (recompute) when a decode is short of blocks: the last request,
+    or the lowest priority, gives its blocks back. Without it, every request was deferred for
+    memory at every step, with an empty batch and nothing in flight."""
     # 4 usable blocks of 4 tokens; two prompts of 8 tokens fill them; both decodes need a 3rd block.
     reqs = [TraceReq("a", 0, _prompt(8), 6, ignore_eos=True), TraceReq("b", 0, _prompt(8, 50), 6, ignore_eos=True)]
-    engine = run(_trace(*reqs, pipeline="base", num_blocks=5, max_num_batched_tokens=64, max_model_len=64))
+    engine = run(_trace(*reqs, pipeline=pipeline, num_blocks=5, max_num_batched_tokens=64, max_model_len=64))
     assert sorted(engine.reported) == ["a", "b"]
+    assert engine.preemptions >= 1
+    assert engine.reqs["a"].outputs == engine.reqs["b"].outputs == 6
 
 
 def test_dumping_every_step_does_not_change_decisions() -> None:

@@ -8,6 +8,7 @@ from typing import ClassVar
 import numpy as np
 
 from schedir.dialects.mem import AllocOp, ShareOp
+from schedir.dialects.req import PreemptOp
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
 from schedir.passes.kernels import fit_pending
@@ -43,7 +44,11 @@ class AdmitGreedy(StepPass):
         if running is None or len(running) == 0:
             return 0
         ids = step.ids(running.result)
-        return int(ids.size - np.isin(ids, step.usage().scheduled_ids).sum())
+        taken = step.usage().scheduled_ids
+        gone = [op.ids for op in step.ops_of(PreemptOp)]  # type: ignore[attr-defined]
+        if gone:  # preempted ones give their slots back
+            taken = np.concatenate([taken, *gone])
+        return int(ids.size - np.isin(ids, taken).sum())
 
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)

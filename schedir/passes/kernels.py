@@ -37,6 +37,7 @@ def fit_batch(
     block_size: int,
     chunk: bool,
     stop_at_first: bool,
+    victim_rank: np.ndarray,  # per request: higher goes first as a victim (empty: never preempt)
 ):
     """Walk requests in order, fitting each under the token, sequence and block budgets.
 
@@ -50,12 +51,22 @@ def fit_batch(
     defer ids, defer reasons (each valid up to its count); `Fit` names them.
     A request with nothing left to compute, or with a step in flight (a prefill chunk whose
     update has not come back), is deferred as IN_FLIGHT.
+
+    With `victim_rank` (running requests), a request short of blocks preempts requests
+    behind it that are neither decided nor in flight, highest rank first, until their held
+    blocks cover the shortfall; with none to take, it preempts itself, unless a request behind
+    it in flight will become a victim later or this step already preempted (their blocks come
+    free next step). The victims' blocks are not counted free in this
+    step (shared prefix blocks may stay held: only the pool knows), so the request waits one
+    step (MEMORY) and finds them free in the next. Preempted ids: row 9 of `out`.
     """
     n = rows.size
     has_hits = hit.size > 0
     has_flight = in_flight.size > 0
-    # One array for every output (returning nine arrays costs more than computing them).
-    out = np.empty((9, n), np.int64)
+    preempt = victim_rank.size > 0
+    gone = np.zeros(n, np.bool_)
+    # One array for every output (returning ten arrays costs more than computing them).
+    out = np.empty((10, n), np.int64)
     run_ids = out[0]
     run_tokens = out[1]
     alloc_ids = out[2]
@@ -65,10 +76,13 @@ def fit_batch(
     share_revived = out[6]
     defer_ids = out[7]
     defer_reasons = out[8]
-    nr = na = ns = nd = 0
+    preempt_ids = out[9]
+    nr = na = ns = nd = npre = 0
     all_decode = True
     stopped = False
     for i in range(n):
+        if gone[i]:
+            continue  # preempted by a request ahead of it: that is its decision
         r = rows[i]
         start = computed[r]
         shared = 0
@@ -106,6 +120,32 @@ def fit_batch(
                 nb = max(nb, 0)
                 if nb + revived > free_blocks:
                     reason = _MEMORY
+                    if preempt:
+                        short = nb + revived - free_blocks
+                        found = 0
+                        waiting_on = False  # a request behind in flight: a victim once it comes back
+                        while found < short:
+                            v = -1
+                            for j in range(i + 1, n):
+                                rj = rows[j]
+                                if gone[j] or held[rj] <= 0:
+                                    continue
+                                if total[rj] <= computed[rj] or (has_flight and in_flight[rj] > 0):
+                                    waiting_on = True
+                                    continue
+                                if v < 0 or victim_rank[j] > victim_rank[v]:
+                                    v = j
+                            if v < 0:
+                                break
+                            gone[v] = True
+                            preempt_ids[npre] = ids[rows[v]]
+                            npre += 1
+                            found += held[rows[v]]
+                        if found == 0 and not waiting_on and npre == 0 and held[r] > 0:
+                            gone[i] = True  # its own victim (those ahead of it hold the pool)
+                            preempt_ids[npre] = ids[r]
+                            npre += 1
+                            continue
         if reason == 0:
             token_budget -= t
             seq_room -= 1
@@ -130,7 +170,7 @@ def fit_batch(
             nd += 1
             if stop_at_first and reason != _IN_FLIGHT:
                 stopped = True
-    return out, nr, na, ns, nd, all_decode
+    return out, nr, na, ns, nd, npre, all_decode
 
 
 class Fit:
@@ -142,6 +182,7 @@ class Fit:
         "alloc_ids",
         "defer_ids",
         "defer_reasons",
+        "preempt_ids",
         "run_ids",
         "run_tokens",
         "share_blocks",
@@ -150,28 +191,40 @@ class Fit:
     )
 
     def __init__(self, packed: tuple) -> None:
-        out, nr, na, ns, nd, self.all_decode = packed
+        out, nr, na, ns, nd, npre, self.all_decode = packed
         self.run_ids, self.run_tokens = out[0, :nr], out[1, :nr]
         self.alloc_ids, self.alloc_blocks = out[2, :na], out[3, :na]
         self.share_ids, self.share_blocks, self.share_revived = out[4, :ns], out[5, :ns], out[6, :ns]
         self.defer_ids, self.defer_reasons = out[7, :nd], out[8, :nd]
+        self.preempt_ids = out[9, :npre]  # in the order they were preempted
 
 
 def fit_pending(step: Step, pending: SSAValue, *, prefix_hits: bool, chunk: bool, stop_at_first: bool,
-                seated: int = 0) -> Fit | None:
+                seated: int = 0, preempt: bool = False) -> Fit | None:
     """Run `fit_batch` over a pending set against what the step has left of its budgets
     (None for an empty set). The shared core of schedule-running and admit-greedy.
 
     `seated`: requests that hold a sequence slot without being scheduled in this step
-    (running ones left out, e.g. in flight): admission must not give their slots away."""
+    (running ones left out, e.g. in flight): admission must not give their slots away.
+    `preempt`: free blocks by preempting requests of the set (see `fit_batch`); victims are
+    the lowest in the step's policy: FCFS the last in order, priority the largest
+    (priority, arrival)."""
     cols, rows = step.source(pending)
     if rows.size == 0:
         return None
     facts, used = step.facts, step.usage()
     hit, cached_free, hit_rows = step.prefix_hit_source(pending) if prefix_hits else (EMPTY, EMPTY, EMPTY)
+    rank = EMPTY
+    if preempt:
+        if facts.policy == "priority":
+            order = np.lexsort((cols.get("arrival")[rows], cols.get("priority")[rows]))
+            rank = np.empty(rows.size, dtype=np.int64)
+            rank[order] = np.arange(rows.size)
+        else:
+            rank = np.arange(rows.size, dtype=np.int64)
     return Fit(fit_batch(
         rows, cols.get("id"), cols.get("computed"), cols.get("total"), cols.get("blocks"),
         cols.get_or("in_flight", EMPTY), hit_rows, hit, cached_free,
         facts.token_budget - used.tokens, facts.max_seqs - used.seqs - seated, used.free_left(facts),
-        facts.block_size, chunk, stop_at_first,
+        facts.block_size, chunk, stop_at_first, rank,
     ))

@@ -15,9 +15,19 @@ from schedir.passes.kernels import fit_pending
 class ScheduleRunning(StepPass):
     """Schedule running requests in queue order: each gets the tokens it still needs (1 for a decode).
 
-    A request that does not fit the remaining token budget, sequence slots or
-    free blocks is deferred with that reason (this pass never preempts). With
-    `chunk`, a running request still in its prefill takes what budget is left.
+    A request that does not fit the remaining token budget or sequence slots is
+    deferred with that reason. With `chunk`, a running request still in its
+    prefill takes what budget is left.
+
+    One short of free blocks preempts (recompute) requests behind it, the lowest
+    first (FCFS: the last in order; priority: the largest (priority, arrival)),
+    until their blocks cover the shortfall, or itself when none is left to take
+    (and the step preempted no one yet), as vLLM does; without that, decodes that
+    outgrow the cache deadlock. This pass
+    sees counts, not the pool (a victim's prefix blocks may stay shared), so it
+    does not count the victims' blocks free this step: the request is deferred
+    (memory) and the lowering frees them for the next step. `preempt=false`: the
+    seed's behaviour, memory deferral only.
     A request with nothing left to compute (its last step's tokens have not come
     back yet), or with a prefill chunk still in flight (`in_flight` column), is
     deferred as in-flight: it is never scheduled twice before its update.
@@ -27,16 +37,19 @@ class ScheduleRunning(StepPass):
     provides: ClassVar[frozenset[str]] = frozenset({"running-scheduled"})
 
     chunk: bool = True
+    preempt: bool = True
     queue: str = "running"
 
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)
         if pending is None:
             return
-        fit = fit_pending(step, pending, prefix_hits=False, chunk=self.chunk, stop_at_first=False)
+        fit = fit_pending(step, pending, prefix_hits=False, chunk=self.chunk, stop_at_first=False,
+                          preempt=self.preempt)
         if fit is None:
             return
         if fit.run_ids.size:
             scheduled = step.schedule(pending, "decode" if fit.all_decode else "mixed", fit.run_ids, fit.run_tokens)
             step.blocks(AllocOp, scheduled, fit.alloc_ids, fit.alloc_blocks)
+        step.preempt(pending, "recompute", fit.preempt_ids)
         step.defer(pending, fit.defer_ids, fit.defer_reasons)

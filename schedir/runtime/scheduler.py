@@ -297,6 +297,7 @@ class Scheduler:
         if gone.size:
             d[T.STATUS, gone] = T.PREEMPTED
             d[T.COMPUTED, gone] = 0
+            d[T.BLOCKS, gone] = 0  # freed (the column is refreshed for running rows only)
             d[T.PREEMPTIONS, gone] += 1
             d[T.QUEUED, gone] = self._front - 1 - np.arange(gone.size)
             self._front -= gone.size
