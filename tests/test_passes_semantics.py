@@ -884,7 +884,9 @@ def test_the_scenarios_reach_every_reason() -> None:
     """The reference comparison is only as good as the cases it sees: check they cover the rules."""
     seen: set[str] = set()
 
-    @settings(max_examples=500, deadline=None, database=None, derandomize=True,
+    # 2000 examples: with 500, the derandomized draw of one hypothesis release (6.170) never hit a
+    # shared prefix block, while another (6.155) did; coverage must not hang on the release.
+    @settings(max_examples=2000, deadline=None, database=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow])
     @given(scenarios())
     def collect(scenario: Scenario) -> None:
