@@ -14,6 +14,7 @@ Text form, in the op's custom syntax and inside `#req.cols<...>`:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import ClassVar
 
 import numpy as np
 from xdsl.ir import Data
@@ -37,6 +38,9 @@ for _col, _enum in ENUM_COLUMNS.items():
 _ENUM_CODES: dict[str, dict[str, int]] = {col: keywords(e) for col, e in ENUM_COLUMNS.items()}
 
 
+_NAME_INDEX: dict[tuple[str, ...], dict[str, int]] = {}
+
+
 def as_i64(values: Iterable[int] | np.ndarray) -> np.ndarray:
     arr = np.asarray(values, dtype=np.int64)
     if arr.ndim != 1:
@@ -49,6 +53,12 @@ class ColumnsAttr(Data[ColumnData]):
     """Named int64 columns of equal length, one entry per request of a set."""
 
     name = "req.cols"
+
+    # Set by `of_matrix` only: the columns as rows of one read-only matrix (a view over the
+    # attribute's own bytes), so `get` is a row view and kernels can index the whole matrix.
+    _matrix: ClassVar[np.ndarray | None] = None
+    _index: ClassVar[dict[str, int] | None] = None
+    _names: ClassVar[tuple[str, ...]] = ()
 
     # ------------------------------------------------------------ construction
     @staticmethod
@@ -64,6 +74,39 @@ class ColumnsAttr(Data[ColumnData]):
         object.__setattr__(attr, "data", data)
         return attr
 
+    @staticmethod
+    def of_matrix(names: tuple[str, ...], matrix: np.ndarray) -> ColumnsAttr:
+        """Columns from the rows of an int64 matrix (one row per name): one copy of the
+        whole matrix instead of one per column. The runtime's request table gathers a
+        queue's columns this way every step (`ndarray.take(rows, axis=1)` is C-ordered,
+        where fancy indexing gives Fortran order and a strided, ~20x slower `tobytes`)."""
+        if matrix.dtype is not _I64 or not matrix.flags.c_contiguous:
+            matrix = np.ascontiguousarray(matrix, dtype=np.int64)
+        if matrix.ndim != 2 or matrix.shape[0] != len(names):
+            raise ValueError(f"a column matrix needs one row per name ({len(names)}), got shape {matrix.shape}")
+        raw = matrix.tobytes()
+        width = matrix.shape[1] * 8
+        attr = object.__new__(ColumnsAttr)
+        object.__setattr__(attr, "data", tuple([(name, raw[i * width:(i + 1) * width]) for i, name in enumerate(names)]))
+        object.__setattr__(attr, "_matrix", np.frombuffer(raw, dtype=np.int64).reshape(matrix.shape))
+        index = _NAME_INDEX.get(names)
+        if index is None:
+            index = _NAME_INDEX[names] = {name: i for i, name in enumerate(names)}
+        object.__setattr__(attr, "_index", index)
+        object.__setattr__(attr, "_names", names)
+        return attr
+
+    def matrix(self, names: tuple[str, ...]) -> np.ndarray:
+        """These columns as rows of one int64 matrix, for a kernel that indexes them itself:
+        a read-only view when the attribute was built by `of_matrix` with these names
+        first, in order (the runtime's queues), else a stacked copy."""
+        m = self._matrix
+        if m is not None and self._names[: len(names)] == names:
+            return m[: len(names)]
+        if not names:
+            return np.zeros((0, len(self)), dtype=np.int64)
+        return np.stack([self.get(n) for n in names])
+
     # ------------------------------------------------------------ access
     @property
     def names(self) -> tuple[str, ...]:
@@ -74,6 +117,11 @@ class ColumnsAttr(Data[ColumnData]):
 
     def get(self, name: str) -> np.ndarray:
         """The column as a read-only int64 array; KeyError names what exists."""
+        index = self._index
+        if index is not None:
+            at = index.get(name)
+            if at is not None:
+                return self._matrix[at]  # type: ignore[index]
         for n, raw in self.data:
             if n == name:
                 return np.frombuffer(raw, dtype=np.int64)
@@ -87,6 +135,11 @@ class ColumnsAttr(Data[ColumnData]):
         return None
 
     def get_or(self, name: str, default: np.ndarray) -> np.ndarray:
+        index = self._index
+        if index is not None:
+            at = index.get(name)
+            if at is not None:
+                return self._matrix[at]  # type: ignore[index]
         for n, raw in self.data:
             if n == name:
                 return np.frombuffer(raw, dtype=np.int64)

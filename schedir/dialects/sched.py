@@ -94,6 +94,8 @@ def i64_attr(value: int) -> IntegerAttr:
 
 
 _POLICIES: dict[str, StringAttr] = {}
+_FIXED_INT_FACTS = ("token_budget", "max_seqs", "block_size", "total_blocks", "max_model_len")
+_FIXED_PROPS: dict[tuple, dict[str, Attribute]] = {}
 _FACTS_CACHE: dict[tuple[str, ...] | frozenset[str], ArrayAttr[StringAttr]] = {}
 
 
@@ -179,22 +181,42 @@ class StepOp(IRDLOperation):
 
     @staticmethod
     def build(facts: StepFacts, ops: Iterable[IRDLOperation] = ()) -> StepOp:
-        props: dict[str, Attribute] = {name: i64_attr(getattr(facts, name)) for name in INT_FACTS}
-        props["step"] = i64_attr(facts.step)
-        props["facts"] = facts_attr(facts.facts)
-        policy = _POLICIES.get(facts.policy)
-        if policy is None:
-            policy = _POLICIES[facts.policy] = StringAttr(facts.policy)
-        props["policy"] = policy
+        # An engine's budgets, model length and policy repeat every step: their attributes
+        # are built once per combination; the step number and pool counts are new each step.
+        key = (facts.token_budget, facts.max_seqs, facts.block_size, facts.total_blocks, facts.max_model_len,
+               facts.policy, facts.facts)
+        fixed = _FIXED_PROPS.get(key)
+        if fixed is None:
+            policy = _POLICIES.get(facts.policy)
+            if policy is None:
+                policy = _POLICIES[facts.policy] = StringAttr(facts.policy)
+            fixed = (*(i64_attr(getattr(facts, name)) for name in _FIXED_INT_FACTS), policy, facts_attr(facts.facts))
+            if len(_FIXED_PROPS) < 256:
+                _FIXED_PROPS[key] = fixed
+        budget, seqs, block_size, total, model_len, policy, facts_prop = fixed
+        props: dict[str, Attribute] = {
+            "step": i64_attr(facts.step), "token_budget": budget, "max_seqs": seqs, "block_size": block_size,
+            "free_blocks": i64_attr(facts.free_blocks), "cached_free_blocks": i64_attr(facts.cached_free_blocks),
+            "total_blocks": total, "max_model_len": model_len, "policy": policy, "facts": facts_prop,
+        }
         from schedir.ir.fastop import block_of, new_op  # the fast constructor lives with the IR machinery
 
-        return new_op(StepOp, (), props, (), (Region(block_of(list(ops))),))
+        op = new_op(StepOp, (), props, (), (Region(block_of(list(ops))),))
+        if len(facts.facts) < 2 or list(facts.facts) == sorted(set(facts.facts)):  # as `read_facts` reads them
+            op._built = (facts, props["step"], props["free_blocks"], props["cached_free_blocks"], facts_prop)
+        return op
 
     @property
     def block(self) -> Block:
         return self.body.block
 
     def read_facts(self) -> StepFacts:
+        built = getattr(self, "_built", None)
+        if built is not None:  # the facts it was built from, unless a property was replaced since
+            props = self.properties
+            if (props["step"] is built[1] and props["free_blocks"] is built[2]
+                    and props["cached_free_blocks"] is built[3] and props["facts"] is built[4]):
+                return built[0]
         return StepFacts(
             step=self.step.value.data,
             policy=self.policy.data,

@@ -29,11 +29,12 @@ _ONE_SET = (SET,)
 _SSA_NAMES: dict[str, str | None] = {}
 
 
-def queue_op(name: str, columns: Columns) -> QueueOp:
+def queue_op(name: str, columns: Columns | ColumnsAttr) -> QueueOp:
     attr = _QUEUE_NAMES.get(name)
     if attr is None:
         attr = _QUEUE_NAMES[name] = StringAttr(name)
-    op = new_op(QueueOp, (), {"queue": attr, "columns": ColumnsAttr.of(columns)}, _ONE_SET)
+    cols = columns if type(columns) is ColumnsAttr else ColumnsAttr.of(columns)  # type: ignore[arg-type]
+    op = new_op(QueueOp, (), {"queue": attr, "columns": cols}, _ONE_SET)
     hint = _SSA_NAMES.get(name, False)
     if hint is False:  # xDSL's name_hint setter runs a regex: do it once per queue name
         hint = _SSA_NAMES[name] = OpResult.extract_valid_name(name) if name.isascii() and name.isidentifier() else None
@@ -43,11 +44,12 @@ def queue_op(name: str, columns: Columns) -> QueueOp:
 
 def build_step(
     facts: StepFacts,
-    queues: Mapping[str, Columns],
+    queues: Mapping[str, Columns | ColumnsAttr],
     hits: Mapping[str, Columns] | None = None,
     pool: KVPool | None = None,
 ) -> ModuleOp:
-    """A module with one `sched.step`: a `req.queue` per entry of `queues` (in order),
+    """A module with one `sched.step`: a `req.queue` per entry of `queues` (in order; a
+    queue's columns are arrays by name, or a ready `ColumnsAttr`),
     and a `mem.match` per entry of `hits` (queue name -> `id`, `hit` and optionally
     `cached_free` columns). With hits, the step records the `prefix-hits` fact.
     With `pool`, the step carries it (`mem.pool`, first op) and records `kv-pool`."""

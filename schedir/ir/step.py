@@ -183,7 +183,7 @@ class Step:
 
     def pending(self, queue: str) -> SSAValue | None:
         """The set of `queue` requests not yet decided on; None if the step has no such
-        queue or every request of it has been decided.
+        queue, or every request of it has been decided (an empty set included).
 
         It is the last `req.queue` / `req.sort` / `req.select` result rooted in the queue,
         unless decisions (schedule, defer, reject, preempt) took it over: a pass that decides
@@ -205,8 +205,11 @@ class Step:
                 elif kind in _OUTCOME_KINDS:
                     decided.append(op)
             op = op._next_op
-        if current is None or not decided:
-            return current
+        if current is None:
+            return None
+        if not decided:
+            # An empty set is decided already (vacuously): passes skip it without emitting ops.
+            return current if len(current.owner.properties["columns"]) else None  # type: ignore[union-attr]
         ids = self.ids(current)
         rest = ids[~np.isin(ids, np.concatenate([d.ids for d in decided]))]  # type: ignore[attr-defined]
         if rest.size:

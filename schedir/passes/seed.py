@@ -81,24 +81,32 @@ def as_step_pass(
 def _run_seed(instance: OptimizationPass, pass_name: str, queue: str, step: Step) -> None:
     pending = step.pending(queue)
     if pending is None:
+        root = step.queue(queue)
+        if root is not None and not len(root):  # an empty queue: the seed still runs (it may keep state)
+            _call_seed(instance, pass_name, [], step, set())
         return
     ids = step.ids(pending)
     cols = step.columns(pending, ("prompt", "computed", "total", "max_tokens", "priority", "arrival"))
     hits, _ = step.prefix_hits(pending)
     rows = zip(ids.tolist(), *(c.tolist() for c in cols), hits.tolist(), strict=True)
     requests = [RequestInfo(*row) for row in rows]
-    try:
-        facts = attrs.evolve(step.facts, facts=tuple(sorted(step.fact_set)))  # the live facts
-        result = instance.optimize(list(requests), facts)
-    except Exception as err:  # a user's pass failing is reported, not re-raised raw
-        raise PassFailure(pass_name, f"raised {type(err).__name__}: {err}") from err
-    order = _checked_ids(pass_name, result, set(ids.tolist()))
+    order = _call_seed(instance, pass_name, requests, step, set(ids.tolist()))
     kept = np.asarray(order, dtype=np.int64)
     dropped = ids[~np.isin(ids, kept)]
     sorted_set = step.sort(pending, (f"seed:{pass_name}",), np.concatenate([kept, dropped]))
     if dropped.size:
         step.defer(sorted_set, dropped, np.full(dropped.size, int(Reason.POLICY), dtype=np.int64))
         step.keep(sorted_set, kept)
+
+
+def _call_seed(instance: OptimizationPass, pass_name: str, requests: list[RequestInfo], step: Step,
+               known: set[int]) -> list[int]:
+    try:
+        facts = attrs.evolve(step.facts, facts=tuple(sorted(step.fact_set)))  # the live facts
+        result = instance.optimize(list(requests), facts)
+    except Exception as err:  # a user's pass failing is reported, not re-raised raw
+        raise PassFailure(pass_name, f"raised {type(err).__name__}: {err}") from err
+    return _checked_ids(pass_name, result, known)
 
 
 def _checked_ids(pass_name: str, result: object, known: set[int]) -> list[int]:

@@ -20,6 +20,7 @@ import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
 from schedir.dialects.codes import Reason
+from schedir.dialects.columns import ColumnsAttr
 from schedir.dialects.mem import MatchOp
 from schedir.dialects.req import PreemptOp, QueueOp, RejectOp, ScheduleOp
 from schedir.dialects.sched import StepFacts
@@ -184,10 +185,9 @@ class Scheduler:
                           cached_free_blocks=pool.num_cached_free() if cfg.enable_prefix_caching else 0,
                           total_blocks=pool.usable_blocks, max_model_len=cfg.max_model_len, policy=cfg.policy,
                           facts=self._initial_facts)
-        run_cols = d[: T.QUEUE_COLUMN_COUNT, running]
-        wait_cols = d[: T.QUEUE_COLUMN_COUNT, waiting]
-        queues = {"running": dict(zip(_QUEUE_NAMES, run_cols, strict=True)),
-                  "waiting": dict(zip(_QUEUE_NAMES, wait_cols, strict=True))}
+        head = d[: T.QUEUE_COLUMN_COUNT]  # take() gathers C-ordered: one contiguous copy per queue
+        queues = {"running": ColumnsAttr.of_matrix(_QUEUE_NAMES, head.take(running, axis=1)),
+                  "waiting": ColumnsAttr.of_matrix(_QUEUE_NAMES, head.take(waiting, axis=1))}
         hits = None
         if not self.pool_level and cfg.enable_prefix_caching and waiting.size:
             hit, cached_free = match_rows(waiting, d[T.TOTAL, waiting], cfg.block_size, pool.ref, pool.rhash,

@@ -30,7 +30,7 @@ sched.step 1 {token_budget = 512, max_seqs = 8, block_size = 16, free_blocks = 2
 // RUNNING:         %{{[0-9]+}} = req.sort %run1 by ["arrival"] {id = [1, 2]}
 // RUNNING-NEXT:    sched.yield
 
-// An empty waiting queue still gets its (empty) sort; a step without one gets nothing.
+// An empty queue is decided already (nothing to order): no sort, like a step without the queue.
 sched.step 2 {token_budget = 512, max_seqs = 8, block_size = 16, free_blocks = 20, cached_free_blocks = 0, total_blocks = 20, max_model_len = 100, policy = "fcfs", facts = []} {
   %w2 = req.queue waiting {id = [], prompt = [], computed = [], total = [], max_tokens = [], priority = [], arrival = [], status = [], blocks = []}
 }
@@ -40,7 +40,6 @@ sched.step 3 {token_budget = 512, max_seqs = 8, block_size = 16, free_blocks = 2
 
 // CHECK-LABEL:  sched.step 2
 // CHECK-NEXT:     %w2 = req.queue waiting
-// CHECK-NEXT:     %{{[0-9]+}} = req.sort %w2 by ["arrival"] {id = []}
 // CHECK-NEXT:     sched.yield
 // CHECK-LABEL:  sched.step 3
 // CHECK-NEXT:     %run3 = req.queue running
