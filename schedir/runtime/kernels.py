@@ -5,18 +5,105 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from schedir.lowering.batch_plan import batch_plan
 from schedir.lowering.hashing import ROOT, block_hash
 from schedir.runtime import table as _table
 
 # Numba's on-disk cache (cache=True) does not notice a change of constants imported from
 # another module, so the column indices are spelled out here and checked against the table.
-TOTAL, MAX_TOKENS, STATUS, EOS, IGNORE_EOS, OUTPUTS, HAS_STOP = 3, 4, 7, 12, 13, 15, 16
-RUNNING = 1
-assert (TOTAL, MAX_TOKENS, STATUS, EOS, IGNORE_EOS, OUTPUTS, HAS_STOP, RUNNING) == (
-    _table.TOTAL, _table.MAX_TOKENS, _table.STATUS, _table.EOS, _table.IGNORE_EOS, _table.OUTPUTS,
-    _table.HAS_STOP, _table.RUNNING), "runtime/kernels.py column indices are stale: update them"
+COMPUTED, TOTAL, MAX_TOKENS, STATUS, BLOCKS, IN_FLIGHT, QUEUED = 2, 3, 4, 7, 8, 9, 10
+EOS, IGNORE_EOS, PREEMPTIONS, OUTPUTS, HAS_STOP, SERIAL = 12, 13, 14, 15, 16, 17
+WAITING, RUNNING, PREEMPTED, FINISHED = 0, 1, 2, 9
+assert (COMPUTED, TOTAL, MAX_TOKENS, STATUS, BLOCKS, IN_FLIGHT, QUEUED, EOS, IGNORE_EOS, PREEMPTIONS, OUTPUTS,
+        HAS_STOP, SERIAL, WAITING, RUNNING, PREEMPTED, FINISHED) == (
+    _table.COMPUTED, _table.TOTAL, _table.MAX_TOKENS, _table.STATUS, _table.BLOCKS, _table.IN_FLIGHT,
+    _table.QUEUED, _table.EOS, _table.IGNORE_EOS, _table.PREEMPTIONS, _table.OUTPUTS, _table.HAS_STOP,
+    _table.SERIAL, _table.WAITING, _table.RUNNING, _table.PREEMPTED, _table.FINISHED), \
+    "runtime/kernels.py column indices are stale: update them"
 
 NOT_DONE, STOPPED, LENGTH = 0, 1, 2
+STALE = -1  # update(): the row was recycled since the output (not this output's request)
+
+# rows of `read_scheduled`'s result
+SCHED_STATUS, SCHED_COMPUTED, SCHED_TOTAL, SCHED_BLOCKS = range(4)
+
+
+@nb.njit(cache=True)
+def read_scheduled(rows, data):
+    """Status, computed, total and held blocks of the scheduled rows, as the step was decided
+    (before the lowering applies it): one pass instead of four gathers."""
+    n = rows.size
+    out = np.empty((4, n), dtype=np.int64)
+    for i in range(n):
+        r = rows[i]
+        st = data[STATUS, r]
+        out[SCHED_STATUS, i] = st
+        out[SCHED_COMPUTED, i] = data[COMPUTED, r]
+        out[SCHED_TOTAL, i] = data[TOTAL, r]
+        out[SCHED_BLOCKS, i] = data[BLOCKS, r] if st == RUNNING else 0
+    return out
+
+
+@nb.njit(cache=True)
+def settle_step(rows, tokens, before, new_rows, gone, front, data, running, waiting, table, nblk, block_size: int):
+    """Apply a lowered step to the request table and queues, and build its batch plan.
+
+    Preempted rows go back to waiting at the front (`queued` counts down from `front`), admitted
+    rows join running, every scheduled row advances by its tokens and is in flight; the queues
+    keep the rows whose status still belongs there, in order, then the newcomers. Returns
+    (running, waiting, kind, sampled, nblk_after, generation, query_start_loc, positions,
+    slot_mapping, seq_lens, block_table)."""
+    for k in range(gone.size):
+        r = gone[k]
+        data[STATUS, r] = PREEMPTED
+        data[COMPUTED, r] = 0
+        data[BLOCKS, r] = 0  # freed (the column is refreshed for running rows only)
+        data[PREEMPTIONS, r] += 1
+        data[QUEUED, r] = front - 1 - k
+    for k in range(new_rows.size):
+        data[STATUS, new_rows[k]] = RUNNING
+    n = rows.size
+    kind = np.empty(n, dtype=np.int64)
+    sampled = np.empty(n, dtype=np.bool_)
+    nblk_after = np.empty(n, dtype=np.int64)
+    generation = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        r = rows[i]
+        st = before[SCHED_STATUS, i]
+        kind[i] = 1 if st == WAITING else (2 if st == PREEMPTED else 0)
+        sampled[i] = before[SCHED_COMPUTED, i] + tokens[i] >= before[SCHED_TOTAL, i]
+        data[COMPUTED, r] += tokens[i]
+        data[IN_FLIGHT, r] += 1
+        nblk_after[i] = nblk[r]
+        generation[i] = data[SERIAL, r]
+    kept = 0
+    for k in range(running.size):
+        if data[STATUS, running[k]] == RUNNING:
+            kept += 1
+    new_running = np.empty(kept + new_rows.size, dtype=np.int64)
+    at = 0
+    for k in range(running.size):
+        if data[STATUS, running[k]] == RUNNING:
+            new_running[at] = running[k]
+            at += 1
+    new_running[at:] = new_rows
+    kept = 0
+    for k in range(waiting.size):
+        st = data[STATUS, waiting[k]]
+        if st == WAITING or st == PREEMPTED:
+            kept += 1
+    new_waiting = np.empty(kept + gone.size, dtype=np.int64)
+    at = 0
+    for k in range(waiting.size):
+        st = data[STATUS, waiting[k]]
+        if st == WAITING or st == PREEMPTED:
+            new_waiting[at] = waiting[k]
+            at += 1
+    new_waiting[at:] = gone
+    qsl, positions, slots, seq_lens, block_table = batch_plan(rows, tokens, before[SCHED_COMPUTED], table, nblk,
+                                                              block_size)
+    return (new_running, new_waiting, kind, sampled, nblk_after, generation, qsl, positions, slots, seq_lens,
+            block_table)
 
 
 @nb.njit(cache=True)

@@ -28,13 +28,12 @@ from schedir.ir.builder import build_step
 from schedir.ir.errors import PassFailure, PipelineError
 from schedir.ir.pipeline import Instrumentation, PassManager
 from schedir.ir.step import steps_of
-from schedir.lowering.batch_plan import batch_plan
 from schedir.lowering.hashing import extend_hashes
 from schedir.lowering.kv_pool import KVPool, commit, match_rows
 from schedir.passes.reject_oversized import oversized
 from schedir.runtime import table as T
 from schedir.runtime.config import Request, SchedulerConfig
-from schedir.runtime.kernels import apply_samples
+from schedir.runtime.kernels import SCHED_BLOCKS, SCHED_COMPUTED, SCHED_TOTAL, apply_samples, read_scheduled, settle_step
 from schedir.runtime.metrics import RuntimeMetrics
 from schedir.runtime.output import BatchPlan, SchedulerOutput
 
@@ -273,7 +272,6 @@ class Scheduler:
         gone = np.concatenate(preempted) if len(preempted) > 1 else (preempted[0] if preempted else _EMPTY)
 
         # Admitted requests start from their prefix hit.
-        was_status = d[T.STATUS, rows]
         if new_rows.size:
             hit_of: dict[int, int] = {}
             for m in matches:  # the last match of a request wins
@@ -282,26 +280,17 @@ class Scheduler:
                 d[T.COMPUTED, new_rows] = [hit_of.get(r, 0) for r in new_rows.tolist()]
             else:
                 d[T.COMPUTED, new_rows] = 0
-        computed = d[T.COMPUTED, rows]
-        total = d[T.TOTAL, rows]
-        nblk_before = np.where(was_status == T.RUNNING, d[T.BLOCKS, rows], 0)  # as the step was built
+        before = read_scheduled(rows, d)  # status, computed, total, held blocks as decided
+        computed = before[SCHED_COMPUTED]
         if not self.pool_level:
-            failed = commit(gone, new_rows, d[T.COMPUTED, new_rows], rows, tokens, computed, total,
+            failed = commit(gone, new_rows, d[T.COMPUTED, new_rows], rows, tokens, computed, before[SCHED_TOTAL],
                             cfg.max_model_len, pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta,
                             pool.cache, pool.table, pool.nblk, pool.ncached, pool.rhash, pool.nhash)
             if failed >= 0:
                 raise PassFailure(self.spec, f"step {step} scheduled request '{table.names[rows[failed]]}' "
                                   "but its KV blocks do not fit in the free pool")
 
-        # Queues and lifecycle.
-        if gone.size:
-            d[T.STATUS, gone] = T.PREEMPTED
-            d[T.COMPUTED, gone] = 0
-            d[T.BLOCKS, gone] = 0  # freed (the column is refreshed for running rows only)
-            d[T.PREEMPTIONS, gone] += 1
-            d[T.QUEUED, gone] = self._front - 1 - np.arange(gone.size)
-            self._front -= gone.size
-            self.metrics.preemptions += gone.size
+        # Rejections, then queues and lifecycle (one kernel) and the batch plan.
         rejected_out: dict[str, str] = {}
         for ids, reasons in rejected:
             for r, why in zip(ids.tolist(), reasons.tolist(), strict=True):
@@ -313,31 +302,25 @@ class Scheduler:
                 pool.nhash[r] = 0
                 table.release(r)
             self.metrics.rejected += ids.size
-        if new_rows.size:
-            d[T.STATUS, new_rows] = T.RUNNING
-        if rows.size:
-            d[T.COMPUTED, rows] += tokens
-            d[T.IN_FLIGHT, rows] += 1
-        keep_running = self.running[d[T.STATUS, self.running] == T.RUNNING]
-        self.running = np.concatenate([keep_running, new_rows]) if new_rows.size else keep_running
-        still = self.waiting[(d[T.STATUS, self.waiting] == T.WAITING) | (d[T.STATUS, self.waiting] == T.PREEMPTED)]
-        self.waiting = np.concatenate([still, gone]) if gone.size else still
+        (self.running, self.waiting, kind, sampled, nblk_after, generation, qsl, positions, slots, seq_lens,
+         block_table) = settle_step(rows, tokens, before, new_rows, gone, self._front, d, self.running, self.waiting,
+                                    pool.table, pool.nblk, cfg.block_size)
+        if gone.size:
+            self._front -= gone.size
+            self.metrics.preemptions += gone.size
 
         # Output.
-        names = [table.names[r] for r in rows.tolist()]
-        kind = np.where(was_status == T.WAITING, 1, np.where(was_status == T.PREEMPTED, 2, 0))
-        qsl, positions, slots, seq_lens, block_table = batch_plan(rows, tokens, computed, pool.table, pool.nblk,
-                                                                  cfg.block_size)
-        new_prompts = [table.prompts[r] for r in rows[kind == 1].tolist()]
+        names = table.names
         out = SchedulerOutput(
-            step=step, req_ids=names, rows=rows, num_tokens=tokens, computed=computed,
-            sampled=computed + tokens >= total, kind=kind, nblk_before=nblk_before,
-            nblk_after=pool.nblk[rows].copy(), block_table=block_table, new_prompts=new_prompts,
-            preempted_req_ids=frozenset(table.names[r] for r in gone.tolist()),
+            step=step, req_ids=[names[r] for r in rows.tolist()], rows=rows, num_tokens=tokens, computed=computed,
+            sampled=sampled, kind=kind, nblk_before=before[SCHED_BLOCKS], nblk_after=nblk_after,
+            block_table=block_table,
+            new_prompts=[table.prompts[r] for r in rows[kind == 1].tolist()] if new_rows.size else [],
+            preempted_req_ids=frozenset([names[r] for r in gone.tolist()]) if gone.size else frozenset(),
             finished_req_ids=frozenset(self._finished), rejected=rejected_out,
             batch=BatchPlan(query_start_loc=qsl, positions=positions, slot_mapping=slots, seq_lens=seq_lens,
                             block_table=block_table),
-            generation=d[T.SERIAL, rows].copy(),
+            generation=generation,
         )
         self._finished = []
         return out
