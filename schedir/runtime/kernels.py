@@ -107,20 +107,40 @@ def settle_step(rows, tokens, before, new_rows, gone, front, data, running, wait
 
 
 @nb.njit(cache=True)
-def apply_samples(rows, offsets, toks, data, tail, rhash, nhash, block_size: int, max_model_len: int,
-                  stop_rows, stop_ids):
-    """Append each request's sampled tokens; returns per request NOT_DONE, STOPPED (EOS or a
-    stop id) or LENGTH (max_tokens or max_model_len). Tokens after a stop are dropped.
+def apply_samples(rows, generation, offsets, toks, one_each: bool, data, tail, rhash, nhash, block_size: int,
+                  max_model_len: int, stop_rows, stop_ids):
+    """Apply one output's sampled tokens. Returns (done, attention): per request NOT_DONE,
+    STOPPED (EOS or a stop id), LENGTH (max_tokens or max_model_len) or STALE (its row was
+    recycled since the output: not this output's request, left alone); `attention` counts
+    rows the caller must look at: finished now, or finished before with no output left in
+    flight (their row can be released). Tokens after a stop are dropped.
 
+    Tokens: with `one_each`, `toks[i]` is request i's token (-1: none); else request i's
+    tokens are `toks[offsets[i]:offsets[i + 1]]`. Every live row leaves flight.
     `tail[r]` holds row r's unfinished last block; when a token completes it, the block's
-    chained hash is appended to `rhash[r]` (the tokens themselves are not kept)."""
+    chained hash is appended to `rhash[r]` (the tokens themselves are not kept).
+    (One loop body, no helper: a non-inlined Numba call with a dozen arrays costs more
+    than the work it does here.)"""
     n = rows.size
     done = np.zeros(n, dtype=np.int8)
+    attention = 0
     for i in range(n):
         r = rows[i]
-        if data[STATUS, r] != RUNNING:
+        if data[SERIAL, r] != generation[i]:
+            done[i] = STALE
             continue
-        for k in range(offsets[i], offsets[i + 1]):
+        data[IN_FLIGHT, r] -= 1
+        if data[STATUS, r] != RUNNING:
+            if data[STATUS, r] == FINISHED and data[IN_FLIGHT, r] == 0:
+                attention += 1
+            continue
+        if one_each:
+            first = i
+            last = i + 1 if toks[i] >= 0 else i
+        else:
+            first = offsets[i]
+            last = offsets[i + 1]
+        for k in range(first, last):
             t = toks[k]
             at = data[TOTAL, r]
             tail[r, at % block_size] = t
@@ -145,4 +165,6 @@ def apply_samples(rows, offsets, toks, data, tail, rhash, nhash, block_size: int
             if at + 1 >= max_model_len or data[OUTPUTS, r] >= data[MAX_TOKENS, r]:
                 done[i] = LENGTH
                 break
-    return done
+        if done[i] != NOT_DONE:
+            attention += 1
+    return done, attention

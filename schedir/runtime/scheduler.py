@@ -33,7 +33,7 @@ from schedir.lowering.kv_pool import KVPool, commit, match_rows
 from schedir.passes.reject_oversized import oversized
 from schedir.runtime import table as T
 from schedir.runtime.config import Request, SchedulerConfig
-from schedir.runtime.kernels import SCHED_BLOCKS, SCHED_COMPUTED, SCHED_TOTAL, apply_samples, read_scheduled, settle_step
+from schedir.runtime.kernels import SCHED_BLOCKS, SCHED_COMPUTED, SCHED_TOTAL, STALE, apply_samples, read_scheduled, settle_step
 from schedir.runtime.metrics import RuntimeMetrics
 from schedir.runtime.output import BatchPlan, SchedulerOutput
 
@@ -344,33 +344,29 @@ class Scheduler:
         rows = output.rows
         if rows.size == 0:
             return []
-        live = d[T.SERIAL, rows] == output.generation
-        if not live.all():
-            rows = rows[live]  # rows recycled since (finished and reused): not this output's requests
-        d[T.IN_FLIGHT, rows] -= 1
         if isinstance(sampled, np.ndarray):
-            toks = np.asarray(sampled, dtype=np.int64)[live] if not live.all() else np.asarray(sampled, dtype=np.int64)
-            has = toks >= 0
-            offsets = np.zeros(rows.size + 1, dtype=np.int64)
-            np.cumsum(has, out=offsets[1:])
-            toks = toks[has]
+            toks = sampled if sampled.dtype == np.int64 else sampled.astype(np.int64)
+            offsets = _EMPTY
         else:
-            names = output.req_ids if live.all() else [n for n, ok in zip(output.req_ids, live, strict=True) if ok]
-            lists = [sampled.get(n, ()) for n in names]
+            lists = [sampled.get(n, ()) for n in output.req_ids]
             counts = np.fromiter((len(x) for x in lists), dtype=np.int64, count=len(lists))
             offsets = np.zeros(rows.size + 1, dtype=np.int64)
             np.cumsum(counts, out=offsets[1:])
             toks = np.fromiter((t for x in lists for t in x), dtype=np.int64, count=int(offsets[-1]))
-        done = apply_samples(rows, offsets, toks, d, table.tail, self.pool.rhash, self.pool.nhash,
-                             self.config.block_size, self.config.max_model_len, self._stop_rows, self._stop_ids)
+        done, attention = apply_samples(rows, output.generation, offsets, toks, offsets is _EMPTY, d, table.tail,
+                                        self.pool.rhash, self.pool.nhash, self.config.block_size,
+                                        self.config.max_model_len, self._stop_rows, self._stop_ids)
         finished: list[str] = []
-        if done.any():
+        if attention:
+            live = done != STALE
             for r in rows[done > 0].tolist():
                 finished.append(self._finish(r))
-            self.running = self.running[d[T.STATUS, self.running] == T.RUNNING]
-        dangling = rows[(d[T.STATUS, rows] == T.FINISHED) & (d[T.IN_FLIGHT, rows] == 0)]
-        for r in dangling.tolist():
-            table.release(r)
+            if finished:
+                self.running = self.running[d[T.STATUS, self.running] == T.RUNNING]
+            live_rows = rows[live]
+            dangling = live_rows[(d[T.STATUS, live_rows] == T.FINISHED) & (d[T.IN_FLIGHT, live_rows] == 0)]
+            for r in dangling.tolist():
+                table.release(r)
         return finished
 
     def _finish(self, row: int, completed: bool = True) -> str:
