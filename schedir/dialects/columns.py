@@ -39,6 +39,7 @@ _ENUM_CODES: dict[str, dict[str, int]] = {col: keywords(e) for col, e in ENUM_CO
 
 
 _NAME_INDEX: dict[tuple[str, ...], dict[str, int]] = {}
+_MATRIX_INDEX: dict[tuple[tuple[str, ...], tuple[str, ...]], np.ndarray] = {}
 
 
 def as_i64(values: Iterable[int] | np.ndarray) -> np.ndarray:
@@ -96,16 +97,20 @@ class ColumnsAttr(Data[ColumnData]):
         object.__setattr__(attr, "_names", names)
         return attr
 
-    def matrix(self, names: tuple[str, ...]) -> np.ndarray:
-        """These columns as rows of one int64 matrix, for a kernel that indexes them itself:
-        a read-only view when the attribute was built by `of_matrix` with these names
-        first, in order (the runtime's queues), else a stacked copy."""
-        m = self._matrix
-        if m is not None and self._names[: len(names)] == names:
-            return m[: len(names)]
-        if not names:
-            return np.zeros((0, len(self)), dtype=np.int64)
-        return np.stack([self.get(n) for n in names])
+    def matrix(self, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """(matrix, index): column `names[k]` is row `index[k]` of `matrix`, for a kernel that
+        indexes the columns itself. A read-only view of the whole matrix when the attribute
+        was built by `of_matrix` (the runtime's queues: no copy), else a stacked copy."""
+        index = self._index
+        if index is not None:
+            key = (self._names, names)
+            at = _MATRIX_INDEX.get(key)
+            if at is None and all(n in index for n in names):
+                at = _MATRIX_INDEX[key] = np.array([index[n] for n in names], dtype=np.int64)
+            if at is not None:
+                return self._matrix, at  # type: ignore[return-value]
+        stacked = np.stack([self.get(n) for n in names]) if names else np.zeros((0, len(self)), dtype=np.int64)
+        return stacked, np.arange(len(names), dtype=np.int64)
 
     # ------------------------------------------------------------ access
     @property

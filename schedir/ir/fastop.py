@@ -98,3 +98,40 @@ def block_of(ops: Sequence[Operation]) -> Block:
         prev = op
     block._last_op = prev
     return block
+
+
+def dispose(root: Operation) -> None:
+    """Break the reference cycles of an IR tree nobody holds any more (a step's IR once
+    lowered), so reference counting frees it at once.
+
+    Ops, blocks, regions, results and uses all point at each other, so a dropped step IR
+    is garbage only the cyclic collector reclaims: measured ~60 µs per step on average at
+    256 running (collections traversing every step's leftovers, and a working set that
+    keeps growing between them). Unlinking costs a few µs. The ops are unusable after.
+    """
+    stack = [root]
+    while stack:
+        op = stack.pop()
+        for region in op.regions:
+            block = region._first_block
+            while block is not None:
+                child = block._first_op
+                while child is not None:
+                    stack.append(child)
+                    child = child._next_op
+                block._first_op = block._last_op = None
+                block.parent = None
+                block._args = ()
+                following = block._next_block
+                block._next_block = block._prev_block = None
+                block = following
+            region._first_block = region._last_block = None
+            region.parent = None
+        for result in op.results:
+            result.first_use = None
+        for use in op._operand_uses:  # a value's uses are a doubly linked list
+            use._prev_use = use._next_use = None
+        op._operands = op._operand_uses = ()
+        op.results = ()
+        op.regions = ()
+        op.parent = op._next_op = op._prev_op = None

@@ -424,8 +424,14 @@ def _result_types(kind: type[Operation]) -> tuple[RequestSetType, ...]:
 
 
 def steps_of(module: Operation) -> list[StepOp]:
-    """The `sched.step` ops at the top of a module."""
-    return [op for op in module.regions[0].block.ops if isinstance(op, StepOp)]
+    """The `sched.step` ops at the top of a module (a linked-list walk: run every step)."""
+    found: list[StepOp] = []
+    op = module.regions[0].block.first_op
+    while op is not None:
+        if isinstance(op, StepOp):
+            found.append(op)
+        op = op._next_op
+    return found
 
 
 def pool_of(step: Step) -> KVPool:

@@ -23,8 +23,15 @@ R_BLOCKED = int(Reason.BLOCKED)
 R_IN_FLIGHT = int(Reason.IN_FLIGHT)
 R_TOO_LONG = int(Reason.TOO_LONG)
 
-# rows of the running kernel's result
+# rows of the running kernel's per-request work array
 RUN_TOKENS, RUN_PREEMPT_SEQ, RUN_ALLOC, RUN_FREED, RUN_REASON = range(5)
+# rows of the running kernel's decisions (each row's first counts[...] entries are used):
+# scheduled ids and tokens; allocations of scheduled requests; preempted ids (in preemption
+# order) with the blocks they had allocated this step and the blocks freed; deferred ids and reasons
+DEC_ID, DEC_TOKENS, DEC_ALLOC_ID, DEC_ALLOC, DEC_PRE_ID, DEC_PRE_ALLOC, DEC_PRE_FREED, DEC_DEFER_ID, DEC_REASON = range(9)
+N_SCHEDULED, N_ALLOC, N_PREEMPTED, N_DEFERRED = range(4)
+# the queue columns the running kernel reads (`ColumnsAttr.matrix` order)
+RUNNING_COLUMNS = ("id", "computed", "total", "priority", "arrival", "in_flight")
 # rows of the admission kernel's result
 ADM_TOKENS, ADM_HIT, ADM_SHARED, ADM_REVIVED, ADM_ALLOC, ADM_REASON = range(6)
 
@@ -35,10 +42,10 @@ def _cdiv(a: int, b: int) -> int:
 
 
 @nb.njit(cache=True)
-def schedule_running(rows, computed, total, priority, arrival, in_flight,
-                     budget: int, threshold: int, max_model_len: int, priority_policy: bool,
+def schedule_running(mat, cix, at, budget: int, threshold: int, max_model_len: int, priority_policy: bool,
                      ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk, ncached, rhash, nhash):
-    """vLLM's RUNNING loop. Returns (result[5, n], budget left).
+    """vLLM's RUNNING loop over the requests `at` of the queue columns `mat` (rows `cix`:
+    RUNNING_COLUMNS). Returns (decisions[9, n], counts[4], budget left): see DEC_* / N_*.
 
     In running order: each request asks for its remaining tokens, capped by the
     long-prefill threshold, the budget and the model length; its new blocks come
@@ -47,7 +54,21 @@ def schedule_running(rows, computed, total, priority, arrival, in_flight,
     recompute, its blocks freed, its tokens returned if it had been scheduled,
     until the request fits or is itself the victim, which ends the loop.
     """
-    n = rows.size
+    n = at.size
+    rows = np.empty(n, dtype=np.int64)
+    computed = np.empty(n, dtype=np.int64)
+    total = np.empty(n, dtype=np.int64)
+    priority = np.empty(n, dtype=np.int64)
+    arrival = np.empty(n, dtype=np.int64)
+    in_flight = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        c = at[i]
+        rows[i] = mat[cix[0], c]
+        computed[i] = mat[cix[1], c]
+        total[i] = mat[cix[2], c]
+        priority[i] = mat[cix[3], c]
+        arrival[i] = mat[cix[4], c]
+        in_flight[i] = mat[cix[5], c]
     bs = meta[2]
     out = np.zeros((5, n), dtype=np.int64)
     out[RUN_PREEMPT_SEQ, :] = -1
@@ -121,7 +142,39 @@ def schedule_running(rows, computed, total, priority, arrival, in_flight,
     for j in range(n):
         if alive[j] and out[RUN_TOKENS, j] == 0 and out[RUN_REASON, j] == 0:
             out[RUN_REASON, j] = tail_reason
-    return out, left
+    dec, counts = _running_decisions(rows, out, preempted)
+    return dec, counts, left
+
+
+@nb.njit(cache=True)
+def _running_decisions(rows, out, preempted: int):
+    """Compact the per-request work array into the decisions the pass emits, in its order."""
+    n = rows.size
+    dec = np.empty((9, n), dtype=np.int64)
+    counts = np.zeros(4, dtype=np.int64)
+    for j in range(n):
+        seq = out[RUN_PREEMPT_SEQ, j]
+        if out[RUN_TOKENS, j] > 0:
+            k = counts[N_SCHEDULED]
+            dec[DEC_ID, k] = rows[j]
+            dec[DEC_TOKENS, k] = out[RUN_TOKENS, j]
+            counts[N_SCHEDULED] = k + 1
+            if out[RUN_ALLOC, j] > 0:
+                k = counts[N_ALLOC]
+                dec[DEC_ALLOC_ID, k] = rows[j]
+                dec[DEC_ALLOC, k] = out[RUN_ALLOC, j]
+                counts[N_ALLOC] = k + 1
+        elif seq >= 0:
+            dec[DEC_PRE_ID, seq] = rows[j]
+            dec[DEC_PRE_ALLOC, seq] = out[RUN_ALLOC, j]
+            dec[DEC_PRE_FREED, seq] = out[RUN_FREED, j]
+        else:
+            k = counts[N_DEFERRED]
+            dec[DEC_DEFER_ID, k] = rows[j]
+            dec[DEC_REASON, k] = out[RUN_REASON, j]
+            counts[N_DEFERRED] = k + 1
+    counts[N_PREEMPTED] = preempted
+    return dec, counts
 
 
 @nb.njit(cache=True)

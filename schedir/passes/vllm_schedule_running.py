@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import numpy as np
-
 from schedir.dialects.mem import AllocOp, FreeOp
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step, pool_of
@@ -47,32 +45,26 @@ class VllmScheduleRunning(StepPass):
             return
         facts = step.facts
         pool = pool_of(step)
-        cols, rows = step.source(pending)
-        get = cols.get
-        res, _ = K.schedule_running(
-            get("id")[rows], get("computed")[rows], get("total")[rows], get("priority")[rows],
-            get("arrival")[rows], get("in_flight")[rows], facts.token_budget,
-            long_prefill_cap(step, self.long_prefill), facts.max_model_len, facts.policy == "priority",
-            pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache, pool.table, pool.nblk,
-            pool.ncached, pool.rhash, pool.nhash,
+        cols, at = step.source(pending)
+        mat, cix = cols.matrix(K.RUNNING_COLUMNS)
+        dec, counts, _ = K.schedule_running(
+            mat, cix, at, facts.token_budget, long_prefill_cap(step, self.long_prefill), facts.max_model_len,
+            facts.policy == "priority", pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta,
+            pool.cache, pool.table, pool.nblk, pool.ncached, pool.rhash, pool.nhash,
         )
-        ids = step.ids(pending)
-        tokens = res[K.RUN_TOKENS]
-        run = tokens > 0
-        if run.any():
-            scheduled = step.schedule(pending, "mixed", ids[run], tokens[run])
-            got = run & (res[K.RUN_ALLOC] > 0)
-            step.blocks(AllocOp, scheduled, ids[got], res[K.RUN_ALLOC][got])
-        seq = res[K.RUN_PREEMPT_SEQ]
-        gone = np.flatnonzero(seq >= 0)
-        if gone.size:
-            gone = gone[np.argsort(seq[gone])]  # in the order they were preempted
-            victims = step.preempt(pending, "recompute", ids[gone])
+        scheduled_n, alloc_n, preempted_n, deferred_n = counts.tolist()
+        if scheduled_n:
+            scheduled = step.schedule(pending, "mixed", dec[K.DEC_ID, :scheduled_n], dec[K.DEC_TOKENS, :scheduled_n])
+            if alloc_n:
+                step.blocks(AllocOp, scheduled, dec[K.DEC_ALLOC_ID, :alloc_n], dec[K.DEC_ALLOC, :alloc_n])
+        if preempted_n:  # in the order they were preempted
+            gone = dec[K.DEC_PRE_ID, :preempted_n]
+            victims = step.preempt(pending, "recompute", gone)
             # Blocks a victim allocated earlier in this step are counted in its alloc and its free.
-            transient = res[K.RUN_ALLOC][gone] > 0
+            allocated = dec[K.DEC_PRE_ALLOC, :preempted_n]
+            transient = allocated > 0
             if transient.any():
-                step.blocks(AllocOp, pending, ids[gone][transient], res[K.RUN_ALLOC][gone][transient])
-            step.blocks(FreeOp, victims, ids[gone], res[K.RUN_FREED][gone])
-        wait = ~run & (seq < 0)
-        if wait.any():
-            step.defer(pending, ids[wait], res[K.RUN_REASON][wait])
+                step.blocks(AllocOp, pending, gone[transient], allocated[transient])
+            step.blocks(FreeOp, victims, gone, dec[K.DEC_PRE_FREED, :preempted_n])
+        if deferred_n:
+            step.defer(pending, dec[K.DEC_DEFER_ID, :deferred_n], dec[K.DEC_REASON, :deferred_n])

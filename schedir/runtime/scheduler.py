@@ -26,6 +26,7 @@ from schedir.dialects.req import PreemptOp, QueueOp, RejectOp, ScheduleOp
 from schedir.dialects.sched import StepFacts
 from schedir.ir.builder import build_step
 from schedir.ir.errors import PassFailure, PipelineError
+from schedir.ir.fastop import dispose
 from schedir.ir.pipeline import Instrumentation, PassManager
 from schedir.ir.step import steps_of
 from schedir.lowering.hashing import extend_hashes
@@ -201,6 +202,8 @@ class Scheduler:
         out = self._lower(module, step)
         if self.keep_ir:
             self.last_module = module
+        else:
+            dispose(module)  # freed now by refcounting, not by the cyclic GC (see `dispose`)
         self.metrics.record_step(out, time.perf_counter() - start, cfg.max_num_batched_tokens,
                                  1.0 - pool.num_free / pool.usable_blocks)
         return out
