@@ -23,7 +23,7 @@ from typing import ClassVar
 import attrs
 import numpy as np
 from xdsl.dialects.builtin import I64, ArrayAttr, IntAttr, IntegerAttr, StringAttr, i64
-from xdsl.ir import Attribute, Block, Dialect, Region
+from xdsl.ir import Attribute, Block, Dialect
 from xdsl.irdl import (
     IRDLOperation,
     irdl_op_definition,
@@ -199,9 +199,9 @@ class StepOp(IRDLOperation):
             "free_blocks": i64_attr(facts.free_blocks), "cached_free_blocks": i64_attr(facts.cached_free_blocks),
             "total_blocks": total, "max_model_len": model_len, "policy": policy, "facts": facts_prop,
         }
-        from schedir.ir.fastop import block_of, new_op  # the fast constructor lives with the IR machinery
+        from schedir.ir.fastop import new_op, region_of  # the fast constructors live with the IR machinery
 
-        op = new_op(StepOp, (), props, (), (Region(block_of(list(ops))),))
+        op = new_op(StepOp, (), props, (), (region_of(list(ops)),))
         if len(facts.facts) < 2 or list(facts.facts) == sorted(set(facts.facts)):  # as `read_facts` reads them
             op._built = (facts, props["step"], props["free_blocks"], props["cached_free_blocks"], facts_prop)
         return op

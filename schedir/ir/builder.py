@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import attrs
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp, StringAttr
-from xdsl.ir import OpResult, Region
+from xdsl.ir import OpResult
 
 from schedir.dialects.base import SET
 from schedir.dialects.columns import ColumnsAttr
@@ -20,7 +20,7 @@ from schedir.dialects.mem import MatchOp
 from schedir.dialects.pool import PoolOp
 from schedir.dialects.req import QueueOp
 from schedir.dialects.sched import StepFacts, StepOp, YieldOp
-from schedir.ir.fastop import block_of, new_op
+from schedir.ir.fastop import new_op, region_of
 from schedir.lowering.kv_pool import KVPool
 
 Columns = Mapping[str, np.ndarray]
@@ -70,4 +70,4 @@ def build_step(
     if pool is not None and "kv-pool" not in facts.facts:
         facts = attrs.evolve(facts, facts=(*facts.facts, "kv-pool"))
     step = StepOp.build(facts, ops)
-    return new_op(ModuleOp, (), {}, (), (Region(block_of((step,))),))
+    return new_op(ModuleOp, (), {}, (), (region_of((step,)),))

@@ -84,8 +84,15 @@ def insert_before(block: Block, op: Operation, anchor: Operation) -> None:
 
 
 def block_of(ops: Sequence[Operation]) -> Block:
-    """A new block holding fresh ops, in order."""
-    block = Block()
+    """A new block holding fresh ops, in order (without `Block.__init__`'s generic setup)."""
+    block = Block.__new__(Block)
+    block._name = None
+    block.first_use = None
+    block._args = ()
+    block._first_op = None
+    block._next_block = None
+    block._prev_block = None
+    block.parent = None
     prev: Operation | None = None
     for op in ops:
         op.parent = block
@@ -98,6 +105,16 @@ def block_of(ops: Sequence[Operation]) -> Block:
         prev = op
     block._last_op = prev
     return block
+
+
+def region_of(ops: Sequence[Operation]) -> Region:
+    """A new single-block region holding fresh ops, in order (`Region(block_of(ops))`, ~4x faster)."""
+    block = block_of(ops)
+    region = Region.__new__(Region)
+    region._first_block = region._last_block = block
+    region.parent = None
+    block.parent = region
+    return region
 
 
 def dispose(root: Operation) -> None:
