@@ -49,7 +49,7 @@ class SchedulerOutput:
     """One step's decisions: arrays in batch order, plus vLLM-style per-request records on demand."""
 
     step: int
-    req_ids: list[str]
+    names: np.ndarray  # object array of the request ids, in batch order (`req_ids` lists them)
     rows: np.ndarray  # the runtime's row of each request (internal; `update` uses it)
     num_tokens: np.ndarray
     computed: np.ndarray  # tokens computed before this step (prefix hits included)
@@ -67,6 +67,11 @@ class SchedulerOutput:
     batch: BatchPlan
     generation: np.ndarray  # per request: who held the row when scheduled (guards recycled rows)
     applied: bool = False  # set by Scheduler.update: an output is applied once
+
+    @cached_property
+    def req_ids(self) -> list[str]:
+        """The scheduled request ids in batch order (listed on first use: one gather per step)."""
+        return self.names.tolist()
 
     @property
     def total_num_scheduled_tokens(self) -> int:
@@ -97,4 +102,4 @@ class SchedulerOutput:
         return out
 
     def __len__(self) -> int:
-        return len(self.req_ids)
+        return len(self.rows)

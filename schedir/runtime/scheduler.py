@@ -315,7 +315,7 @@ class Scheduler:
         # Output.
         names = table.names
         out = SchedulerOutput(
-            step=step, req_ids=[names[r] for r in rows.tolist()], rows=rows, num_tokens=tokens, computed=computed,
+            step=step, names=table.name_array[rows], rows=rows, num_tokens=tokens, computed=computed,
             sampled=sampled, kind=kind, nblk_before=before[SCHED_BLOCKS], nblk_after=nblk_after,
             block_table=block_table,
             new_prompts=[table.prompts[r] for r in rows[kind == 1].tolist()] if new_rows.size else [],
@@ -338,9 +338,9 @@ class Scheduler:
         """
         if output.applied:
             raise ValueError(f"the output of step {output.step} was already applied (update() once per output)")
-        if isinstance(sampled, np.ndarray) and sampled.shape != (len(output.req_ids),):
+        if isinstance(sampled, np.ndarray) and sampled.shape != output.rows.shape:
             raise ValueError(f"sampled token array has shape {sampled.shape}; expected length "
-                             f"{len(output.req_ids)}, one token per request of the output (-1: none)")
+                             f"{len(output.rows)}, one token per request of the output (-1: none)")
         output.applied = True
         table = self.table
         d = table.data
