@@ -181,6 +181,14 @@ class StepOp(IRDLOperation):
 
     @staticmethod
     def build(facts: StepFacts, ops: Iterable[IRDLOperation] = ()) -> StepOp:
+        from schedir.ir.fastop import new_op, region_of  # the fast constructors live with the IR machinery
+
+        op = new_op(StepOp, (), {}, (), (region_of(list(ops)),))
+        op.set_facts(facts)
+        return op
+
+    def set_facts(self, facts: StepFacts) -> None:
+        """Write `facts` into the properties (a recycled step op takes each step's facts this way)."""
         # An engine's budgets, model length and policy repeat every step: their attributes
         # are built once per combination; the step number and pool counts are new each step.
         key = (facts.token_budget, facts.max_seqs, facts.block_size, facts.total_blocks, facts.max_model_len,
@@ -199,12 +207,11 @@ class StepOp(IRDLOperation):
             "free_blocks": i64_attr(facts.free_blocks), "cached_free_blocks": i64_attr(facts.cached_free_blocks),
             "total_blocks": total, "max_model_len": model_len, "policy": policy, "facts": facts_prop,
         }
-        from schedir.ir.fastop import new_op, region_of  # the fast constructors live with the IR machinery
-
-        op = new_op(StepOp, (), props, (), (region_of(list(ops)),))
+        self.properties = props
         if len(facts.facts) < 2 or list(facts.facts) == sorted(set(facts.facts)):  # as `read_facts` reads them
-            op._built = (facts, props["step"], props["free_blocks"], props["cached_free_blocks"], facts_prop)
-        return op
+            self._built = (facts, props["step"], props["free_blocks"], props["cached_free_blocks"], facts_prop)
+        else:
+            self._built = None
 
     @property
     def block(self) -> Block:

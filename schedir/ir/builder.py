@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import attrs
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp, StringAttr
-from xdsl.ir import OpResult
+from xdsl.ir import OpResult, SSAValues
 
 from schedir.dialects.base import SET
 from schedir.dialects.columns import ColumnsAttr
@@ -20,12 +20,13 @@ from schedir.dialects.mem import MatchOp
 from schedir.dialects.pool import PoolOp
 from schedir.dialects.req import QueueOp
 from schedir.dialects.sched import StepFacts, StepOp, YieldOp
-from schedir.ir.fastop import new_op, region_of
+from schedir.ir.fastop import dispose, new_op, region_of
 from schedir.lowering.kv_pool import KVPool
 
 Columns = Mapping[str, np.ndarray]
 _QUEUE_NAMES: dict[str, StringAttr] = {}
 _ONE_SET = (SET,)
+_NO_VALUES: SSAValues = SSAValues(())
 _SSA_NAMES: dict[str, str | None] = {}
 
 
@@ -71,3 +72,74 @@ def build_step(
         facts = attrs.evolve(facts, facts=(*facts.facts, "kv-pool"))
     step = StepOp.build(facts, ops)
     return new_op(ModuleOp, (), {}, (), (region_of((step,)),))
+
+
+class RecycledStep:
+    """A step IR whose skeleton ops are reused from one step to the next (the runtime's hot path).
+
+    `build_step` creates a module, a step, the pool and queue ops and the terminator every
+    step, and each step's IR is then freed: ~20 µs of object churn per step at any load.
+    This keeps one such skeleton and, for each step, writes the new facts and queue
+    columns into it and unlinks the ops the previous step's passes appended. The IR a
+    pipeline sees is the same as a fresh `build_step` would give (tested). The previous
+    step's IR is gone after `refill`, so anyone keeping a step's IR (dumps, `keep_ir`)
+    builds fresh instead. If a pass rewrote the skeleton itself (replaced a queue op, say),
+    `refill` says so and the caller starts a new skeleton.
+    """
+
+    def __init__(self, facts: StepFacts, queues: Mapping[str, ColumnsAttr], pool: KVPool | None) -> None:
+        self.module = build_step(facts, queues, None, pool=pool)
+        self.step_op: StepOp = self.module.regions[0].block.first_op  # type: ignore[assignment]
+        self.block = self.step_op.regions[0].block
+        ops = []
+        op = self.block.first_op
+        while op is not None:
+            ops.append(op)
+            op = op._next_op
+        self.base: tuple = tuple(ops[:-1])
+        self.terminator: YieldOp = ops[-1]
+        self.queue_ops = {op.queue.data: op for op in self.base if type(op) is QueueOp}
+        self.names = tuple(queues)
+        self.facts_in = facts.facts
+        self.pool_op: PoolOp | None = self.base[0] if pool is not None else None  # type: ignore[assignment]
+
+    def refill(self, facts: StepFacts, queues: Mapping[str, ColumnsAttr], pool: KVPool | None) -> ModuleOp | None:
+        """This step's IR with `facts`, `queues` and `pool` (the same queue names, in order, and
+        pool or none, as at creation); None when the skeleton was rewritten or the inputs differ."""
+        if tuple(queues) != self.names or facts.facts != self.facts_in or (pool is None) != (self.pool_op is None):
+            return None
+        block = self.block
+        op = block._first_op
+        for expected in self.base:
+            if op is not expected:
+                return None
+            op = op._next_op
+        end = self.terminator
+        if block._last_op is not end or end.parent is not block or self.step_op.parent is not self.module.regions[0].block:
+            return None
+        while op is not None and op is not end:  # the previous step's decisions
+            following = op._next_op
+            dispose(op)
+            op = following
+        if op is not end:
+            return None
+        last = self.base[-1] if self.base else None
+        end._prev_op = last
+        if last is None:
+            block._first_op = end
+        else:
+            last._next_op = end
+        end._operands = _NO_VALUES
+        end._operand_uses = ()
+        for base in self.base:
+            for result in base.results:
+                result.first_use = None
+            base.attributes = {}
+        for name, op in self.queue_ops.items():
+            op.properties = {"queue": op.properties["queue"], "columns": queues[name]}
+        if self.pool_op is not None:
+            self.pool_op.properties = {"state": self.pool_op.properties["state"]}
+            self.pool_op._live = pool
+        self.step_op.attributes = {}
+        self.step_op.set_facts(facts)
+        return self.module

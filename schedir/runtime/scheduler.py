@@ -24,7 +24,7 @@ from schedir.dialects.columns import ColumnsAttr
 from schedir.dialects.mem import MatchOp
 from schedir.dialects.req import PreemptOp, QueueOp, RejectOp, ScheduleOp
 from schedir.dialects.sched import StepFacts
-from schedir.ir.builder import build_step
+from schedir.ir.builder import RecycledStep, build_step
 from schedir.ir.errors import PassFailure, PipelineError
 from schedir.ir.fastop import dispose
 from schedir.ir.pipeline import Instrumentation, PassManager
@@ -95,6 +95,7 @@ class Scheduler:
         self._stop_rows = _EMPTY
         self._stop_ids = _EMPTY
         self.last_module: ModuleOp | None = None  # the last step's IR (kept only with keep_ir)
+        self._recycled: RecycledStep | None = None  # the step IR skeleton reused from step to step
         self.keep_ir = False
 
     # ------------------------------------------------------------ ADD
@@ -193,7 +194,15 @@ class Scheduler:
             hit, cached_free = match_rows(waiting, d[T.TOTAL, waiting], cfg.block_size, pool.ref, pool.rhash,
                                           pool.nhash, pool.cache)
             hits = {"waiting": {"id": waiting, "hit": hit, "cached_free": cached_free}}
-        module = build_step(facts, queues, hits, pool=work_pool if self.pool_level else None)
+        step_pool = work_pool if self.pool_level else None
+        recycled = hits is None and not dumping and not self.keep_ir
+        if recycled:  # the usual step: refill last step's skeleton (see RecycledStep)
+            module = self._recycled.refill(facts, queues, step_pool) if self._recycled is not None else None
+            if module is None:
+                self._recycled = RecycledStep(facts, queues, step_pool)
+                module = self._recycled.module
+        else:
+            module = build_step(facts, queues, hits, pool=step_pool)
         if dumping:
             self._run_dumped(module, step)
             self.pool = pool = work_pool
@@ -202,7 +211,7 @@ class Scheduler:
         out = self._lower(module, step)
         if self.keep_ir:
             self.last_module = module
-        else:
+        elif not recycled:
             dispose(module)  # freed now by refcounting, not by the cyclic GC (see `dispose`)
         self.metrics.record_step(out, time.perf_counter() - start, cfg.max_num_batched_tokens,
                                  1.0 - pool.num_free / pool.usable_blocks)
