@@ -17,16 +17,16 @@ from schedir.ir.builder import RecycledStep
 from schedir.ir.fastop import new_op
 from schedir.ir.textio import print_ir
 
-CONFIGS = {
-    "vllm-fcfs-preempting": dict(pipeline="vllm", num_blocks=24, block_size=4, max_num_batched_tokens=48,
-                                 max_num_seqs=6, max_model_len=96),
-    "vllm-priority-caching": dict(pipeline="vllm", policy="priority", num_blocks=40, block_size=4,
-                                  max_num_batched_tokens=32, max_num_seqs=5, max_model_len=96,
-                                  long_prefill_token_threshold=8),
-    "base-no-caching": dict(pipeline="base", enable_prefix_caching=False, num_blocks=30, block_size=4,
-                            max_num_batched_tokens=40, max_num_seqs=6, max_model_len=96),
-    "base-caching": dict(pipeline="base", num_blocks=30, block_size=4, max_num_batched_tokens=40, max_num_seqs=6,
-                         max_model_len=96),
+CONFIGS: dict[str, dict[str, object]] = {
+    "vllm-fcfs-preempting": {"pipeline": "vllm", "num_blocks": 24, "block_size": 4, "max_num_batched_tokens": 48,
+                             "max_num_seqs": 6, "max_model_len": 96},
+    "vllm-priority-caching": {"pipeline": "vllm", "policy": "priority", "num_blocks": 40, "block_size": 4,
+                              "max_num_batched_tokens": 32, "max_num_seqs": 5, "max_model_len": 96,
+                              "long_prefill_token_threshold": 8},
+    "base-no-caching": {"pipeline": "base", "enable_prefix_caching": False, "num_blocks": 30, "block_size": 4,
+                        "max_num_batched_tokens": 40, "max_num_seqs": 6, "max_model_len": 96},
+    "base-caching": {"pipeline": "base", "num_blocks": 30, "block_size": 4, "max_num_batched_tokens": 40,
+                     "max_num_seqs": 6, "max_model_len": 96},
 }
 
 

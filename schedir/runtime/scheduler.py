@@ -34,7 +34,15 @@ from schedir.lowering.kv_pool import KVPool, commit, match_rows
 from schedir.passes.reject_oversized import oversized
 from schedir.runtime import table as T
 from schedir.runtime.config import Request, SchedulerConfig
-from schedir.runtime.kernels import SCHED_BLOCKS, SCHED_COMPUTED, SCHED_TOTAL, STALE, apply_samples, read_scheduled, settle_step
+from schedir.runtime.kernels import (
+    SCHED_BLOCKS,
+    SCHED_COMPUTED,
+    SCHED_TOTAL,
+    STALE,
+    apply_samples,
+    read_scheduled,
+    settle_step,
+)
 from schedir.runtime.metrics import RuntimeMetrics
 from schedir.runtime.output import BatchPlan, SchedulerOutput
 
