@@ -270,15 +270,17 @@ def pass_breakdown(c: Collected) -> dict[str, float]:
     return out
 
 
-PROBED = ("build_step", "batch_plan", "apply_samples")
+PROBED = ("build_step", "settle_step", "apply_samples")
 """Functions `schedir.runtime.scheduler` calls by module-global name; the profile pass wraps them."""
 
 
 def profile_schedir(variant: str, cfg: ParityConfig, trace: Sequence[TraceRequest], lo: int, hi: int) -> dict:
     """Where schedir's time goes, from one extra pass with timers around its parts.
 
-    Wrapped: `build_step`, `PassManager.run`, `Scheduler._lower`, `batch_plan` (inside
-    `_lower`) and `apply_samples`; each wrapper adds well under 1 µs, and no headline
+    Wrapped: `build_step` and `RecycledStep.refill` (the step IR: built fresh, or the
+    recycled skeleton refilled), `PassManager.run`, `Scheduler._lower`, `settle_step`
+    (inside `_lower`: queues, lifecycle and batch plan in one kernel) and `apply_samples`;
+    each wrapper adds well under 1 µs, and no headline
     number comes from this pass. Returns medians in µs over the window's decode steps.
     """
     import schedir.runtime.scheduler as rt
@@ -287,9 +289,13 @@ def profile_schedir(variant: str, cfg: ParityConfig, trace: Sequence[TraceReques
     saved = {name: getattr(rt, name) for name in PROBED if hasattr(rt, name)}
     manager_cls = rt.PassManager if hasattr(rt, "PassManager") else None
     manager_run = manager_cls.run if manager_cls is not None else None
+    recycled_cls = getattr(rt, "RecycledStep", None)
+    refill = recycled_cls.refill if recycled_cls is not None else None
     try:
         for name, fn in saved.items():
             setattr(rt, name, probe.wrap(name, fn))
+        if recycled_cls is not None and refill is not None:
+            recycled_cls.refill = probe.wrap("refill", refill)  # type: ignore[method-assign]
         if manager_cls is not None and manager_run is not None:
             manager_cls.run = probe.wrap("manager.run", manager_run)  # type: ignore[method-assign]
         engine, timed = make_engine(variant, cfg)
@@ -304,6 +310,8 @@ def profile_schedir(variant: str, cfg: ParityConfig, trace: Sequence[TraceReques
             setattr(rt, name, fn)
         if manager_cls is not None and manager_run is not None:
             manager_cls.run = manager_run  # type: ignore[method-assign]
+        if recycled_cls is not None and refill is not None:
+            recycled_cls.refill = refill  # type: ignore[method-assign]
     idx = steady_steps(records, lo, hi)
     sched: dict[str, list[float]] = defaultdict(list)
     upd: dict[str, list[float]] = defaultdict(list)
@@ -312,13 +320,14 @@ def profile_schedir(variant: str, cfg: ParityConfig, trace: Sequence[TraceReques
         passes = [(name, sec * 1e6) for name, sec in timed.passes[i]]
         total = timed.schedule_ns[i] / 1e3
         in_passes = sum(us for _, us in passes)
-        sched["build_step (IR)"].append(parts.get("build_step", 0.0))
+        build = parts.get("build_step", 0.0) + parts.get("refill", 0.0)
+        sched["step IR (build or refill)"].append(build)
         for name, us in passes:
             sched[f"pass {name}"].append(us)
         sched["PassManager.run minus passes"].append(parts.get("manager.run", in_passes) - in_passes)
         sched["_lower"].append(parts.get("_lower", 0.0))
-        sched["  of which batch_plan"].append(parts.get("batch_plan", 0.0))
-        known = parts.get("build_step", 0.0) + parts.get("manager.run", in_passes) + parts.get("_lower", 0.0)
+        sched["  of which settle_step"].append(parts.get("settle_step", 0.0))
+        known = build + parts.get("manager.run", in_passes) + parts.get("_lower", 0.0)
         sched["other (facts, queue columns, metrics)"].append(total - known)
         sched["total schedule()"].append(total)
         uparts, utotal = timed.update_parts[i], timed.update_ns[i] / 1e3

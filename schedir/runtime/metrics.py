@@ -45,7 +45,7 @@ class RuntimeMetrics:
         self.steps += 1
         tokens = out.total_num_scheduled_tokens
         self.scheduled_tokens += tokens
-        if out.kind.size:
+        if out.kind.size and out.kind.any():  # admitted or resumed requests start from their prefix hit
             self.prefix_hit_tokens += int(out.computed[out.kind != 0].sum())
         self.step_seconds.append(seconds)
         self.batch_fill.append(tokens / budget)

@@ -75,7 +75,7 @@ class SchedulerOutput:
 
     @property
     def total_num_scheduled_tokens(self) -> int:
-        return int(self.num_tokens.sum())
+        return int(self.batch.query_start_loc[-1])  # the batch plan's running sum (no pass over the tokens)
 
     @cached_property
     def num_scheduled_tokens(self) -> dict[str, int]:

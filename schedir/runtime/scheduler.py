@@ -50,6 +50,7 @@ _EMPTY = np.zeros(0, dtype=np.int64)
 _QUEUE_NAMES = T.COLUMNS[: T.QUEUE_COLUMN_COUNT]
 _REASON_NAMES = {int(r): r.name.lower().replace("_", "-") for r in Reason}
 _INT32_MAX = 2**31 - 1
+_NO_REQUESTS = ColumnsAttr.of_matrix(_QUEUE_NAMES, np.zeros((len(_QUEUE_NAMES), 0), dtype=np.int64))  # an empty queue
 WINDOW_SLACK = 16  # waiting requests beyond max_num_seqs that still enter a vllm step (see _admission_window)
 
 
@@ -195,8 +196,10 @@ class Scheduler:
                           total_blocks=pool.usable_blocks, max_model_len=cfg.max_model_len, policy=cfg.policy,
                           facts=self._initial_facts)
         head = d[: T.QUEUE_COLUMN_COUNT]  # take() gathers C-ordered: one contiguous copy per queue
-        queues = {"running": ColumnsAttr.of_matrix(_QUEUE_NAMES, head.take(running, axis=1)),
-                  "waiting": ColumnsAttr.of_matrix(_QUEUE_NAMES, head.take(waiting, axis=1))}
+        queues = {"running": ColumnsAttr.of_matrix(_QUEUE_NAMES, head.take(running, axis=1)) if running.size
+                  else _NO_REQUESTS,
+                  "waiting": ColumnsAttr.of_matrix(_QUEUE_NAMES, head.take(waiting, axis=1)) if waiting.size
+                  else _NO_REQUESTS}
         hits = None
         if not self.pool_level and cfg.enable_prefix_caching and waiting.size:
             hit, cached_free = match_rows(waiting, d[T.TOTAL, waiting], cfg.block_size, pool.ref, pool.rhash,
