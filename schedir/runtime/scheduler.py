@@ -335,7 +335,7 @@ class Scheduler:
         # Output.
         names = table.names
         out = SchedulerOutput(
-            step=step, names=table.name_array[rows], rows=rows, num_tokens=tokens, computed=computed,
+            step=step, names=names[rows], rows=rows, num_tokens=tokens, computed=computed,
             sampled=sampled, kind=kind, nblk_before=before[SCHED_BLOCKS], nblk_after=nblk_after,
             block_table=block_table,
             new_prompts=[table.prompts[r] for r in rows[kind == 1].tolist()] if new_rows.size else [],
@@ -367,7 +367,8 @@ class Scheduler:
         rows = output.rows
         if rows.size == 0:
             return []
-        if isinstance(sampled, np.ndarray):
+        one_each = isinstance(sampled, np.ndarray)  # one token per request (-1: none), else a dict of lists
+        if one_each:
             toks = sampled if sampled.dtype == np.int64 else sampled.astype(np.int64)
             offsets = _EMPTY
         else:
@@ -376,7 +377,7 @@ class Scheduler:
             offsets = np.zeros(rows.size + 1, dtype=np.int64)
             np.cumsum(counts, out=offsets[1:])
             toks = np.fromiter((t for x in lists for t in x), dtype=np.int64, count=int(offsets[-1]))
-        done, attention = apply_samples(rows, output.generation, offsets, toks, offsets is _EMPTY, d, table.tail,
+        done, attention = apply_samples(rows, output.generation, offsets, toks, one_each, d, table.tail,
                                         self.pool.rhash, self.pool.nhash, self.config.block_size,
                                         self.config.max_model_len, self._stop_rows, self._stop_ids)
         finished: list[str] = []

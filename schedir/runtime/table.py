@@ -38,8 +38,7 @@ class RequestTable:
         self.data = np.zeros((len(COLUMNS), rows), dtype=np.int64)
         self.data[STATUS] = FREE
         self.tail = np.zeros((rows, block_size), dtype=np.int32)  # tokens of each row's partial last block
-        self.names: list[str | None] = [None] * rows
-        self.name_array = np.full(rows, None, dtype=object)  # the same, for one gather per output
+        self.names = np.full(rows, None, dtype=object)  # request id per row (an array: one gather per output)
         self.prompts: list[np.ndarray | None] = [None] * rows
         self.stop_ids: dict[int, frozenset[int]] = {}
         self.row_of: dict[str, int] = {}
@@ -69,10 +68,9 @@ class RequestTable:
         tail = np.zeros((new, self.tail.shape[1]), dtype=np.int32)
         tail[:old] = self.tail
         self.tail = tail
-        self.names.extend([None] * old)
         names = np.full(new, None, dtype=object)
-        names[:old] = self.name_array
-        self.name_array = names
+        names[:old] = self.names
+        self.names = names
         self.prompts.extend([None] * old)
         self._free_rows = list(range(new - 1, old - 1, -1)) + self._free_rows
 
@@ -82,7 +80,6 @@ class RequestTable:
             self.grow()
         row = self._free_rows.pop()
         self.names[row] = name
-        self.name_array[row] = name
         self.row_of[name] = row
         self._serial += 1
         self.data[ID, row] = row
@@ -109,7 +106,6 @@ class RequestTable:
             if at < len(self._sorted_names) and self._sorted_names[at] == name:
                 del self._sorted_names[at]
         self.names[row] = None
-        self.name_array[row] = None
         self.prompts[row] = None
         self.stop_ids.pop(row, None)
         self.data[STATUS, row] = FREE
