@@ -244,6 +244,32 @@ def test_kv_pool_matches_block_pool_model(seed: int, num_blocks: int, block_size
 
 
 @SETTINGS
+@given(seed=SEEDS, keys=st.integers(1, 40), ops=st.integers(1, 300))
+def test_prefix_cache_table_matches_a_dict(seed: int, keys: int, ops: int) -> None:
+    """The open-addressing table behind the prefix cache, against a dict: a small table
+    (16 slots) and up to 8 live keys, so probe runs collide, wrap around the end and are
+    shifted back by deletions all the time."""
+    rng = np.random.default_rng(seed)
+    cache = K.new_cache(8)
+    assert cache.shape == (2, 16)
+    universe = np.unique(rng.integers(-(2**63), 2**63 - 1, keys, dtype=np.int64, endpoint=True))
+    universe = universe[universe != 0]
+    model: dict[int, int] = {}
+    for _ in range(ops):
+        h = np.int64(universe[int(rng.integers(universe.size))])
+        if int(h) in model and rng.random() < 0.5:
+            K.cache_delete(cache, K.cache_slot(cache, h))
+            del model[int(h)]
+        elif int(h) in model or len(model) < 8:
+            b = int(rng.integers(1, 1000))
+            K.cache_put(cache, h, b)
+            model[int(h)] = b
+        for k in universe.tolist():
+            assert K.cache_get(cache, np.int64(k)) == model.get(k, -1), f"key {k} after {len(model)} live"
+        assert np.count_nonzero(cache[K.CACHE_KEY]) == len(model)
+
+
+@SETTINGS
 @given(seed=SEEDS, block_size=st.sampled_from((1, 4)))
 def test_match_rows_matches_lookup_and_free_state(seed: int, block_size: int) -> None:
     """The count-level prefix hit (base pipeline): full blocks of at most total - 1 tokens."""

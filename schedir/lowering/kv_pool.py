@@ -22,8 +22,6 @@ from __future__ import annotations
 import attrs
 import numba as nb
 import numpy as np
-from numba import types
-from numba.typed import Dict
 
 # meta[] slots
 NUM_FREE = 0
@@ -33,8 +31,21 @@ CACHED_FREE = 3  # free blocks that still hold a registered hash (revivable by a
 META_SIZE = 4
 
 
-def _new_cache() -> Dict:
-    return Dict.empty(key_type=types.int64, value_type=types.int32)
+# rows of the prefix cache table (`KVPool.cache`, int64[2, capacity])
+CACHE_KEY = 0  # a registered hash; 0 = empty slot (0 is never a block hash)
+CACHE_HEAD = 1  # the first block registered under that hash
+_FIB = np.uint64(0x9E3779B97F4A7C15)
+
+
+def new_cache(num_blocks: int) -> np.ndarray:
+    """An empty prefix cache for a pool of `num_blocks`: an open-addressing hash table
+    (linear probing) in one int64 array, at most half full since every registered hash
+    names at least one distinct block. Numba's typed `Dict` did the same job at ~150 ns a
+    lookup plus ~0.8 µs to unbox per kernel call; probing an array costs a few ns."""
+    capacity = 16
+    while capacity < 2 * num_blocks:
+        capacity *= 2
+    return np.zeros((2, capacity), dtype=np.int64)
 
 
 @attrs.define(eq=False)
@@ -49,7 +60,7 @@ class KVPool:
     nxt: np.ndarray  # int32[N+2]: free queue links; N = head sentinel, N+1 = tail sentinel
     prv: np.ndarray  # int32[N+2]
     meta: np.ndarray  # int64[META_SIZE]: free count, caching flag, block size
-    cache: Dict  # hash -> first block registered under it
+    cache: np.ndarray  # int64[2, C]: hash -> first block registered under it (see `new_cache`)
     table: np.ndarray  # int32[R, W]: block ids per request row
     nblk: np.ndarray  # int32[R]: blocks held
     ncached: np.ndarray  # int32[R]: leading blocks already registered in the cache
@@ -78,7 +89,7 @@ class KVPool:
         return cls(
             num_blocks=n, block_size=block_size,
             ref=np.zeros(n, dtype=np.int32), bhash=np.zeros(n, dtype=np.int64),
-            dup_next=np.full(n, -1, dtype=np.int32), nxt=nxt, prv=prv, meta=meta, cache=_new_cache(),
+            dup_next=np.full(n, -1, dtype=np.int32), nxt=nxt, prv=prv, meta=meta, cache=new_cache(n),
             table=np.zeros((rows, width), dtype=np.int32), nblk=np.zeros(rows, dtype=np.int32),
             ncached=np.zeros(rows, dtype=np.int32), rhash=np.zeros((rows, width), dtype=np.int64),
             nhash=np.zeros(rows, dtype=np.int32),
@@ -129,22 +140,22 @@ class KVPool:
 
     def copy(self) -> KVPool:
         """A private copy (dumped steps run on one, so the dump shows the state they started from)."""
-        cache = _new_cache()
-        for k, v in self.cache.items():
-            cache[k] = np.int32(v)
         return KVPool(
             num_blocks=self.num_blocks, block_size=self.block_size, ref=self.ref.copy(), bhash=self.bhash.copy(),
             dup_next=self.dup_next.copy(), nxt=self.nxt.copy(), prv=self.prv.copy(), meta=self.meta.copy(),
-            cache=cache, table=self.table.copy(), nblk=self.nblk.copy(), ncached=self.ncached.copy(),
+            cache=self.cache.copy(), table=self.table.copy(), nblk=self.nblk.copy(), ncached=self.ncached.copy(),
             rhash=self.rhash.copy(), nhash=self.nhash.copy(),
         )
 
     def cached_blocks(self) -> tuple[np.ndarray, np.ndarray]:
         """(blocks, hashes) of every registered block, each hash's blocks in registration order,
-        so registering them again in this order rebuilds the same cache."""
+        so registering them again in this order rebuilds the same cache. Hashes come in the
+        order of their first block's id: the same for a pool and its reloaded dump."""
         blocks: list[int] = []
         hashes: list[int] = []
-        for h, head in self.cache.items():
+        slots = np.flatnonzero(self.cache[CACHE_KEY])
+        heads = self.cache[CACHE_HEAD, slots]
+        for h, head in zip(self.cache[CACHE_KEY, slots[np.argsort(heads)]].tolist(), np.sort(heads).tolist(), strict=True):
             b = int(head)
             while b >= 0:
                 blocks.append(b)
@@ -233,19 +244,79 @@ def count_cached_free(nxt: np.ndarray, bhash: np.ndarray, n: int) -> int:
 
 
 # ---------------------------------------------------------------- prefix cache primitives
+@nb.njit(cache=True, inline="always")
+def _home(h: np.int64, mask: int) -> int:
+    return int((np.uint64(h) * _FIB) >> np.uint64(32)) & mask
+
+
+@nb.njit(cache=True)
+def cache_slot(cache: np.ndarray, h: np.int64) -> int:
+    """The slot holding hash `h`, or -1."""
+    keys = cache[CACHE_KEY]
+    mask = keys.size - 1
+    i = _home(h, mask)
+    while keys[i] != 0:
+        if keys[i] == h:
+            return i
+        i = (i + 1) & mask
+    return -1
+
+
+@nb.njit(cache=True)
+def cache_get(cache: np.ndarray, h: np.int64) -> int:
+    """The first block registered under `h`, or -1."""
+    i = cache_slot(cache, h)
+    return cache[CACHE_HEAD, i] if i >= 0 else -1
+
+
+@nb.njit(cache=True)
+def cache_put(cache: np.ndarray, h: np.int64, b: int) -> None:
+    """Map `h` to block `b` (inserting `h` if absent)."""
+    keys = cache[CACHE_KEY]
+    mask = keys.size - 1
+    i = _home(h, mask)
+    while keys[i] != 0 and keys[i] != h:
+        i = (i + 1) & mask
+    keys[i] = h
+    cache[CACHE_HEAD, i] = b
+
+
+@nb.njit(cache=True)
+def cache_delete(cache: np.ndarray, slot: int) -> None:
+    """Empty `slot`, shifting later entries of its probe run back (no tombstones, so a
+    lookup never walks past deleted entries)."""
+    keys = cache[CACHE_KEY]
+    mask = keys.size - 1
+    i = slot
+    j = slot
+    while True:
+        j = (j + 1) & mask
+        if keys[j] == 0:
+            break
+        k = _home(keys[j], mask)
+        # the entry at j may move to i unless its home lies cyclically in (i, j]
+        if (i <= j and (k <= i or k > j)) or (i > j and k <= i and k > j):
+            keys[i] = keys[j]
+            cache[CACHE_HEAD, i] = cache[CACHE_HEAD, j]
+            i = j
+    keys[i] = 0
+    cache[CACHE_HEAD, i] = 0
+
+
 @nb.njit(cache=True)
 def evict_hash(b: int, bhash: np.ndarray, dup_next: np.ndarray, cache) -> bool:
     """Drop block `b`'s registration (if any) from the cache."""
     h = bhash[b]
     if h == 0:
         return False
-    head = cache[h] if h in cache else np.int32(-1)
+    slot = cache_slot(cache, h)
+    head = cache[CACHE_HEAD, slot] if slot >= 0 else -1
     if head == b:
         nb_ = dup_next[b]
         if nb_ < 0:
-            del cache[h]
+            cache_delete(cache, slot)
         else:
-            cache[h] = nb_
+            cache[CACHE_HEAD, slot] = nb_
     elif head >= 0:
         p = head
         while dup_next[p] >= 0 and dup_next[p] != b:
@@ -266,10 +337,10 @@ def register_hash(b: int, h: np.int64, bhash: np.ndarray, dup_next: np.ndarray, 
         evict_hash(b, bhash, dup_next, cache)
     bhash[b] = h
     dup_next[b] = -1
-    if h not in cache:
-        cache[h] = np.int32(b)
+    p = cache_get(cache, h)
+    if p < 0:
+        cache_put(cache, h, b)
     else:
-        p = cache[h]
         while dup_next[p] >= 0:
             p = dup_next[p]
         dup_next[p] = b
@@ -281,10 +352,10 @@ def lookup_prefix(row: int, max_blocks: int, rhash: np.ndarray, nhash: np.ndarra
     k = 0
     limit = min(nhash[row], max_blocks)
     while k < limit:
-        h = rhash[row, k]
-        if h not in cache:
+        b = cache_get(cache, rhash[row, k])
+        if b < 0:
             break
-        out[k] = cache[h]
+        out[k] = b
         k += 1
     return k
 
