@@ -14,7 +14,7 @@ import numba as nb
 import numpy as np
 
 from schedir.dialects.codes import Reason
-from schedir.lowering.kv_pool import NUM_FREE, allocate, cache_full_blocks, free_row, lookup_prefix, touch
+from schedir.lowering.kv_pool import CACHING, NUM_FREE, allocate, cache_full_blocks, free_row, lookup_prefix, touch
 
 R_BUDGET = int(Reason.BUDGET)
 R_MAX_SEQS = int(Reason.MAX_SEQS)
@@ -97,15 +97,17 @@ def schedule_running(mat, cix, at, budget: int, threshold: int, max_model_len: i
             continue
         row = rows[i]
         fits = False
+        end = min(computed[i] + want, max_model_len)
+        filled = min(computed[i] + want, total[i])
         while True:
-            need = max(_cdiv(min(computed[i] + want, max_model_len), bs) - nblk[row], 0)
+            # Most decode steps need no block and fill none: test with products (no division) and
+            # skip the calls (a dozen array arguments each).
+            need = _cdiv(end, bs) - nblk[row] if end > nblk[row] * bs else 0
             if need <= meta[NUM_FREE]:
-                # Most decode steps need no block and fill none: skip the calls (22 array arguments each).
                 if need > 0:
                     allocate(row, need, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk)
-                if min(computed[i] + want, total[i]) // bs > ncached[row]:
-                    cache_full_blocks(row, min(computed[i] + want, total[i]), bhash, dup_next, cache, meta, table,
-                                      ncached, rhash, nhash)
+                if meta[CACHING] != 0 and filled >= (ncached[row] + 1) * bs:
+                    cache_full_blocks(row, filled, bhash, dup_next, cache, meta, table, ncached, rhash, nhash)
                 out[RUN_ALLOC, i] += need
                 fits = True
                 break
