@@ -10,8 +10,14 @@ import attrs
 import numpy as np
 
 
+STEP_WINDOW = 8192  # steps whose scheduling time the median and p99 cover (the most recent ones)
+
+
 @attrs.define
 class RuntimeMetrics:
+    """Running totals, so a long-lived engine keeps constant memory: batch fill and KV use
+    are summed, and step times are kept for the last `STEP_WINDOW` steps only."""
+
     added: int = 0
     finished: int = 0
     aborted: int = 0
@@ -20,9 +26,9 @@ class RuntimeMetrics:
     steps: int = 0
     scheduled_tokens: int = 0
     prefix_hit_tokens: int = 0
-    step_seconds: list[float] = attrs.field(factory=list)
-    batch_fill: list[float] = attrs.field(factory=list)
-    kv_usage: list[float] = attrs.field(factory=list)
+    step_seconds: np.ndarray = attrs.field(factory=lambda: np.zeros(STEP_WINDOW))  # a ring: step k at k % size
+    batch_fill_sum: float = 0.0
+    kv_usage_sum: float = 0.0
     latencies: np.ndarray = attrs.field(factory=lambda: np.zeros(64))  # arrival -> finish, per finished request
     output_tokens: int = 0
     first_arrival: float = float("inf")
@@ -41,32 +47,33 @@ class RuntimeMetrics:
         self.output_tokens += outputs
         self.last_finish = max(self.last_finish, now)
 
-    def record_step(self, out, seconds: float, budget: int, kv_usage: float) -> None:
+    def record_step(self, seconds: float, tokens: int, hit_tokens: int, budget: int, kv_usage: float) -> None:
+        """One step: how long it took, tokens scheduled (of them `hit_tokens` prefix-cache hits
+        of admitted or resumed requests), against the budget, and the KV pool's use after it."""
+        self.step_seconds[self.steps % self.step_seconds.size] = seconds
         self.steps += 1
-        tokens = out.total_num_scheduled_tokens
         self.scheduled_tokens += tokens
-        if out.kind.size and out.kind.any():  # admitted or resumed requests start from their prefix hit
-            self.prefix_hit_tokens += int(out.computed[out.kind != 0].sum())
-        self.step_seconds.append(seconds)
-        self.batch_fill.append(tokens / budget)
-        self.kv_usage.append(kv_usage)
+        self.prefix_hit_tokens += hit_tokens
+        self.batch_fill_sum += tokens / budget
+        self.kv_usage_sum += kv_usage
 
     def summary(self) -> dict[str, float]:
-        us = np.asarray(self.step_seconds) * 1e6
+        us = self.step_seconds[: min(self.steps, self.step_seconds.size)] * 1e6
         lat = self.latencies[: self.finished]
         span = self.last_finish - self.first_arrival if self.finished else 0.0
+        steps = self.steps
         return {
             "total_requests": self.added,
             "finished_requests": self.finished + self.aborted,  # ended: stopped by itself or aborted
             "rejected_requests": self.rejected,
             "aborted_requests": self.aborted,
             "preemptions": self.preemptions,
-            "steps": self.steps,
+            "steps": steps,
             "scheduled_tokens": self.scheduled_tokens,
             "prefix_hit_tokens": self.prefix_hit_tokens,
-            "batch_efficiency": float(np.mean(self.batch_fill)) if self.batch_fill else 0.0,
-            "memory_utilization": float(np.mean(self.kv_usage)) if self.kv_usage else 0.0,
-            "schedule_us_median": float(np.median(us)) if us.size else 0.0,
+            "batch_efficiency": self.batch_fill_sum / steps if steps else 0.0,
+            "memory_utilization": self.kv_usage_sum / steps if steps else 0.0,
+            "schedule_us_median": float(np.median(us)) if us.size else 0.0,  # over the last STEP_WINDOW steps
             "schedule_us_p99": float(np.percentile(us, 99)) if us.size else 0.0,
             "avg_latency_s": float(lat.mean()) if lat.size else 0.0,
             "p99_latency_s": float(np.percentile(lat, 99)) if lat.size else 0.0,
