@@ -76,26 +76,45 @@ class ColumnsAttr(Data[ColumnData]):
         return attr
 
     @staticmethod
-    def of_matrix(names: tuple[str, ...], matrix: np.ndarray) -> ColumnsAttr:
-        """Columns from the rows of an int64 matrix (one row per name): one copy of the
-        whole matrix instead of one per column. The runtime's request table gathers a
-        queue's columns this way every step (`ndarray.take(rows, axis=1)` is C-ordered,
-        where fancy indexing gives Fortran order and a strided, ~20x slower `tobytes`)."""
-        if matrix.dtype is not _I64 or not matrix.flags.c_contiguous:
-            matrix = np.ascontiguousarray(matrix, dtype=np.int64)
+    def of_matrix(names: tuple[str, ...], matrix: np.ndarray, *, copy: bool = True) -> ColumnsAttr:
+        """Columns from the rows of an int64 matrix (one row per name). The runtime's request
+        table gathers a queue's columns this way every step (`ndarray.take(rows, axis=1)` is
+        C-ordered, where fancy indexing gives Fortran order and a strided, ~20x slower copy).
+
+        The attribute keeps the matrix (read-only) and writes its `(name, bytes)` entries only
+        when something asks for them (printing, equality, hashing): a step's passes read
+        columns as row views and never pay for the bytes. `copy=False` hands a fresh matrix
+        over instead of copying it; the caller must not write to it afterwards."""
         if matrix.ndim != 2 or matrix.shape[0] != len(names):
             raise ValueError(f"a column matrix needs one row per name ({len(names)}), got shape {matrix.shape}")
-        raw = matrix.tobytes()
-        width = matrix.shape[1] * 8
+        if matrix.dtype is not _I64 or not matrix.flags.c_contiguous:
+            matrix = np.ascontiguousarray(matrix, dtype=np.int64)
+        elif copy:
+            matrix = matrix.copy()
+        matrix.flags.writeable = False
         attr = object.__new__(ColumnsAttr)
-        object.__setattr__(attr, "data", tuple([(name, raw[i * width:(i + 1) * width]) for i, name in enumerate(names)]))
-        object.__setattr__(attr, "_matrix", np.frombuffer(raw, dtype=np.int64).reshape(matrix.shape))
+        object.__setattr__(attr, "_matrix", matrix)
         index = _NAME_INDEX.get(names)
         if index is None:
             index = _NAME_INDEX[names] = {name: i for i, name in enumerate(names)}
         object.__setattr__(attr, "_index", index)
         object.__setattr__(attr, "_names", names)
         return attr
+
+    @property
+    def data(self) -> ColumnData:  # type: ignore[override]
+        """The `(name, int64 bytes)` entries (written from the matrix on first use, see `of_matrix`)."""
+        entries = self.__dict__.get("_entries")
+        if entries is None:
+            matrix = self._matrix
+            assert matrix is not None, "a ColumnsAttr holds either entries or a matrix"
+            entries = tuple([(name, matrix[i].tobytes()) for i, name in enumerate(self._names)])
+            self.__dict__["_entries"] = entries
+        return entries
+
+    @data.setter
+    def data(self, value: ColumnData) -> None:  # Data.__init__ and `of` set the entries
+        self.__dict__["_entries"] = value
 
     def matrix(self, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
         """(matrix, index): column `names[k]` is row `index[k]` of `matrix`, for a kernel that
@@ -115,9 +134,13 @@ class ColumnsAttr(Data[ColumnData]):
     # ------------------------------------------------------------ access
     @property
     def names(self) -> tuple[str, ...]:
+        if self._matrix is not None:
+            return self._names
         return tuple(name for name, _ in self.data)
 
     def has(self, name: str) -> bool:
+        if self._index is not None:
+            return name in self._index
         return any(n == name for n, _ in self.data)
 
     def get(self, name: str) -> np.ndarray:
@@ -151,6 +174,8 @@ class ColumnsAttr(Data[ColumnData]):
         return default
 
     def __len__(self) -> int:
+        if self._matrix is not None:
+            return self._matrix.shape[1]
         return len(self.data[0][1]) // 8 if self.data else 0
 
     def as_dict(self) -> dict[str, np.ndarray]:

@@ -196,9 +196,9 @@ class Scheduler:
                           total_blocks=pool.usable_blocks, max_model_len=cfg.max_model_len, policy=cfg.policy,
                           facts=self._initial_facts)
         head = d[: T.QUEUE_COLUMN_COUNT]  # take() gathers C-ordered: one contiguous copy per queue
-        queues = {"running": ColumnsAttr.of_matrix(_QUEUE_NAMES, head.take(running, axis=1)) if running.size
+        queues = {"running": ColumnsAttr.of_matrix(_QUEUE_NAMES, head.take(running, axis=1), copy=False) if running.size
                   else _NO_REQUESTS,
-                  "waiting": ColumnsAttr.of_matrix(_QUEUE_NAMES, head.take(waiting, axis=1)) if waiting.size
+                  "waiting": ColumnsAttr.of_matrix(_QUEUE_NAMES, head.take(waiting, axis=1), copy=False) if waiting.size
                   else _NO_REQUESTS}
         hits = None
         if not self.pool_level and cfg.enable_prefix_caching and waiting.size:
@@ -219,13 +219,13 @@ class Scheduler:
             self.pool = pool = work_pool
         else:
             self.manager.run(module)
-        out = self._lower(module, step)
+        out, hit_tokens = self._lower(module, step)
         if self.keep_ir:
             self.last_module = module
         elif not recycled:
             dispose(module)  # freed now by refcounting, not by the cyclic GC (see `dispose`)
-        self.metrics.record_step(out, time.perf_counter() - start, cfg.max_num_batched_tokens,
-                                 1.0 - pool.num_free / pool.usable_blocks)
+        self.metrics.record_step(time.perf_counter() - start, out.total_num_scheduled_tokens, hit_tokens,
+                                 cfg.max_num_batched_tokens, 1.0 - pool.num_free / pool.usable_blocks)
         return out
 
     def _admission_window(self, waiting: np.ndarray) -> np.ndarray:
@@ -260,8 +260,9 @@ class Scheduler:
                                      prefix=f"step-{step:05d}-")
         PassManager.parse(self.spec, verify_each=True, instrument=instrument).run(module)
 
-    def _lower(self, module: ModuleOp, step: int) -> SchedulerOutput:
-        """Read the decisions back from the IR and apply them: queues, pool, output."""
+    def _lower(self, module: ModuleOp, step: int) -> tuple[SchedulerOutput, int]:
+        """Read the decisions back from the IR and apply them: queues, pool, output.
+        Also returns the prefix-hit tokens the admitted (new or resumed) requests start from."""
         cfg = self.config
         pool = self.pool
         table = self.table
@@ -346,7 +347,8 @@ class Scheduler:
             generation=generation,
         )
         self._finished = []
-        return out
+        hit_tokens = int(computed[kind != 0].sum()) if new_rows.size else 0
+        return out, hit_tokens
 
     # ------------------------------------------------------------ UPDATE
     def update(self, output: SchedulerOutput, sampled: Mapping[str, Sequence[int]] | np.ndarray) -> list[str]:
