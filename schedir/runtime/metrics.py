@@ -9,7 +9,6 @@ from __future__ import annotations
 import attrs
 import numpy as np
 
-
 STEP_WINDOW = 8192  # steps whose scheduling time the median and p99 cover (the most recent ones)
 
 
