@@ -5,7 +5,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from schedir.lowering.batch_plan import batch_plan
+from schedir.lowering.batch_plan import batch_plan_packed
 from schedir.lowering.hashing import ROOT, block_hash
 from schedir.runtime import table as _table
 
@@ -13,16 +13,34 @@ from schedir.runtime import table as _table
 # another module, so the column indices are spelled out here and checked against the table.
 COMPUTED, TOTAL, MAX_TOKENS, STATUS, BLOCKS, IN_FLIGHT, QUEUED = 2, 3, 4, 7, 8, 9, 10
 EOS, IGNORE_EOS, PREEMPTIONS, OUTPUTS, HAS_STOP, SERIAL = 12, 13, 14, 15, 16, 17
+QUEUE_COLUMN_COUNT = 12
 WAITING, RUNNING, PREEMPTED, FINISHED = 0, 1, 2, 9
 assert (COMPUTED, TOTAL, MAX_TOKENS, STATUS, BLOCKS, IN_FLIGHT, QUEUED, EOS, IGNORE_EOS, PREEMPTIONS, OUTPUTS,
-        HAS_STOP, SERIAL, WAITING, RUNNING, PREEMPTED, FINISHED) == (
+        HAS_STOP, SERIAL, QUEUE_COLUMN_COUNT, WAITING, RUNNING, PREEMPTED, FINISHED) == (
     _table.COMPUTED, _table.TOTAL, _table.MAX_TOKENS, _table.STATUS, _table.BLOCKS, _table.IN_FLIGHT,
     _table.QUEUED, _table.EOS, _table.IGNORE_EOS, _table.PREEMPTIONS, _table.OUTPUTS, _table.HAS_STOP,
-    _table.SERIAL, _table.WAITING, _table.RUNNING, _table.PREEMPTED, _table.FINISHED), \
+    _table.SERIAL, _table.QUEUE_COLUMN_COUNT, _table.WAITING, _table.RUNNING, _table.PREEMPTED, _table.FINISHED), \
     "runtime/kernels.py column indices are stale: update them"
 
 NOT_DONE, STOPPED, LENGTH = 0, 1, 2
 STALE = -1  # update(): the row was recycled since the output (not this output's request)
+
+@nb.njit(cache=True)
+def queue_columns(data, rows, nblk, refresh_blocks: bool):
+    """The step IR's columns of a queue (the table's first QUEUE_COLUMN_COUNT rows at `rows`)
+    as one C-ordered matrix; with `refresh_blocks`, each row's held-block count is first
+    copied from the pool (running requests: the count moves every few steps). One pass
+    instead of a fancy get, a fancy set and a gather."""
+    n = rows.size
+    if refresh_blocks:
+        for i in range(n):
+            data[BLOCKS, rows[i]] = nblk[rows[i]]
+    out = np.empty((QUEUE_COLUMN_COUNT, n), dtype=np.int64)
+    for c in range(QUEUE_COLUMN_COUNT):
+        for i in range(n):
+            out[c, i] = data[c, rows[i]]
+    return out
+
 
 # rows of `read_scheduled`'s result
 SCHED_STATUS, SCHED_COMPUTED, SCHED_TOTAL, SCHED_BLOCKS = range(4)
@@ -31,7 +49,8 @@ SCHED_STATUS, SCHED_COMPUTED, SCHED_TOTAL, SCHED_BLOCKS = range(4)
 @nb.njit(cache=True)
 def read_scheduled(rows, data):
     """Status, computed, total and held blocks of the scheduled rows, as the step was decided
-    (before the lowering applies it): one pass instead of four gathers."""
+    (before the lowering applies it): one pass instead of four gathers. The lowering of a
+    pipeline without a pool-level pass needs them to commit blocks before `settle_step`."""
     n = rows.size
     out = np.empty((4, n), dtype=np.int64)
     for i in range(n):
@@ -44,15 +63,33 @@ def read_scheduled(rows, data):
     return out
 
 
+# rows of `settle_step`'s per-request matrix
+STEP_COMPUTED, STEP_BLOCKS_BEFORE, STEP_KIND, STEP_BLOCKS_AFTER, STEP_GENERATION = range(5)
+
+
 @nb.njit(cache=True)
-def settle_step(rows, tokens, before, new_rows, gone, front, data, running, waiting, table, nblk, block_size: int):
+def settle_step(rows, tokens, new_rows, gone, front, data, running, waiting, table, nblk, block_size: int):
     """Apply a lowered step to the request table and queues, and build its batch plan.
 
-    Preempted rows go back to waiting at the front (`queued` counts down from `front`), admitted
-    rows join running, every scheduled row advances by its tokens and is in flight; the queues
-    keep the rows whose status still belongs there, in order, then the newcomers. Returns
-    (running, waiting, kind, sampled, nblk_after, generation, query_start_loc, positions,
-    slot_mapping, seq_lens, block_table)."""
+    Reads each scheduled row as the step was decided (status, computed, total, held blocks)
+    before changing anything. Preempted rows go back to waiting at the front (`queued`
+    counts down from `front`), admitted rows join running, every scheduled row advances by
+    its tokens and is in flight; the queues keep the rows whose status still belongs there,
+    in order, then the newcomers. Returns (running, waiting, per_request, sampled,
+    query_start_loc, per_token, seq_lens, block_table): `per_request` is int64[5, n] with
+    rows STEP_COMPUTED, STEP_BLOCKS_BEFORE, STEP_KIND (0 running, 1 new, 2 resumed),
+    STEP_BLOCKS_AFTER and STEP_GENERATION; `per_token` is int64[2, T] (positions, slots).
+    One kernel with few results: each call and each array boxed back costs ~0.3-1 µs."""
+    n = rows.size
+    per_request = np.empty((5, n), dtype=np.int64)
+    sampled = np.empty(n, dtype=np.bool_)
+    for i in range(n):
+        r = rows[i]
+        st = data[STATUS, r]
+        per_request[STEP_COMPUTED, i] = data[COMPUTED, r]
+        per_request[STEP_BLOCKS_BEFORE, i] = data[BLOCKS, r] if st == RUNNING else 0
+        per_request[STEP_KIND, i] = 1 if st == WAITING else (2 if st == PREEMPTED else 0)
+        sampled[i] = data[COMPUTED, r] + tokens[i] >= data[TOTAL, r]
     for k in range(gone.size):
         r = gone[k]
         data[STATUS, r] = PREEMPTED
@@ -62,20 +99,12 @@ def settle_step(rows, tokens, before, new_rows, gone, front, data, running, wait
         data[QUEUED, r] = front - 1 - k
     for k in range(new_rows.size):
         data[STATUS, new_rows[k]] = RUNNING
-    n = rows.size
-    kind = np.empty(n, dtype=np.int64)
-    sampled = np.empty(n, dtype=np.bool_)
-    nblk_after = np.empty(n, dtype=np.int64)
-    generation = np.empty(n, dtype=np.int64)
     for i in range(n):
         r = rows[i]
-        st = before[SCHED_STATUS, i]
-        kind[i] = 1 if st == WAITING else (2 if st == PREEMPTED else 0)
-        sampled[i] = before[SCHED_COMPUTED, i] + tokens[i] >= before[SCHED_TOTAL, i]
         data[COMPUTED, r] += tokens[i]
         data[IN_FLIGHT, r] += 1
-        nblk_after[i] = nblk[r]
-        generation[i] = data[SERIAL, r]
+        per_request[STEP_BLOCKS_AFTER, i] = nblk[r]
+        per_request[STEP_GENERATION, i] = data[SERIAL, r]
     kept = 0
     for k in range(running.size):
         if data[STATUS, running[k]] == RUNNING:
@@ -100,10 +129,9 @@ def settle_step(rows, tokens, before, new_rows, gone, front, data, running, wait
             new_waiting[at] = waiting[k]
             at += 1
     new_waiting[at:] = gone
-    qsl, positions, slots, seq_lens, block_table = batch_plan(rows, tokens, before[SCHED_COMPUTED], table, nblk,
-                                                              block_size)
-    return (new_running, new_waiting, kind, sampled, nblk_after, generation, qsl, positions, slots, seq_lens,
-            block_table)
+    qsl, per_token, seq_lens, block_table = batch_plan_packed(rows, tokens, per_request[STEP_COMPUTED], table,
+                                                              nblk, block_size)
+    return new_running, new_waiting, per_request, sampled, qsl, per_token, seq_lens, block_table
 
 
 @nb.njit(cache=True)

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Block
 
 from schedir.dialects.codes import Reason
 from schedir.dialects.columns import ColumnsAttr
@@ -29,17 +30,23 @@ from schedir.ir.errors import PassFailure, PipelineError
 from schedir.ir.fastop import dispose
 from schedir.ir.pipeline import Instrumentation, PassManager
 from schedir.ir.step import steps_of
+from schedir.lowering.batch_plan import POSITIONS, SLOTS
 from schedir.lowering.hashing import extend_hashes
 from schedir.lowering.kv_pool import KVPool, commit, match_rows
 from schedir.passes.reject_oversized import oversized
 from schedir.runtime import table as T
 from schedir.runtime.config import Request, SchedulerConfig
 from schedir.runtime.kernels import (
-    SCHED_BLOCKS,
     SCHED_COMPUTED,
     SCHED_TOTAL,
     STALE,
+    STEP_BLOCKS_AFTER,
+    STEP_BLOCKS_BEFORE,
+    STEP_COMPUTED,
+    STEP_GENERATION,
+    STEP_KIND,
     apply_samples,
+    queue_columns,
     read_scheduled,
     settle_step,
 )
@@ -187,7 +194,6 @@ class Scheduler:
         running, waiting = self.running, self.waiting
         if self.window and waiting.size > self.window:
             waiting = self._admission_window(waiting)
-        d[T.BLOCKS, running] = pool.nblk[running]
         dumping = cfg.dumps(step)
         work_pool = pool.copy() if dumping and self.pool_level else pool
         facts = StepFacts(step=step, token_budget=cfg.max_num_batched_tokens, max_seqs=cfg.max_num_seqs,
@@ -195,11 +201,10 @@ class Scheduler:
                           cached_free_blocks=pool.num_cached_free() if cfg.enable_prefix_caching else 0,
                           total_blocks=pool.usable_blocks, max_model_len=cfg.max_model_len, policy=cfg.policy,
                           facts=self._initial_facts)
-        head = d[: T.QUEUE_COLUMN_COUNT]  # take() gathers C-ordered: one contiguous copy per queue
-        queues = {"running": ColumnsAttr.of_matrix(_QUEUE_NAMES, head.take(running, axis=1), copy=False) if running.size
-                  else _NO_REQUESTS,
-                  "waiting": ColumnsAttr.of_matrix(_QUEUE_NAMES, head.take(waiting, axis=1), copy=False) if waiting.size
-                  else _NO_REQUESTS}
+        queues = {"running": ColumnsAttr.of_matrix(_QUEUE_NAMES, queue_columns(d, running, pool.nblk, True), copy=False)
+                  if running.size else _NO_REQUESTS,
+                  "waiting": ColumnsAttr.of_matrix(_QUEUE_NAMES, queue_columns(d, waiting, pool.nblk, False), copy=False)
+                  if waiting.size else _NO_REQUESTS}
         hits = None
         if not self.pool_level and cfg.enable_prefix_caching and waiting.size:
             hit, cached_free = match_rows(waiting, d[T.TOTAL, waiting], cfg.block_size, pool.ref, pool.rhash,
@@ -219,7 +224,7 @@ class Scheduler:
             self.pool = pool = work_pool
         else:
             self.manager.run(module)
-        out, hit_tokens = self._lower(module, step)
+        out, hit_tokens = self._lower(self._recycled.block if recycled else steps_of(module)[0].body.block, step)
         if self.keep_ir:
             self.last_module = module
         elif not recycled:
@@ -260,14 +265,13 @@ class Scheduler:
                                      prefix=f"step-{step:05d}-")
         PassManager.parse(self.spec, verify_each=True, instrument=instrument).run(module)
 
-    def _lower(self, module: ModuleOp, step: int) -> tuple[SchedulerOutput, int]:
-        """Read the decisions back from the IR and apply them: queues, pool, output.
+    def _lower(self, block: Block, step: int) -> tuple[SchedulerOutput, int]:
+        """Read the decisions back from the step's body and apply them: queues, pool, output.
         Also returns the prefix-hit tokens the admitted (new or resumed) requests start from."""
         cfg = self.config
         pool = self.pool
         table = self.table
         d = table.data
-        block = steps_of(module)[0].body.block
         parts: list[np.ndarray] = []
         part_tokens: list[np.ndarray] = []
         admitted: list[np.ndarray] = []
@@ -304,12 +308,12 @@ class Scheduler:
                 d[T.COMPUTED, new_rows] = [hit_of.get(r, 0) for r in new_rows.tolist()]
             else:
                 d[T.COMPUTED, new_rows] = 0
-        before = read_scheduled(rows, d)  # status, computed, total, held blocks as decided
-        computed = before[SCHED_COMPUTED]
         if not self.pool_level:
-            failed = commit(gone, new_rows, d[T.COMPUTED, new_rows], rows, tokens, computed, before[SCHED_TOTAL],
-                            cfg.max_model_len, pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta,
-                            pool.cache, pool.table, pool.nblk, pool.ncached, pool.rhash, pool.nhash)
+            before = read_scheduled(rows, d)  # computed and total as decided, for the block commit
+            failed = commit(gone, new_rows, d[T.COMPUTED, new_rows], rows, tokens, before[SCHED_COMPUTED],
+                            before[SCHED_TOTAL], cfg.max_model_len, pool.ref, pool.bhash, pool.dup_next, pool.nxt,
+                            pool.prv, pool.meta, pool.cache, pool.table, pool.nblk, pool.ncached, pool.rhash,
+                            pool.nhash)
             if failed >= 0:
                 raise PassFailure(self.spec, f"step {step} scheduled request '{table.names[rows[failed]]}' "
                                   "but its KV blocks do not fit in the free pool")
@@ -326,8 +330,8 @@ class Scheduler:
                 pool.nhash[r] = 0
                 table.release(r)
             self.metrics.rejected += ids.size
-        (self.running, self.waiting, kind, sampled, nblk_after, generation, qsl, positions, slots, seq_lens,
-         block_table) = settle_step(rows, tokens, before, new_rows, gone, self._front, d, self.running, self.waiting,
+        (self.running, self.waiting, per_request, sampled, qsl, per_token, seq_lens,
+         block_table) = settle_step(rows, tokens, new_rows, gone, self._front, d, self.running, self.waiting,
                                     pool.table, pool.nblk, cfg.block_size)
         if gone.size:
             self._front -= gone.size
@@ -335,16 +339,19 @@ class Scheduler:
 
         # Output.
         names = table.names
+        computed, kind = per_request[STEP_COMPUTED], per_request[STEP_KIND]  # row views
         out = SchedulerOutput(
             step=step, names=names[rows], rows=rows, num_tokens=tokens, computed=computed,
-            sampled=sampled, kind=kind, nblk_before=before[SCHED_BLOCKS], nblk_after=nblk_after,
+            sampled=sampled, kind=kind, nblk_before=per_request[STEP_BLOCKS_BEFORE],
+            nblk_after=per_request[STEP_BLOCKS_AFTER],
             block_table=block_table,
             new_prompts=[table.prompts[r] for r in rows[kind == 1].tolist()] if new_rows.size else [],
             preempted_req_ids=frozenset([names[r] for r in gone.tolist()]) if gone.size else frozenset(),
             finished_req_ids=frozenset(self._finished), rejected=rejected_out,
-            batch=BatchPlan(query_start_loc=qsl, positions=positions, slot_mapping=slots, seq_lens=seq_lens,
+            batch=BatchPlan(query_start_loc=qsl, positions=per_token[POSITIONS],
+                            slot_mapping=per_token[SLOTS], seq_lens=seq_lens,
                             block_table=block_table),
-            generation=generation,
+            generation=per_request[STEP_GENERATION],
         )
         self._finished = []
         hit_tokens = int(computed[kind != 0].sum()) if new_rows.size else 0
@@ -459,7 +466,7 @@ class Scheduler:
 
 
 def _root_queue(op: ScheduleOp) -> str:
-    owner = op.operands[0].owner
-    while not isinstance(owner, QueueOp):
-        owner = owner.operands[0].owner  # type: ignore[union-attr]
-    return owner.queue.data  # type: ignore[attr-defined]
+    owner = tuple.__getitem__(op._operands, 0).owner  # (no `operands` wrapper, no SSAValues.__getitem__)
+    while type(owner) is not QueueOp:
+        owner = tuple.__getitem__(owner._operands, 0).owner  # type: ignore[union-attr]
+    return owner.properties["queue"].data  # type: ignore[union-attr]
