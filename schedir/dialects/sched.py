@@ -198,17 +198,19 @@ class StepOp(IRDLOperation):
             policy = _POLICIES.get(facts.policy)
             if policy is None:
                 policy = _POLICIES[facts.policy] = StringAttr(facts.policy)
-            fixed = (*(i64_attr(getattr(facts, name)) for name in _FIXED_INT_FACTS), policy, facts_attr(facts.facts))
+            canonical = len(facts.facts) < 2 or list(facts.facts) == sorted(set(facts.facts))  # as `read_facts` reads them
+            fixed = (*(i64_attr(getattr(facts, name)) for name in _FIXED_INT_FACTS), policy, facts_attr(facts.facts),
+                     canonical)
             if len(_FIXED_PROPS) < 256:
                 _FIXED_PROPS[key] = fixed
-        budget, seqs, block_size, total, model_len, policy, facts_prop = fixed
+        budget, seqs, block_size, total, model_len, policy, facts_prop, canonical = fixed
         props: dict[str, Attribute] = {
             "step": i64_attr(facts.step), "token_budget": budget, "max_seqs": seqs, "block_size": block_size,
             "free_blocks": i64_attr(facts.free_blocks), "cached_free_blocks": i64_attr(facts.cached_free_blocks),
             "total_blocks": total, "max_model_len": model_len, "policy": policy, "facts": facts_prop,
         }
         self.properties = props
-        if len(facts.facts) < 2 or list(facts.facts) == sorted(set(facts.facts)):  # as `read_facts` reads them
+        if canonical:
             self._built = (facts, props["step"], props["free_blocks"], props["cached_free_blocks"], facts_prop)
         else:
             self._built = None
