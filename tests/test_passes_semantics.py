@@ -1143,3 +1143,14 @@ def test_partly_decided_set_without_keep_is_reported() -> None:
     step.defer(waiting, np.asarray([1], dtype=np.int64), np.asarray([int(Reason.POLICY)], dtype=np.int64))
     with pytest.raises(ValueError, match=r"requests \[2\] of queue 'waiting' were left undecided"):
         step.pending("waiting")
+
+
+# ---------------------------------------------------------------- kernels
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-5, 40), max_size=30), st.lists(st.integers(-5, 40), max_size=30))
+def test_count_members_matches_numpy_isin(values: list[int], pool: list[int]) -> None:
+    """admit-greedy counts running requests already decided with a kernel instead of np.isin."""
+    from schedir.passes.kernels import count_members
+
+    v, p = np.array(values, dtype=np.int64), np.array(pool, dtype=np.int64)
+    assert count_members(v, p) == int(np.isin(v, p).sum())
