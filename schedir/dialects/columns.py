@@ -143,6 +143,14 @@ class ColumnsAttr(Data[ColumnData]):
             return name in self._index
         return any(n == name for n, _ in self.data)
 
+    def _views(self) -> dict[str, np.ndarray]:
+        """Every column as a read-only array over the bytes, made on first read and kept (a
+        pass reads the same columns several times; `frombuffer` costs ~0.3 µs a call)."""
+        views = self.__dict__.get("_column_views")
+        if views is None:
+            views = self.__dict__["_column_views"] = {n: np.frombuffer(raw, dtype=np.int64) for n, raw in self.data}
+        return views
+
     def get(self, name: str) -> np.ndarray:
         """The column as a read-only int64 array; KeyError names what exists."""
         index = self._index
@@ -150,10 +158,10 @@ class ColumnsAttr(Data[ColumnData]):
             at = index.get(name)
             if at is not None:
                 return self._matrix[at]  # type: ignore[index]
-        for n, raw in self.data:
-            if n == name:
-                return np.frombuffer(raw, dtype=np.int64)
-        raise KeyError(f"no column '{name}' (columns: {', '.join(self.names) or 'none'})")
+        found = self._views().get(name)
+        if found is None:
+            raise KeyError(f"no column '{name}' (columns: {', '.join(self.names) or 'none'})")
+        return found
 
     def raw(self, name: str) -> bytes | None:
         """A column's bytes (cheap equality between columns); None if absent."""
@@ -168,10 +176,7 @@ class ColumnsAttr(Data[ColumnData]):
             at = index.get(name)
             if at is not None:
                 return self._matrix[at]  # type: ignore[index]
-        for n, raw in self.data:
-            if n == name:
-                return np.frombuffer(raw, dtype=np.int64)
-        return default
+        return self._views().get(name, default)
 
     def __len__(self) -> int:
         if self._matrix is not None:
