@@ -143,13 +143,20 @@ class ColumnsAttr(Data[ColumnData]):
             return name in self._index
         return any(n == name for n, _ in self.data)
 
-    def _views(self) -> dict[str, np.ndarray]:
-        """Every column as a read-only array over the bytes, made on first read and kept (a
-        pass reads the same columns several times; `frombuffer` costs ~0.3 µs a call)."""
+    def _view(self, name: str) -> np.ndarray | None:
+        """Column `name` as a read-only array over its bytes (None if absent), made on its first
+        read and kept: a pass reads the same columns several times, and `frombuffer` and the
+        scan for the name cost ~0.3 µs a call."""
         views = self.__dict__.get("_column_views")
         if views is None:
-            views = self.__dict__["_column_views"] = {n: np.frombuffer(raw, dtype=np.int64) for n, raw in self.data}
-        return views
+            views = self.__dict__["_column_views"] = {}
+        found = views.get(name)
+        if found is None:
+            for n, raw in self.data:
+                if n == name:
+                    found = views[name] = np.frombuffer(raw, dtype=np.int64)
+                    break
+        return found
 
     def get(self, name: str) -> np.ndarray:
         """The column as a read-only int64 array; KeyError names what exists."""
@@ -158,7 +165,7 @@ class ColumnsAttr(Data[ColumnData]):
             at = index.get(name)
             if at is not None:
                 return self._matrix[at]  # type: ignore[index]
-        found = self._views().get(name)
+        found = self._view(name)
         if found is None:
             raise KeyError(f"no column '{name}' (columns: {', '.join(self.names) or 'none'})")
         return found
@@ -176,7 +183,8 @@ class ColumnsAttr(Data[ColumnData]):
             at = index.get(name)
             if at is not None:
                 return self._matrix[at]  # type: ignore[index]
-        return self._views().get(name, default)
+        found = self._view(name)
+        return default if found is None else found
 
     def __len__(self) -> int:
         if self._matrix is not None:
