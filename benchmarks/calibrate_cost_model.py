@@ -22,28 +22,28 @@ from scipy.optimize import least_squares
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cost_model_error import DEFAULT_PROFILES, PREDICT, Table, load_tables  # noqa: E402
+from cost_model_error import DEFAULT_PROFILES, PREDICT, Table, load_tables
 
-from schedir.sim.cost_model import ELEMENTWISE_KINDS  # noqa: E402
-from schedir.sim.models import GpuSpec  # noqa: E402
+from schedir.sim.cost_model import ELEMENTWISE_KINDS
+from schedir.sim.models import GpuSpec
 
 # Datasheet figures (not fitted): dense bf16 tensor-core peak, HBM bandwidth, and the
 # total memory torch reports on the 80 GB parts.
 DATASHEET = {
-    "h100": dict(name="h100", memory_gib=79.2, peak_tflops=989.0, mem_bw_tbs=3.35),  # H100 SXM5 80GB
-    "a100": dict(name="a100", memory_gib=79.2, peak_tflops=312.0, mem_bw_tbs=2.039),  # A100 SXM4 80GB
+    "h100": {"name": "h100", "memory_gib": 79.2, "peak_tflops": 989.0, "mem_bw_tbs": 3.35},  # H100 SXM5 80GB
+    "a100": {"name": "a100", "memory_gib": 79.2, "peak_tflops": 312.0, "mem_bw_tbs": 2.039},  # A100 SXM4 80GB
 }
 
 # Starting point of every fit (also the shape of a GpuSpec).
-START = dict(
-    gemm_overhead_s=5e-6, gemm_eff_max=0.75, gemm_m_half=64.0, gemm_bw_eff=0.8,
-    attn_prefill_overhead_s=10e-6, attn_prefill_eff_max=0.5, attn_prefill_q_half=128.0,
-    attn_prefill_kv_weight=0.3, attn_prefill_causal=0.5,
-    attn_decode_overhead_s=10e-6, attn_decode_per_request_s=0.2e-6, attn_decode_bw_eff=0.7,
-    all_reduce_latency_s=(10e-6, 10e-6, 10e-6), all_reduce_bus_gbs=(100.0, 100.0, 100.0),
-    all_reduce_bulk_latency_s=(30e-6, 30e-6, 30e-6), all_reduce_bulk_bus_gbs=(300.0, 300.0, 300.0),
-    elementwise_overhead_s=3e-6, elementwise_bw_eff=tuple((k, 0.7) for k in ELEMENTWISE_KINDS),
-)
+START = {
+    "gemm_overhead_s": 5e-6, "gemm_eff_max": 0.75, "gemm_m_half": 64.0, "gemm_bw_eff": 0.8,
+    "attn_prefill_overhead_s": 10e-6, "attn_prefill_eff_max": 0.5, "attn_prefill_q_half": 128.0,
+    "attn_prefill_kv_weight": 0.3, "attn_prefill_causal": 0.5,
+    "attn_decode_overhead_s": 10e-6, "attn_decode_per_request_s": 0.2e-6, "attn_decode_bw_eff": 0.7,
+    "all_reduce_latency_s": (10e-6, 10e-6, 10e-6), "all_reduce_bus_gbs": (100.0, 100.0, 100.0),
+    "all_reduce_bulk_latency_s": (30e-6, 30e-6, 30e-6), "all_reduce_bulk_bus_gbs": (300.0, 300.0, 300.0),
+    "elementwise_overhead_s": 3e-6, "elementwise_bw_eff": tuple((k, 0.7) for k in ELEMENTWISE_KINDS),
+}
 
 # The GpuSpec fields each family's fit owns (all-reduce and elementwise are unpacked below).
 FIELDS = {
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
                 note = f" (held: {', '.join(f'{h}={getattr(spec, h):.4g}' for h in sorted(held))})" if held else ""
                 sources.append(f"#   {family}: " + "; ".join(f"{t.source} ({len(t)} rows)" for t in mine) + note)
         start["attn_prefill_kv_weight"] = spec.attn_prefill_kv_weight
-        print(f"    # fitted by benchmarks/calibrate_cost_model.py on:")
+        print("    # fitted by benchmarks/calibrate_cost_model.py on:")
         print("\n".join("    " + s for s in sources))
         fields = ", ".join(f"{a.name}={_fmt(getattr(spec, a.name))}" for a in attrs.fields(GpuSpec))
         print(f'    "{gpu}": GpuSpec({fields}),')

@@ -33,8 +33,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from schedir.sim import cost_model as cm  # noqa: E402
-from schedir.sim.models import GpuSpec, get_gpu  # noqa: E402
+from schedir.sim import cost_model as cm
+from schedir.sim.models import GpuSpec, get_gpu
 
 DEFAULT_PROFILES = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "profiles"
 TARGET = 0.10

@@ -70,10 +70,10 @@ def columns(reqs: Sequence[Req]) -> dict[str, np.ndarray]:
 
 
 def make_facts(**kw) -> StepFacts:
-    values = dict(
-        step=0, token_budget=512, max_seqs=16, block_size=16, free_blocks=100, cached_free_blocks=0,
-        total_blocks=200, max_model_len=4096,
-    )
+    values = {
+        "step": 0, "token_budget": 512, "max_seqs": 16, "block_size": 16, "free_blocks": 100, "cached_free_blocks": 0,
+        "total_blocks": 200, "max_model_len": 4096,
+    }
     values.update(kw)
     return StepFacts(**values)  # type: ignore[arg-type]
 
@@ -311,12 +311,12 @@ def test_decodes_get_one_token_and_blocks_only_across_a_boundary() -> None:
 @pytest.mark.parametrize(
     ("facts", "scheduled", "deferred"),
     [
-        (dict(token_budget=2), [1, 2], {3: BUDGET, 4: BUDGET}),
-        (dict(max_seqs=3), [1, 2, 3], {4: MAX_SEQS}),
-        (dict(max_seqs=1, token_budget=1), [1], {2: MAX_SEQS, 3: MAX_SEQS, 4: MAX_SEQS}),
+        ({"token_budget": 2}, [1, 2], {3: BUDGET, 4: BUDGET}),
+        ({"max_seqs": 3}, [1, 2, 3], {4: MAX_SEQS}),
+        ({"max_seqs": 1, "token_budget": 1}, [1], {2: MAX_SEQS, 3: MAX_SEQS, 4: MAX_SEQS}),
         # Requests 2 and 4 cross a block boundary; only one free block.
-        (dict(free_blocks=1), [1, 2, 3], {4: MEMORY}),
-        (dict(free_blocks=0), [1, 3], {2: MEMORY, 4: MEMORY}),
+        ({"free_blocks": 1}, [1, 2, 3], {4: MEMORY}),
+        ({"free_blocks": 0}, [1, 3], {2: MEMORY, 4: MEMORY}),
     ],
 )
 def test_running_deferrals_have_the_right_reason(facts, scheduled, deferred) -> None:
@@ -337,12 +337,12 @@ def test_running_deferrals_have_the_right_reason(facts, scheduled, deferred) -> 
     ("facts", "scheduled", "deferred", "preempted"),
     [
         # 2 needs a block: 4 (last, 3 blocks) is preempted, 2 waits a step for its blocks; 3 runs.
-        (dict(free_blocks=0), [1, 3], {2: MEMORY}, [4]),
+        ({"free_blocks": 0}, [1, 3], {2: MEMORY}, [4]),
         # 2 takes the free block; 4 needs one, with nobody behind it: it preempts itself.
-        (dict(free_blocks=1), [1, 2, 3], {}, [4]),
+        ({"free_blocks": 1}, [1, 2, 3], {}, [4]),
         # Priority: the largest (priority, arrival) behind 2 goes, 3 (priority 5), not 4; 4 then
         # waits for 3's blocks rather than preempting itself.
-        (dict(free_blocks=0, policy="priority"), [1], {2: MEMORY, 4: MEMORY}, [3]),
+        ({"free_blocks": 0, "policy": "priority"}, [1], {2: MEMORY, 4: MEMORY}, [3]),
     ],
 )
 def test_running_preempts_behind_it_when_short_of_blocks(facts, scheduled, deferred, preempted) -> None:
@@ -828,8 +828,8 @@ PIPELINES = {
     "base-priority": ("base-priority", {"priority": True, "admit_chunk": True}),
     "base-unchunked": ("reject-oversized,order-fcfs,schedule-running,admit-greedy{chunk=false},verify-step", {}),
     "options": (
-        "reject-oversized,order-fcfs,schedule-running{chunk=false},admit-greedy{chunk=true stop-at-first=true},"
-        "verify-step",
+        ("reject-oversized,order-fcfs,schedule-running{chunk=false},admit-greedy{chunk=true stop-at-first=true},"
+        "verify-step"),
         {"run_chunk": False, "admit_chunk": True, "stop_at_first": True},
     ),
     "greedy-chunk": (
@@ -962,7 +962,7 @@ LEGAL_BODY = """\
 
 
 def verify(body: str = LEGAL_BODY, spec: str = "verify-step", template: str = STEP, **facts: int) -> None:
-    values = dict(budget=64, max_seqs=4, free=10, cached=0)
+    values = {"budget": 64, "max_seqs": 4, "free": 10, "cached": 0}
     values.update(facts)
     module = parse_step_text(template.format(body=body, **values))
     PassManager.parse(spec, verify_each=True).run(module)

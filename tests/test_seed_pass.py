@@ -74,7 +74,7 @@ def spf(tmp_registry):
 
 
 def test_seed_order_and_filter_in_the_ir(spf):
-    seed, cls, registry = spf
+    seed, _cls, registry = spf
     module = seed_step()
     PassManager.parse(
         "reject-oversized,spf,schedule-running,admit-greedy,verify-step", registry=registry, verify_each=True
