@@ -154,8 +154,8 @@ class KVPool:
         blocks: list[int] = []
         hashes: list[int] = []
         slots = np.flatnonzero(self.cache[CACHE_KEY])
-        heads = self.cache[CACHE_HEAD, slots]
-        for h, head in zip(self.cache[CACHE_KEY, slots[np.argsort(heads)]].tolist(), np.sort(heads).tolist(), strict=True):
+        slots = slots[np.argsort(self.cache[CACHE_HEAD, slots])]
+        for h, head in zip(self.cache[CACHE_KEY, slots].tolist(), self.cache[CACHE_HEAD, slots].tolist(), strict=True):
             b = int(head)
             while b >= 0:
                 blocks.append(b)
@@ -250,16 +250,22 @@ def _home(h: np.int64, mask: int) -> int:
 
 
 @nb.njit(cache=True)
-def cache_slot(cache: np.ndarray, h: np.int64) -> int:
-    """The slot holding hash `h`, or -1."""
+def cache_find(cache: np.ndarray, h: np.int64) -> int:
+    """The slot holding hash `h`, or else the empty slot where it would go (the one probe
+    loop of the table: lookups and inserts both start here)."""
     keys = cache[CACHE_KEY]
     mask = keys.size - 1
     i = _home(h, mask)
-    while keys[i] != 0:
-        if keys[i] == h:
-            return i
+    while keys[i] != 0 and keys[i] != h:
         i = (i + 1) & mask
-    return -1
+    return i
+
+
+@nb.njit(cache=True)
+def cache_slot(cache: np.ndarray, h: np.int64) -> int:
+    """The slot holding hash `h`, or -1."""
+    i = cache_find(cache, h)
+    return i if cache[CACHE_KEY, i] == h else -1
 
 
 @nb.njit(cache=True)
@@ -272,12 +278,8 @@ def cache_get(cache: np.ndarray, h: np.int64) -> int:
 @nb.njit(cache=True)
 def cache_put(cache: np.ndarray, h: np.int64, b: int) -> None:
     """Map `h` to block `b` (inserting `h` if absent)."""
-    keys = cache[CACHE_KEY]
-    mask = keys.size - 1
-    i = _home(h, mask)
-    while keys[i] != 0 and keys[i] != h:
-        i = (i + 1) & mask
-    keys[i] = h
+    i = cache_find(cache, h)
+    cache[CACHE_KEY, i] = h
     cache[CACHE_HEAD, i] = b
 
 
@@ -337,10 +339,12 @@ def register_hash(b: int, h: np.int64, bhash: np.ndarray, dup_next: np.ndarray, 
         evict_hash(b, bhash, dup_next, cache)
     bhash[b] = h
     dup_next[b] = -1
-    p = cache_get(cache, h)
-    if p < 0:
-        cache_put(cache, h, b)
+    slot = cache_find(cache, h)  # one probe: h's slot, or the empty one it takes
+    if cache[CACHE_KEY, slot] != h:
+        cache[CACHE_KEY, slot] = h
+        cache[CACHE_HEAD, slot] = b
     else:
+        p = cache[CACHE_HEAD, slot]
         while dup_next[p] >= 0:
             p = dup_next[p]
         dup_next[p] = b
