@@ -50,6 +50,16 @@ _IDENTITY: dict[int, np.ndarray] = {}
 _item = tuple.__getitem__
 
 
+def root_queue(value: SSAValue) -> QueueOp:
+    """The `req.queue` a set value derives from (each set op's first operand is its parent)."""
+    op = value.owner
+    while not isinstance(op, QueueOp):
+        if not isinstance(op, Operation) or not op._operands:
+            raise ValueError("a request set must derive from a req.queue")
+        op = _item(op._operands, 0).owner
+    return op
+
+
 def identity_rows(n: int) -> np.ndarray:
     """A read-only `arange(n)`, cached: a whole queue's rows, asked for every step."""
     rows = _IDENTITY.get(n)
@@ -176,15 +186,9 @@ class Step:
     def root(self, value: SSAValue) -> QueueOp:
         """The `req.queue` a set value was derived from."""
         found = self._roots.get(id(value))
-        if found is not None:
-            return found
-        op = value.owner
-        while not isinstance(op, QueueOp):
-            if not isinstance(op, Operation) or not op.operands:
-                raise ValueError("a request set must derive from a req.queue")
-            op = _item(op._operands, 0).owner
-        self._roots[id(value)] = op
-        return op
+        if found is None:
+            found = self._roots[id(value)] = root_queue(value)
+        return found
 
     def pending(self, queue: str) -> SSAValue | None:
         """The set of `queue` requests not yet decided on; None if the step has no such

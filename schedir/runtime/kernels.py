@@ -25,6 +25,7 @@ assert (COMPUTED, TOTAL, MAX_TOKENS, STATUS, BLOCKS, IN_FLIGHT, QUEUED, EOS, IGN
 NOT_DONE, STOPPED, LENGTH = 0, 1, 2
 STALE = -1  # update(): the row was recycled since the output (not this output's request)
 
+
 @nb.njit(cache=True)
 def queue_columns(data, rows, nblk, refresh_blocks: bool):
     """The step IR's columns of a queue (the table's first QUEUE_COLUMN_COUNT rows at `rows`)
@@ -43,23 +44,19 @@ def queue_columns(data, rows, nblk, refresh_blocks: bool):
 
 
 # rows of `read_scheduled`'s result
-SCHED_STATUS, SCHED_COMPUTED, SCHED_TOTAL, SCHED_BLOCKS = range(4)
+SCHED_COMPUTED, SCHED_TOTAL = range(2)
 
 
 @nb.njit(cache=True)
 def read_scheduled(rows, data):
-    """Status, computed, total and held blocks of the scheduled rows, as the step was decided
-    (before the lowering applies it): one pass instead of four gathers. The lowering of a
-    pipeline without a pool-level pass needs them to commit blocks before `settle_step`."""
+    """Computed and total tokens of the scheduled rows, as the step was decided (before the
+    lowering applies it): the lowering of a pipeline without a pool-level pass commits
+    blocks from them before `settle_step` (which reads the rest itself)."""
     n = rows.size
-    out = np.empty((4, n), dtype=np.int64)
+    out = np.empty((2, n), dtype=np.int64)
     for i in range(n):
-        r = rows[i]
-        st = data[STATUS, r]
-        out[SCHED_STATUS, i] = st
-        out[SCHED_COMPUTED, i] = data[COMPUTED, r]
-        out[SCHED_TOTAL, i] = data[TOTAL, r]
-        out[SCHED_BLOCKS, i] = data[BLOCKS, r] if st == RUNNING else 0
+        out[SCHED_COMPUTED, i] = data[COMPUTED, rows[i]]
+        out[SCHED_TOTAL, i] = data[TOTAL, rows[i]]
     return out
 
 

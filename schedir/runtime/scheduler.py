@@ -23,13 +23,13 @@ from xdsl.ir import Block
 from schedir.dialects.codes import Reason
 from schedir.dialects.columns import ColumnsAttr
 from schedir.dialects.mem import MatchOp
-from schedir.dialects.req import PreemptOp, QueueOp, RejectOp, ScheduleOp
+from schedir.dialects.req import PreemptOp, RejectOp, ScheduleOp
 from schedir.dialects.sched import StepFacts
 from schedir.ir.builder import RecycledStep, build_step
 from schedir.ir.errors import PassFailure, PipelineError
 from schedir.ir.fastop import dispose
 from schedir.ir.pipeline import Instrumentation, PassManager
-from schedir.ir.step import steps_of
+from schedir.ir.step import root_queue, steps_of
 from schedir.lowering.batch_plan import POSITIONS, SLOTS
 from schedir.lowering.hashing import extend_hashes
 from schedir.lowering.kv_pool import KVPool, commit, match_rows
@@ -466,7 +466,4 @@ class Scheduler:
 
 
 def _root_queue(op: ScheduleOp) -> str:
-    owner = tuple.__getitem__(op._operands, 0).owner  # (no `operands` wrapper, no SSAValues.__getitem__)
-    while type(owner) is not QueueOp:
-        owner = tuple.__getitem__(owner._operands, 0).owner  # type: ignore[union-attr]
-    return owner.properties["queue"].data  # type: ignore[union-attr]
+    return root_queue(tuple.__getitem__(op._operands, 0)).properties["queue"].data  # type: ignore[union-attr]
