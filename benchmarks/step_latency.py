@@ -1,7 +1,7 @@
 """Per-step latency of vLLM 0.32's v1 scheduler and schedir's `vllm` preset on one trace.
 
 Both engines run in this one process, on the same synthetic trace, through the parity
-harness's engine loop and fake model runner (`schedir.engines.parity`). For each target
+harness's engine loop and fake model runner (`schedir.tools.parity.harness`). For each target
 size N the trace is a burst of N requests at step 0 with short prompts (16-64 tokens)
 and long outputs, a KV cache big enough that nothing is preempted, a 8192-token budget
 and max_num_seqs = N: after one or two prefill steps every request decodes, so the
@@ -41,7 +41,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from schedir.engines.parity import (
+from schedir.tools.parity.harness import (
     Engine,
     ParityConfig,
     SchedirEngine,
@@ -187,7 +187,7 @@ class PassRun:
 def make_engine(variant: str, cfg: ParityConfig) -> tuple[Engine, TimedCalls]:
     """A fresh engine of `variant` whose scheduler calls are timed."""
     if variant == "vllm":
-        from schedir.engines.vllm_driver import VllmEngine
+        from schedir.tools.parity.vllm_driver import VllmEngine
 
         engine: Any = VllmEngine(cfg)
         timed = TimedCalls(engine._sched)
@@ -346,7 +346,7 @@ def try_import_vllm() -> tuple[str | None, str | None, float]:
     t0 = time.perf_counter()
     logging.getLogger("vllm").setLevel(logging.ERROR)  # its CPU-platform warnings are noise here
     try:
-        from schedir.engines.vllm_driver import import_vllm
+        from schedir.tools.parity.vllm_driver import import_vllm
 
         vllm = import_vllm()
     except Exception as exc:  # noqa: BLE001 - no vLLM is a supported mode

@@ -23,7 +23,7 @@ from typing import Any
 
 import attrs
 
-from schedir.engines.parity import (
+from schedir.tools.parity.harness import (
     ParityConfig,
     ParityReport,
     RunStats,
@@ -34,7 +34,7 @@ from schedir.engines.parity import (
     make_trace,
     standard_matrix,
 )
-from schedir.engines.vllm_driver import drive_vllm, import_vllm
+from schedir.tools.parity.vllm_driver import drive_vllm, import_vllm
 
 QUICK_REQUESTS = 40
 Driver = Callable[[ParityConfig, Sequence[TraceRequest]], list[StepRecord]]

@@ -12,7 +12,7 @@ from types import ModuleType
 import attrs
 import pytest
 
-from schedir.engines.parity import (
+from schedir.tools.parity.harness import (
     Chunk,
     ParityConfig,
     RunStats,
@@ -210,7 +210,7 @@ def test_standard_matrix_covers_the_scenarios() -> None:
 def vllm() -> ModuleType:
     """Import vLLM once per module (7-11 s), or skip the vLLM tests."""
     try:
-        from schedir.engines.vllm_driver import import_vllm
+        from schedir.tools.parity.vllm_driver import import_vllm
 
         return import_vllm()
     except ImportError as exc:
@@ -227,7 +227,7 @@ def schedir_runtime(vllm: ModuleType) -> None:
 
 
 def test_vllm_driver_is_deterministic(vllm: ModuleType) -> None:
-    from schedir.engines.vllm_driver import drive_vllm
+    from schedir.tools.parity.vllm_driver import drive_vllm
 
     cfg = next(c for c in MATRIX if "preempt" in c.label)
     trace = make_trace(cfg)
@@ -238,7 +238,7 @@ def test_vllm_driver_is_deterministic(vllm: ModuleType) -> None:
 
 @pytest.mark.parametrize("cfg", [c for c in MATRIX if "preempt" in c.label], ids=lambda c: c.label)
 def test_vllm_preempts_in_small_cache_scenarios(vllm: ModuleType, cfg: ParityConfig) -> None:
-    from schedir.engines.vllm_driver import drive_vllm
+    from schedir.tools.parity.vllm_driver import drive_vllm
 
     stats = RunStats.of(drive_vllm(cfg, make_trace(cfg)))
     assert stats.preemptions >= 10, stats
@@ -247,8 +247,8 @@ def test_vllm_preempts_in_small_cache_scenarios(vllm: ModuleType, cfg: ParityCon
 
 @pytest.mark.parametrize("cfg", MATRIX, ids=lambda c: c.label)
 def test_schedir_matches_vllm(vllm: ModuleType, schedir_runtime: None, cfg: ParityConfig) -> None:
-    from schedir.engines.parity import drive_schedir
-    from schedir.engines.vllm_driver import drive_vllm
+    from schedir.tools.parity.harness import drive_schedir
+    from schedir.tools.parity.vllm_driver import drive_vllm
 
     trace = make_trace(cfg)
     report = compare(drive_vllm(cfg, trace), drive_schedir(cfg, trace))

