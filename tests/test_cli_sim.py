@@ -134,3 +134,49 @@ def test_sim_replays_real_traces(capsys, tmp_path, name, path, count):
     for key in REQUIRED_KEYS:
         assert key in m
     assert m["requests"]["finished"] + m["requests"]["rejected"] == count
+
+
+def test_file_and_option_errors_speak_the_users_words(capsys, tmp_path):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    not_runs = tmp_path / "runs.json"
+    not_runs.write_text('{"runs": 5}')
+    foreign = tmp_path / "foreign.json"
+    foreign.write_text('{"config": "x", "ttft_s": 1, "tbt_s": 1, "e2e_s": 1, "requests": 1, "settings": 1}')
+    small = ["--workload", "chat-short", "--num-requests", "3", "--quiet"]
+    cases = [
+        (["sim", "--trace", str(tmp_path / "missing.jsonl"), "--quiet"],
+         f"schedir: error: --trace {tmp_path / 'missing.jsonl'}: cannot read: no such file or folder"),
+        (["sim", "--trace", str(tmp_path), "--quiet"], f"schedir: error: --trace {tmp_path}: cannot read: is a folder, not a file"),
+        (["stats", str(tmp_path / "missing.json")], f"schedir: error: {tmp_path / 'missing.json'}: cannot read: no such file or folder"),
+        (["stats", str(not_runs)], f"schedir stats: error: {not_runs}: 'runs' is not a list of runs"),
+        (["stats", str(foreign)], f"schedir stats: error: {foreign}: not a run written by schedir sim/bench (field 'workload' missing)"),
+        (["sim", *small, "--json", str(a_file / "x.json")],
+         f"schedir: error: --json {a_file / 'x.json'}: cannot write: {a_file}: exists and is not a folder"),
+        (["sim", *small, "--dump-steps", "1", "--dump-dir", str(a_file / "d")],
+         f"schedir: error: --dump-dir {a_file / 'd'}: cannot write: a part of that path is a file, not a folder"),
+        (["bench", *small, "--configs", "vllm@num_blocks=lots"],
+         "schedir bench: error: config 'vllm@num_blocks=lots': num_blocks='lots': expected an integer, got 'lots'"),
+        (["bench", *small, "--configs", "reject-oversized+order-fcfs+schedule-running+admit-greedy{chunk=maybe}"],
+         "schedir: error: pass 'admit-greedy': bad option chunk=maybe: expected true or false (options: "),
+        (["sim", *small, "--preset", "reject-oversized,order-vllm{queue=waitingx},vllm-schedule-running,vllm-admit"],
+         ("schedir: error: step 1: pass 'order-vllm': option queue=waitingx names no queue of the step; "
+          "did you mean 'waiting'? (its queues: running, waiting)")),
+    ]
+    for argv, expected in cases:
+        code, _, err = run(capsys, *argv)
+        assert code == EXIT_BAD_INPUT, (argv, err)
+        assert err.startswith(expected) and len(err.splitlines()) == 1, (argv, err)
+        for leak in ("Traceback", "[Errno", "<class ", "invalid literal", "given ("):
+            assert leak not in err, (argv, err)
+
+
+def test_sim_dump_without_graphviz_says_svgs_were_skipped(capsys, monkeypatch, tmp_path):
+    import shutil
+
+    real_which = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None if name == "dot" else real_which(name, *a, **k))
+    code, out, err = run(capsys, "sim", "--num-requests", "2", "--quiet", "--dump-steps", "1", "--dump-dir", str(tmp_path / "d"))
+    assert code == EXIT_OK, err
+    assert list((tmp_path / "d").glob("*.dot")) and not list((tmp_path / "d").glob("*.svg"))
+    assert out.count("but no SVGs: Graphviz's `dot` is not installed") == 1

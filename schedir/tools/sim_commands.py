@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -167,6 +168,9 @@ def cmd_sim(args: argparse.Namespace, console: Console) -> int:
     config = attrs.evolve(base_config(args, args.preset), dump_dir=args.dump_dir,
                           dump_steps=parse_dump_steps(args.dump_steps))
     metrics, result = simulate(config, workload, console, args.quiet)
+    if args.dump_dir is not None and shutil.which("dot") is None and any(args.dump_dir.glob("*.dot")):
+        from schedir.ir.dot import svg_skipped_note
+        console.print(svg_skipped_note(args.dump_dir), markup=False, highlight=False)
     console.print(run_table(metrics))
     print_notes(console, metrics)
     _write_outputs(args, [metrics], console, single=True)
@@ -197,11 +201,20 @@ def cmd_stats(args: argparse.Namespace, console: Console) -> int:
     except json.JSONDecodeError as e:
         raise ValueError(f"{args.run}:{e.lineno}: not a run JSON ({e.msg})") from None
     runs = data["runs"] if isinstance(data, dict) and "runs" in data else [data]
+    if not isinstance(runs, list) or not runs:
+        raise ValueError(f"{args.run}: 'runs' is not a list of runs: not written by schedir sim/bench")
     for i, m in enumerate(runs):
+        if not isinstance(m, dict):
+            raise ValueError(f"{args.run}: run {i} is not a JSON object: not written by schedir sim/bench")  # noqa: TRY004 (bad input: exit 2)
         missing = [k for k in ("config", "ttft_s", "tbt_s", "e2e_s", "requests", "settings") if k not in m]
         if missing:
             raise ValueError(f"{args.run}: run {i} lacks {', '.join(missing)}: not written by schedir sim/bench")
-    console.print(run_table(runs[0]) if len(runs) == 1 else comparison_table(runs))
+    try:
+        table = run_table(runs[0]) if len(runs) == 1 else comparison_table(runs)
+    except (KeyError, TypeError, AttributeError, IndexError) as e:  # a hand-edited or foreign JSON
+        field = f"field {e.args[0]!r} missing" if isinstance(e, KeyError) else "a field of the wrong type"
+        raise ValueError(f"{args.run}: not a run written by schedir sim/bench ({field})") from None
+    console.print(table)
     for m in runs:
         print_notes(console, m)
     if args.plots:
