@@ -180,3 +180,26 @@ def test_sim_dump_without_graphviz_says_svgs_were_skipped(capsys, monkeypatch, t
     assert code == EXIT_OK, err
     assert list((tmp_path / "d").glob("*.dot")) and not list((tmp_path / "d").glob("*.svg"))
     assert out.count("but no SVGs: Graphviz's `dot` is not installed") == 1
+
+
+def test_bench_warms_up_every_config_before_timing(capsys, monkeypatch, tmp_path):
+    """The first simulation of a process pays Numba's compilation: bench runs a few requests
+    through each config, untimed, before the timed runs, so the first column compares."""
+    from schedir.sim.simulator import Simulator
+    from schedir.tools import sim_commands
+
+    calls: list[tuple[str, int, bool]] = []
+    real_run = Simulator.run
+
+    def recording_run(self, workload, progress=None, **kw):
+        calls.append((self.config.name, len(workload), progress is not None))
+        return real_run(self, workload, progress, **kw)
+
+    monkeypatch.setattr(Simulator, "run", recording_run)
+    code, out, err = run(capsys, "bench", "--configs", "vllm,vllm@enable_prefix_caching=false",
+                         "--num-requests", "12", "--plots", str(tmp_path / "p"))
+    assert code == EXIT_OK, err
+    n = sim_commands.WARMUP_REQUESTS
+    assert calls[:2] == [("vllm", n, False), ("vllm@enable_prefix_caching=false", n, False)]
+    assert calls[2:] == [("vllm", 12, True), ("vllm@enable_prefix_caching=false", 12, True)]
+    assert "warming up" in out

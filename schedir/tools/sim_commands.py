@@ -34,6 +34,8 @@ DEFAULT_BENCH_REQUESTS = 600
 # Llama-3-8B (it sustains ~1.4 req/s of those 12k-token prompts); a bench compares policies
 # at a load the engine can carry unless --rate says otherwise.
 DEFAULT_BENCH_RATE = 1.0
+# requests a bench runs through each config before timing anything (see warm_up)
+WARMUP_REQUESTS = 8
 
 
 def add_workload_arguments(p: argparse.ArgumentParser, default_requests: int | None) -> None:
@@ -184,9 +186,23 @@ def cmd_sim(args: argparse.Namespace, console: Console) -> int:
     return 1 if metrics["stalled"] else 0
 
 
+def warm_up(configs: Sequence[SimConfig], workload: Workload, requests: int = WARMUP_REQUESTS) -> None:
+    """Run the first `requests` requests through each config, untimed, and discard the result.
+
+    The first simulation of a process pays Numba's compilation (~14 s on a cold cache) or cache
+    loads, and first-use costs in xDSL and numpy; without this they land in the first column's
+    scheduler µs/step and simulator wall, and skew every "x first" ratio."""
+    for config in configs:
+        Simulator(config).run(workload.head(requests))
+
+
 def cmd_bench(args: argparse.Namespace, console: Console) -> int:
     configs = parse_configs(args.configs, base_config(args, "vllm"))
     workload = load_workload(args, console)
+    if not args.quiet:
+        console.print(f"warming up: {min(WARMUP_REQUESTS, len(workload))} requests through each config, untimed "
+                      "(Numba compiles its kernels on a first run)")
+    warm_up(configs, workload)
     runs = [simulate(config, workload, console, args.quiet)[0] for config in configs]
     console.print(comparison_table(runs))
     for m in runs:
