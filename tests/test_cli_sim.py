@@ -199,7 +199,26 @@ def test_bench_warms_up_every_config_before_timing(capsys, monkeypatch, tmp_path
     code, out, err = run(capsys, "bench", "--configs", "vllm,vllm@enable_prefix_caching=false",
                          "--num-requests", "12", "--plots", str(tmp_path / "p"))
     assert code == EXIT_OK, err
-    n = sim_commands.WARMUP_REQUESTS
-    assert calls[:2] == [("vllm", n, False), ("vllm@enable_prefix_caching=false", n, False)]
-    assert calls[2:] == [("vllm", 12, True), ("vllm@enable_prefix_caching=false", 12, True)]
+    names = ["vllm", "vllm@enable_prefix_caching=false"]
+    first_timed = next(i for i, call in enumerate(calls) if call[2])
+    assert calls[first_timed:] == [(name, 12, True) for name in names]  # the timed runs, in order
+    warm = calls[:first_timed]
+    assert {name for name, _, _ in warm} == set(names)  # every config ran untimed first
+    assert (names[0], sim_commands.WARMUP_REQUESTS, False) in warm
     assert "warming up" in out
+
+
+def test_bench_warm_up_preempts(monkeypatch):
+    """A step that preempts calls the lowering kernel with other argument types (a kernel compiles
+    once per signature): the warm-up must preempt, or the timed run pays that compilation."""
+    from schedir.sim.simulator import Simulator
+    from schedir.tools import sim_commands
+    from schedir.tools.cli import build_parser
+
+    results = []
+    real_run = Simulator.run
+    monkeypatch.setattr(Simulator, "run", lambda self, w, *a, **k: results.append(real_run(self, w, *a, **k)) or results[-1])
+    args = build_parser().parse_args(["bench", "--num-requests", "4"])
+    configs = sim_commands.parse_configs("vllm", sim_commands.base_config(args, "vllm"))
+    sim_commands.warm_up(configs, sim_commands.load_workload(args, None))
+    assert any(r.runtime_metrics["preemptions"] > 0 for r in results)

@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from schedir.ir.errors import SchedirError
 from schedir.sim.config import SimConfig
 from schedir.sim.metrics import REQUEST_COLUMNS, per_request, summarize
 from schedir.sim.records import SimResult
@@ -34,8 +36,10 @@ DEFAULT_BENCH_REQUESTS = 600
 # Llama-3-8B (it sustains ~1.4 req/s of those 12k-token prompts); a bench compares policies
 # at a load the engine can carry unless --rate says otherwise.
 DEFAULT_BENCH_RATE = 1.0
-# requests a bench runs through each config before timing anything (see warm_up)
-WARMUP_REQUESTS = 8
+# a bench runs WARMUP_REQUESTS of its workload through each config before timing anything, then
+# short chats through a cache of WARMUP_TIGHT_TOKENS tokens, where they preempt (see warm_up)
+WARMUP_REQUESTS = 4
+WARMUP_TIGHT_TOKENS = 4800
 
 
 def add_workload_arguments(p: argparse.ArgumentParser, default_requests: int | None) -> None:
@@ -186,21 +190,32 @@ def cmd_sim(args: argparse.Namespace, console: Console) -> int:
     return 1 if metrics["stalled"] else 0
 
 
-def warm_up(configs: Sequence[SimConfig], workload: Workload, requests: int = WARMUP_REQUESTS) -> None:
-    """Run the first `requests` requests through each config, untimed, and discard the result.
+def warm_up(configs: Sequence[SimConfig], workload: Workload) -> None:
+    """Run a few requests through each config, untimed, and discard the results.
 
     The first simulation of a process pays Numba's compilation (~14 s on a cold cache) or cache
     loads, and first-use costs in xDSL and numpy; without this they land in the first column's
-    scheduler µs/step and simulator wall, and skew every "x first" ratio."""
+    scheduler µs/step and simulator wall, and skew every "x first" ratio. Each config runs the
+    workload's first WARMUP_REQUESTS requests (its real shapes: long prompts, chunks, prefix
+    hits), then a burst of short chats in a cache small enough to preempt: a kernel compiles
+    once per argument signature, and a step that preempts passes different arrays than one
+    that does not, so a warm-up without preemption leaves a compilation to the timed run."""
+    tight = builtin_workload("chat-short", num_requests=16, rate=100.0, seed=0)
+    tight = attrs.evolve(tight, output_len=np.minimum(tight.output_len, 64))
     for config in configs:
-        Simulator(config).run(workload.head(requests))
+        Simulator(config).run(workload.head(WARMUP_REQUESTS))
+        squeezed = attrs.evolve(config, num_blocks=max(1, WARMUP_TIGHT_TOKENS // config.block_size))
+        try:
+            Simulator(squeezed).run(tight)
+        except SchedirError:  # a pipeline that cannot run in so small a cache: the real run still warms it
+            pass
 
 
 def cmd_bench(args: argparse.Namespace, console: Console) -> int:
     configs = parse_configs(args.configs, base_config(args, "vllm"))
     workload = load_workload(args, console)
     if not args.quiet:
-        console.print(f"warming up: {min(WARMUP_REQUESTS, len(workload))} requests through each config, untimed "
+        console.print("warming up: a few requests through each config, untimed "
                       "(Numba compiles its kernels on a first run)")
     warm_up(configs, workload)
     runs = [simulate(config, workload, console, args.quiet)[0] for config in configs]
