@@ -143,8 +143,17 @@ def test_file_and_option_errors_speak_the_users_words(capsys, tmp_path):
     not_runs.write_text('{"runs": 5}')
     foreign = tmp_path / "foreign.json"
     foreign.write_text('{"config": "x", "ttft_s": 1, "tbt_s": 1, "e2e_s": 1, "requests": 1, "settings": 1}')
+    binary = tmp_path / "binary.jsonl"
+    binary.write_bytes(b'{"timestamp": 0}\n\xff\xfe')
     small = ["--workload", "chat-short", "--num-requests", "3", "--quiet"]
     cases = [
+        (["sim", "--trace", str(binary), "--quiet"], f"schedir sim: error: {binary}:2: not UTF-8 text (byte 0xff)"),
+        (["sim", *small, "--max-model-len", "0"], "schedir sim: error: --max-model-len must be positive, got 0"),
+        (["bench", *small, "--gpu-memory-utilization", "2"],
+         "schedir bench: error: --gpu-memory-utilization must lie in (0, 1], got 2.0"),
+        (["sim", *small, "--num-blocks", "1"],
+         "schedir sim: error: num_blocks=1: a KV cache needs at least 2 blocks (block 0 is reserved, as in vLLM)"),
+        (["sim", *small, "--tp", "3"], "schedir sim: error: tp must be one of 1, 2, 4, 8, got 3"),
         (["sim", "--trace", str(tmp_path / "missing.jsonl"), "--quiet"],
          f"schedir: error: --trace {tmp_path / 'missing.jsonl'}: cannot read: no such file or folder"),
         (["sim", "--trace", str(tmp_path), "--quiet"], f"schedir: error: --trace {tmp_path}: cannot read: is a folder, not a file"),

@@ -110,7 +110,11 @@ def load_workload(args: argparse.Namespace, console: Console) -> Workload:
     if args.rate is not None and args.rate <= 0:
         raise ValueError(f"--rate must be positive, got {args.rate}")
     if args.trace is not None:
-        workload = load_trace(args.trace, format=args.trace_format, on_bad_row=on_bad, rate=args.rate)
+        try:
+            workload = load_trace(args.trace, format=args.trace_format, on_bad_row=on_bad, rate=args.rate)
+        except UnicodeDecodeError as e:  # a binary or mis-encoded file: say where, not the codec's words
+            line = args.trace.read_bytes()[: e.start].count(b"\n") + 1
+            raise ValueError(f"{args.trace}:{line}: not UTF-8 text (byte {e.object[e.start]:#04x})") from None
         for bad in workload.skipped[:20]:
             console.print(f"[yellow]skipped[/] {bad.path}:{bad.line}: {bad.reason}")
         if len(workload.skipped) > 20:
@@ -125,7 +129,25 @@ def load_workload(args: argparse.Namespace, console: Console) -> Workload:
                             seed=args.seed)
 
 
+# SimConfig fields whose command-line flag is not simply --field-name
+_FLAGS = {"long_prefill_token_threshold": "--long-prefill", "ttft_slo_s": "--ttft-slo", "tbt_slo_s": "--tbt-slo",
+          "enable_prefix_caching": "--no-prefix-caching"}
+
+
 def base_config(args: argparse.Namespace, pipeline: str) -> SimConfig:
+    """The shared settings from the command line; a bad value names its flag (`--max-model-len
+    must be positive, got 0`), not the config field."""
+    try:
+        return _base_config(args, pipeline)
+    except ValueError as e:
+        message = str(e)
+        field = message.split(" ", 1)[0]
+        if field in {a.name for a in attrs.fields(SimConfig)}:
+            message = _FLAGS.get(field, "--" + field.replace("_", "-")) + message[len(field):]
+        raise ValueError(message) from None
+
+
+def _base_config(args: argparse.Namespace, pipeline: str) -> SimConfig:
     return SimConfig(
         pipeline=pipeline, policy=args.policy, model=args.model, gpu=args.gpu, tp=args.tp,
         block_size=args.block_size, max_num_batched_tokens=args.max_num_batched_tokens,
