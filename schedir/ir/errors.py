@@ -17,6 +17,10 @@ class PipelineError(SchedirError):
     """A pipeline refused before it runs: unknown pass, bad option, missing dependency."""
 
 
+class QueueOptionError(PipelineError):
+    """A pass option names a queue the input step does not have (a misspelt `queue=waitingx`)."""
+
+
 class PassFailure(SchedirError):
     """A pass found the step illegal (or produced an illegal step); names the pass and requests."""
 

@@ -21,7 +21,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.utils.arg_spec import ArgSpec, ArgSpecParseError, parse_pipeline
 from xdsl.utils.exceptions import VerifyException
 
-from schedir.ir.errors import PassFailure, PipelineError
+from schedir.ir.errors import PassFailure, PipelineError, QueueOptionError
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step, steps_of
 from schedir.ir.textio import print_ir, verify_message
@@ -274,7 +274,7 @@ class PassManager:
         for p, option, queue in named:
             if queue not in present:
                 where = f"step {views[0].facts.step}: " if len(views) == 1 else ""
-                raise PipelineError(
+                raise QueueOptionError(
                     f"{where}pass '{p.name}': option {option}={queue} names no queue of the step"
                     f"{_suggest(queue, sorted(present))} (its queues: {', '.join(sorted(present)) or 'none'})"
                 )

@@ -13,7 +13,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from schedir.ir.errors import PassFailure, PipelineError, SchedirError, StepParseError, os_error_message
+from schedir.ir.errors import (
+    PassFailure,
+    PipelineError,
+    QueueOptionError,
+    SchedirError,
+    StepParseError,
+    os_error_message,
+)
 from schedir.ir.pipeline import Instrumentation, PassManager, default_presets, default_registry
 from schedir.ir.textio import parse_step_file, parse_step_text, print_ir
 from schedir.tools.sim_commands import add_commands as add_sim_commands
@@ -92,8 +99,8 @@ def cmd_opt(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if manager.passes:
         try:
             manager.run(module)
-        except PipelineError as e:  # refused on this input (a queue it lacks, a fact it lacks): say where
-            raise PipelineError(f"{'<stdin>' if args.input == '-' else args.input}: {e}") from None
+        except QueueOptionError as e:  # refused on this input's queues: say which file
+            raise QueueOptionError(f"{'<stdin>' if args.input == '-' else args.input}: {e}") from None
     text = print_ir(module, generic=args.generic)
     if args.output:
         args.output.write_text(text)
