@@ -24,7 +24,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -186,7 +186,7 @@ def _metric_labels(text: str, name: str) -> dict[str, str]:
     for line in text.splitlines():
         if line.startswith(name + "{"):
             inner = line[len(name) + 1: line.rindex("}")]
-            return dict((k, v.strip('"')) for k, v in (kv.split("=", 1) for kv in inner.split('",') if kv))
+            return {k: v.strip('"') for k, v in (kv.split("=", 1) for kv in inner.split('",') if kv)}
     raise AssertionError(f"{name} not in /metrics")
 
 
@@ -202,7 +202,8 @@ def metrics(client: httpx.Client) -> dict[str, float]:
     return values
 
 
-def poll_metrics(client: httpx.Client, done: Any, timeout: float = 15.0) -> dict[str, float]:
+def poll_metrics(client: httpx.Client, done: Callable[[dict[str, float]], bool],
+                 timeout: float = 15.0) -> dict[str, float]:
     """Read /metrics until `done(values)` holds; fail after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while True:
@@ -223,18 +224,22 @@ def body(prompt: list[int] | list[list[int]], max_tokens: int, **extra: Any) -> 
 
 def complete(client: httpx.Client, prompt: list[int] | list[list[int]], max_tokens: int,
              **extra: Any) -> dict[str, Any]:
+    """POST a completion, expect 200, return the JSON body."""
     r = client.post("/v1/completions", json=body(prompt, max_tokens, **extra), timeout=REQUEST_TIMEOUT_S)
     assert r.status_code == 200, r.text
     return r.json()
 
 
 def tokens(response: dict[str, Any], index: int = 0) -> list[int]:
+    """The sampled token ids of one choice (no tokenizer: ids are the only output)."""
     return response["choices"][index]["token_ids"]
 
 
 def prompt_ids(start: int, n: int) -> list[int]:
     """`n` distinct token ids from `start`: each test uses its own range, so no test gets
-    prefix-cache hits from another's prompts."""
+    prefix-cache hits from another's prompts. Ids must stay below the vocabulary size: without a
+    tokenizer vLLM skips its vocabulary check, and an out-of-range id crashes the engine core."""
+    assert start + n <= TINY_LLAMA["vocab_size"]
     return list(range(start, start + n))
 
 
@@ -391,17 +396,18 @@ def test_disconnect_mid_stream_aborts(client: httpx.Client) -> None:
     KV blocks freed, generation stops short of max_tokens) and the server serves on."""
     before = metrics(client)["vllm:generation_tokens_total"]
     n = 1800
-    with httpx.Client(base_url=client.base_url, timeout=REQUEST_TIMEOUT_S) as other:
-        with other.stream("POST", "/v1/completions", json=body(prompt_ids(30_000, 80), n, stream=True)) as r:
-            assert r.status_code == 200
-            chunks = 0
-            for line in r.iter_lines():
-                chunks += line.startswith("data: {")
-                if chunks == 5:
-                    break
-            poll_metrics(client, lambda m: m["vllm:num_requests_running"] == 1 and m["vllm:kv_cache_usage_perc"] > 0,
-                         timeout=5.0)
-        # leaving both blocks closes the response and the connection: the server sees the client go
+    stream = body(prompt_ids(30_000, 80), n, stream=True)
+    with (httpx.Client(base_url=client.base_url, timeout=REQUEST_TIMEOUT_S) as other,
+          other.stream("POST", "/v1/completions", json=stream) as r):
+        assert r.status_code == 200
+        chunks = 0
+        for line in r.iter_lines():
+            chunks += line.startswith("data: {")
+            if chunks == 5:
+                break
+        poll_metrics(client, lambda m: m["vllm:num_requests_running"] == 1 and m["vllm:kv_cache_usage_perc"] > 0,
+                     timeout=5.0)
+    # leaving the block closes the response and its client's connection: the server sees the client go
     after = poll_metrics(client, lambda m: m["vllm:num_requests_running"] == 0 and m["vllm:num_requests_waiting"] == 0
                          and m["vllm:kv_cache_usage_perc"] == 0.0)
     generated = after["vllm:generation_tokens_total"] - before
