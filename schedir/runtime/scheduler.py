@@ -6,8 +6,11 @@ pass pipeline over it, reads the decisions back and lowers them to a
 state between steps is arrays: the request table, the running and waiting
 queues (row numbers), and the KV pool with its prefix cache.
 
-Several `schedule()` calls may be in flight before their `update()`: a request
-scheduled and not yet updated is not scheduled again (`in_flight` column).
+Several `schedule()` calls may be in flight before their `update()` (`in_flight`
+column): a request waiting on a sampled token is not scheduled again until it is back.
+The `vllm` preset follows vLLM beyond that: a prefill's next chunk may go out while the
+previous one is in flight, an in-flight request may be preempted, and its token still
+counts when it returns. The base passes wait for every in-flight request.
 """
 
 from __future__ import annotations
