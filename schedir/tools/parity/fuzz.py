@@ -206,9 +206,13 @@ class FuzzCase:
         """Write the case as JSON: one request per line, so a diff reads like the trace."""
         d = self.to_json()
         lines = ["{", f'  "name": {json.dumps(d["name"])},', f'  "note": {json.dumps(d["note"])},',
-                 f'  "config": {json.dumps(d["config"])},', '  "pools": [']
-        lines += [f"    {json.dumps(p)}{',' if i < len(d['pools']) - 1 else ''}" for i, p in enumerate(d["pools"])]
-        lines.append("  ],")
+                 f'  "config": {json.dumps(d["config"])},']
+        if d["pools"]:
+            lines.append('  "pools": [')
+            lines += [f"    {json.dumps(p)}{',' if i < len(d['pools']) - 1 else ''}" for i, p in enumerate(d["pools"])]
+            lines.append("  ],")
+        else:
+            lines.append('  "pools": [],')
         lines.append('  "requests": [')
         lines += [f"    {json.dumps(r)}{',' if i < len(d['requests']) - 1 else ''}"
                   for i, r in enumerate(d["requests"])]
@@ -243,6 +247,8 @@ class FuzzSize:
 
 
 CI_SIZE = FuzzSize()
+SMALL_SIZE = FuzzSize(max_requests=8, max_model_lens=(128, 256, 512), max_output=32, max_arrival_gap=4)
+"""Fewer, shorter requests: the invariant tests' CI run (the `base` presets verify every step, ~0.3 ms)."""
 LONG_SIZE = FuzzSize(max_requests=32, max_model_lens=(128, 256, 512, 1024, 2048), max_output=192, max_arrival_gap=16)
 
 
@@ -383,6 +389,82 @@ def run_case(case: FuzzCase, vllm_driver: Driver, schedir_driver: Driver = drive
     if b_err and report.decisions_identical:
         return Outcome(report, len(a), f"schedir {b_err}")
     return Outcome(report, len(a), None if report.decisions_identical else report.first_divergence)
+
+
+# ---------------------------------------------------------------- what a case exercised
+
+
+def features(case: FuzzCase, records: Sequence[StepRecord]) -> set[str]:
+    """The rare rules a run went through, read from its step records (the run's coverage):
+
+    - `preemption` / `priority-preemption`: a request preempted (under the priority policy);
+    - `resume-with-hit`: a preempted request resumed from a prefix-cache hit;
+    - `same-step-hit`: a request admitted onto blocks another request got in the same step;
+    - `full-prompt-hit`: a hit covering every full block of the prompt but the last token's;
+    - `abort-waiting` / `abort-mid-prefill` / `abort-mid-decode` / `abort-preempted`: where an
+      aborted request was when its abort came;
+    - `long-prefill-cap`: a chunk cut to long_prefill_token_threshold;
+    - `max-num-seqs`: a step with max_num_seqs requests while another one waited;
+    - `model-len-cut`: a generation stopped by max_model_len before max_tokens.
+    """
+    c = case.config
+    trace = {r.req_id: r for r in case.trace()}
+    got: set[str] = set()
+    done: dict[str, int] = {}  # tokens scheduled so far
+    preempted_now: set[str] = set()
+    finished_at: dict[str, int] = {}
+    state_at_abort: dict[str, str] = {}
+    aborts = {rid: r.abort_step for rid, r in trace.items() if r.abort_step is not None}
+    for rec in records:
+        for rid, at in aborts.items():
+            if rid not in state_at_abort and at <= rec.step and rid in trace and trace[rid].arrival_step <= rec.step:
+                n, p = done.get(rid, 0), len(trace[rid].prompt_token_ids)
+                last = min(p + trace[rid].max_tokens, c.max_model_len) - 1  # tokens computed when it ends
+                state_at_abort[rid] = ("preempted" if rid in preempted_now else "waiting" if n == 0
+                                       else "mid-prefill" if n < p else "mid-decode" if n < last else "done")
+        for rid in rec.finished:
+            finished_at.setdefault(rid, rec.step)
+        if rec.preempted:
+            got.add("priority-preemption" if c.policy == "priority" else "preemption")
+            preempted_now |= rec.preempted
+            for rid in rec.preempted:
+                done[rid] = 0
+        given: set[int] = set()
+        for rid, blocks in rec.new_block_ids + rec.cached_new_block_ids:
+            if given & set(blocks):
+                got.add("same-step-hit")
+            given |= set(blocks)
+        for rid, n, hit in rec.new:
+            p = len(trace[rid].prompt_token_ids)
+            if hit and hit == (p - 1) // c.block_size * c.block_size:
+                got.add("full-prompt-hit")
+        for rid, n, resumed, computed in rec.cached:
+            if resumed:
+                preempted_now.discard(rid)
+                if computed:
+                    got.add("resume-with-hit")
+        scheduled = [(e[0], e[1], e[2]) for e in rec.new] + [(e[0], e[1], e[3]) for e in rec.cached]
+        for rid, n, start in scheduled:
+            done[rid] = max(done.get(rid, 0), start) + n
+            if 0 < c.long_prefill_token_threshold == n and done[rid] < len(trace[rid].prompt_token_ids):
+                got.add("long-prefill-cap")
+        if len(scheduled) == c.max_num_seqs:
+            waiting = [rid for rid, r in trace.items() if r.arrival_step <= rec.step and rid not in finished_at
+                       and rid not in {e[0] for e in scheduled}]
+            if waiting:
+                got.add("max-num-seqs")
+    for rid, where in state_at_abort.items():
+        if where != "done" and finished_at.get(rid, -1) >= aborts[rid]:
+            got.add(f"abort-{where}")
+    for rid, r in trace.items():
+        if rid not in aborts and len(r.prompt_token_ids) + r.max_tokens > c.max_model_len:
+            got.add("model-len-cut")
+    return got
+
+
+FEATURES = ("preemption", "priority-preemption", "resume-with-hit", "same-step-hit", "full-prompt-hit",
+            "abort-waiting", "abort-mid-prefill", "abort-mid-decode", "abort-preempted", "long-prefill-cap",
+            "max-num-seqs", "model-len-cut")
 
 
 # ---------------------------------------------------------------- shrinking
@@ -537,3 +619,35 @@ def fuzz(seeds: Sequence[int], vllm_driver: Driver, *, size: FuzzSize = CI_SIZE,
             on_case(seed, outcome)
     tally.seconds = time.perf_counter() - start
     return tally
+
+
+def build_corpus(seeds: Sequence[int], vllm_driver: Driver, save_dir: Path = CASES_DIR, *,
+                 size: FuzzSize = CI_SIZE, wanted: Sequence[str] = FEATURES,
+                 schedir_driver: Driver = drive_schedir, max_seconds: float = 60.0) -> dict[str, Path]:
+    """One minimal regression case per rare rule (`FEATURES`): the first seed whose vLLM run goes
+    through the rule, shrunk while vLLM still goes through it and schedir still agrees, saved as
+    `corpus-<rule>.json`. These keep the interleavings the fuzzer reached replayed in every test
+    run, divergent or not (divergent cases are saved as `fuzz-<seed>.json` by `fuzz`)."""
+    saved: dict[str, Path] = {}
+    todo = [f for f in wanted if not (Path(save_dir) / f"corpus-{f}.json").exists()]
+    for seed in seeds:
+        if not todo:
+            break
+        case = draw_case(seed, size)
+        got = features(case, vllm_driver(case.config, case.trace()))
+        for feature in [f for f in todo if f in got]:
+
+            def keeps(c: FuzzCase, feature: str = feature) -> bool:
+                trace = c.trace()
+                a = vllm_driver(c.config, trace)
+                return feature in features(c, a) and compare(a, schedir_driver(c.config, trace)).decisions_identical
+
+            if not keeps(case):
+                continue  # a divergence: `fuzz` reports and keeps it
+            small, _ = shrink(case, keeps, max_seconds=max_seconds)
+            path = Path(save_dir) / f"corpus-{feature}.json"
+            attrs.evolve(small, name=f"corpus-{feature}",
+                         note=f"corpus: {feature} (seed {seed}, shrunk); vLLM and schedir agree").save(path)
+            saved[feature] = path
+            todo.remove(feature)
+    return saved
