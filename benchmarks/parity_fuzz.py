@@ -65,8 +65,10 @@ def differential(args: argparse.Namespace) -> dict[str, object]:
     fixed = sum(r["agrees"] for r in replay)
     print(f"differential fuzzing, vLLM 0.32 vs schedir `vllm` preset, {args.size} cases, seeds "
           f"{seeds.start}..{seeds.stop - 1}")
-    print(f"cases {tally.cases}   engine steps {tally.steps}   {tally.seconds:.1f} s   "
+    print(f"cases {tally.cases}   steps compared {tally.steps}   {tally.seconds:.1f} s   "
           f"{tally.cases_per_s:.1f} cases/s   {tally.steps / tally.seconds:.0f} steps/s")
+    print("cases that went through each rare rule: " + ", ".join(
+        f"{f} {tally.coverage.get(f, 0)}" for f in F.FEATURES))
     print(f"divergent cases this run: {tally.divergent}   vLLM failures: {tally.vllm_errors}")
     for seed, why, path in tally.found:
         print(f"  seed {seed} -> {path or '(not saved)'}: {why.splitlines()[0] if why else ''}")
@@ -76,7 +78,7 @@ def differential(args: argparse.Namespace) -> dict[str, object]:
             print(f"  {r['file']}: {str(r['problem']).splitlines()[0]}")
     return {"mode": "differential", "size": args.size, "seed": args.seed, "cases": tally.cases,
             "steps": tally.steps, "seconds": tally.seconds, "cases_per_s": tally.cases_per_s,
-            "divergent": tally.divergent, "vllm_errors": tally.vllm_errors,
+            "divergent": tally.divergent, "vllm_errors": tally.vllm_errors, "coverage": tally.coverage,
             "found": [{"seed": s, "why": w, "file": str(p) if p else None} for s, w, p in tally.found],
             "regression_cases": replay}
 

@@ -358,6 +358,8 @@ class Outcome:
     """None: identical decisions. Else the first divergence, a crash or a stall, in words."""
     vllm_error: str | None = None
     """vLLM itself failed (a region the fuzzer must avoid): not schedir's divergence."""
+    features: frozenset[str] = frozenset()
+    """The rare rules vLLM's run went through (`features`)."""
 
     @property
     def diverged(self) -> bool:
@@ -386,9 +388,10 @@ def run_case(case: FuzzCase, vllm_driver: Driver, schedir_driver: Driver = drive
     if b is None:
         return Outcome(None, len(a), f"schedir crashed: {b_err}")
     report = compare(a, b)
+    seen = frozenset(features(case, a))
     if b_err and report.decisions_identical:
-        return Outcome(report, len(a), f"schedir {b_err}")
-    return Outcome(report, len(a), None if report.decisions_identical else report.first_divergence)
+        return Outcome(report, len(a), f"schedir {b_err}", features=seen)
+    return Outcome(report, len(a), None if report.decisions_identical else report.first_divergence, features=seen)
 
 
 # ---------------------------------------------------------------- what a case exercised
@@ -582,6 +585,8 @@ class FuzzTally:
     divergent: int = 0
     vllm_errors: int = 0
     seconds: float = 0.0
+    coverage: dict[str, int] = attrs.Factory(dict)
+    """Cases whose vLLM run went through each rare rule (`FEATURES`)."""
     found: list[tuple[int, str, Path | None]] = attrs.Factory(list)
     """(seed, first divergence of the shrunk case, regression file) per divergent case kept."""
 
@@ -602,6 +607,8 @@ def fuzz(seeds: Sequence[int], vllm_driver: Driver, *, size: FuzzSize = CI_SIZE,
         outcome = run_case(case, vllm_driver, schedir_driver)
         tally.cases += 1
         tally.steps += outcome.steps
+        for f in outcome.features:
+            tally.coverage[f] = tally.coverage.get(f, 0) + 1
         if outcome.vllm_error is not None:
             tally.vllm_errors += 1
         elif outcome.diverged:
