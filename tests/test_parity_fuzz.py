@@ -219,7 +219,7 @@ def test_fuzzer_finds_and_shrinks_a_planted_divergence(vllm: ModuleType, monkeyp
     seeds = [s for s in range(200) if draw_case(s).config.long_prefill_token_threshold][:12]
     tally = F.fuzz(seeds, drive_vllm, save_dir=tmp_path, max_saved=1)
     assert tally.divergent > 0 and tally.found
-    seed, why, path = tally.found[0]
+    _seed, why, path = tally.found[0]
     assert path is not None and path.exists() and "differs" in why
     small = FuzzCase.load(path)
     assert len(small.requests) <= 2, small

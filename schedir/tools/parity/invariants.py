@@ -43,8 +43,8 @@ def config_for(case: FuzzCase, preset: str) -> Any:
     preset) honours long_prefill_token_threshold; others refuse it (see `pipeline_spec`), so
     it is dropped for them."""
     from schedir.passes.presets import PRESETS
-    from schedir.runtime.scheduler import pipeline_spec
     from schedir.runtime.config import SchedulerConfig
+    from schedir.runtime.scheduler import pipeline_spec
 
     cfg = case.config
     if cfg.long_prefill_token_threshold and preset in PRESETS:
