@@ -16,12 +16,10 @@ edges only:
   path: stop checks in a Numba kernel), and vLLM's `EngineCoreOutputs` are built for the
   requests that produced tokens or finished.
 
-The `running` / `waiting` / `requests` views (vLLM `Request` objects with their
-`status`, `num_computed_tokens`, `is_prefill_chunk` and `num_preemptions`) are
-synchronised when read, not every step: the engine core never reads them, tests and
-tools do. So a caller holding a `Request` sees those fields current only after reading a
-view (vLLM mutates them in place every step; writing them for every scheduled request
-would cost ~0.3 µs a request, ~80 µs a step at 256 running).
+The vLLM `Request` objects the engine holds move as vLLM's do: every scheduled one gets
+its `num_computed_tokens` and `is_prefill_chunk` at `schedule()`, admitted ones RUNNING,
+preempted ones PREEMPTED; the `running` / `waiting` / `requests` views re-read the
+table when they are read.
 """
 
 from __future__ import annotations
@@ -190,7 +188,22 @@ class Scheduler(SchedulerInterface):
         output_counts = rt.table.data[T.OUTPUTS, c_rows].tolist()  # tokens generated so far
         if rows.size:
             self._prev_step[rows] = step
-            self._chunk[rows] = ~out.sampled  # vLLM's is_prefill_chunk, set at schedule time
+            chunk = ~out.sampled  # vLLM's is_prefill_chunk, set at schedule time
+            self._chunk[rows] = chunk
+            # vLLM mutates the Request objects the engine holds as it schedules: do the same for
+            # the fields that move every step (~0.15 µs a request)
+            for name, done, flag in zip(names, (computed + out.num_tokens).tolist(), chunk.tolist(), strict=True):
+                req = requests[name]
+                req.num_computed_tokens = done
+                req.is_prefill_chunk = flag
+            if not cached.all() or resumed:
+                for i in np.flatnonzero(kind != 0).tolist():
+                    requests[names[i]].status = RequestStatus.RUNNING
+        for name in out.preempted_req_ids:
+            req = requests[name]
+            req.status = RequestStatus.PREEMPTED
+            req.num_computed_tokens = 0
+            req.num_preemptions += 1
         finished = set(out.finished_req_ids)
         for name, why in out.rejected.items():
             self._rejected.append((name, why))
