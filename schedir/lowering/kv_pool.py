@@ -163,6 +163,18 @@ class KVPool:
                 b = int(self.dup_next[b])
         return np.asarray(blocks, dtype=np.int64), np.asarray(hashes, dtype=np.int64)
 
+    def reset_prefix_cache(self) -> bool:
+        """Drop every registered hash (free blocks stay in the free queue, in order); only when
+        no block is held, else False and nothing changes (vLLM's rule)."""
+        if self.num_free != self.usable_blocks:
+            return False
+        self.bhash[:] = 0
+        self.dup_next[:] = -1
+        self.cache[:] = 0
+        self.meta[CACHED_FREE] = 0
+        self.ncached[:] = 0
+        return True
+
     # ------------------------------------------------------------ request-level operations
     def free_request(self, row: int) -> int:
         """Free a row's blocks tail first; returns how many went back to the free queue."""

@@ -110,6 +110,8 @@ class Scheduler:
         self._finished: list[str] = []
         self._stop_rows = _EMPTY
         self._stop_ids = _EMPTY
+        # why each request of the last update() finished: STOPPED (EOS or a stop id) or LENGTH
+        self.last_finish_kinds: dict[str, int] = {}
         self.last_module: ModuleOp | None = None  # the last step's IR (kept only with keep_ir)
         self._recycled: RecycledStep | None = None  # the step IR skeleton reused from step to step
         self.keep_ir = False
@@ -390,10 +392,15 @@ class Scheduler:
                                         self.pool.rhash, self.pool.nhash, self.config.block_size,
                                         self.config.max_model_len, self._stop_rows, self._stop_ids)
         finished: list[str] = []
+        if self.last_finish_kinds:
+            self.last_finish_kinds = {}
         if attention:
             live = done != STALE
-            for r in rows[done > 0].tolist():
-                finished.append(self._finish(r))
+            ended = done > 0
+            for r, why in zip(rows[ended].tolist(), done[ended].tolist(), strict=True):
+                name = self._finish(r)
+                finished.append(name)
+                self.last_finish_kinds[name] = why
             if finished:
                 self.running = self.running[d[T.STATUS, self.running] == T.RUNNING]
             live_rows = rows[live]
@@ -439,6 +446,34 @@ class Scheduler:
             if self.table.stop_ids:
                 self._refresh_stops()
         return done
+
+    # ------------------------------------------------------------ cache resets
+    def preempt_running(self) -> list[str]:
+        """Preempt every running request (recompute): free its blocks and put it back at the
+        front of the waiting queue in running order, as vLLM's `reset_prefix_cache(
+        reset_running_requests=True)` does. Tokens of an output still in flight for these
+        requests are dropped when it comes back (the request is no longer running)."""
+        d = self.table.data
+        rows = self.running
+        names: list[str] = []
+        for k, r in enumerate(rows.tolist()):
+            self.pool.free_request(r)
+            d[T.STATUS, r] = T.PREEMPTED
+            d[T.COMPUTED, r] = 0
+            d[T.BLOCKS, r] = 0
+            d[T.PREEMPTIONS, r] += 1
+            d[T.QUEUED, r] = self._front - rows.size + k
+            names.append(self.table.names[r])
+        self._front -= rows.size
+        self.metrics.preemptions += rows.size
+        self.waiting = np.concatenate([rows, self.waiting])
+        self.running = _EMPTY
+        return names
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached prefix; refused (False) while any request holds blocks, as
+        vLLM's `BlockPool.reset_prefix_cache` does (a held block's KV is still in use)."""
+        return self.pool.reset_prefix_cache()
 
     # ------------------------------------------------------------ state
     def has_unfinished_requests(self) -> bool:
