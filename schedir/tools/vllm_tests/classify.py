@@ -152,6 +152,7 @@ def _internal_kind(attr: str, called: bool = False) -> str:
 
 _MODEL_ID = re.compile(r"Invalid repository ID or local directory specified: '([^']+)'")
 _FIXTURE = re.compile(r"fixture '([^']+)' not found")
+_STARTUP_REFUSAL = re.compile(r"does not support (.+?) yet")
 _REFUSED = re.compile(r"not supported|does not support|unsupported|refus", re.IGNORECASE)
 
 
@@ -165,7 +166,11 @@ def category(rec: Mapping[str, Any], static: Mapping[str, Any] | None = None) ->
         model = m.group(1)
         kind = "multimodal model" if any(k in model.lower() for k in ("llava", "vl", "vision")) else "model"
         return f"needs {kind} download (`{model}`)"
-    if static and static.get("object_new") and (rec.get("owner_is_scheduler") or rec.get("raised_in") == "schedir"):
+    if "class under test not provided" in msg:
+        return f"class under test not provided ({msg.split(': ', 2)[1].split(' (')[0]})"
+    if m := _STARTUP_REFUSAL.search(msg):
+        return f"refused by the adapter at start-up: {m.group(1)}"
+    if static and static.get("object_new"):
         return "builds the scheduler with object.__new__ and sets vLLM's private fields"
     stmt = str(rec.get("test_statement", ""))
     try:
@@ -183,7 +188,9 @@ def category(rec: Mapping[str, Any], static: Mapping[str, Any] | None = None) ->
     if inside:
         return _internal_kind(*inside[0])
     if rec.get("raised_in") == "schedir" and _REFUSED.search(msg):
-        return f"feature the adapter refuses: {msg.splitlines()[0][:120]}"
+        return f"refused by the adapter: {msg.splitlines()[0][:120]}"
+    if rec.get("refusals"):
+        return f"refused by the adapter per request: {rec['refusals'][0]}"
     if static and static.get("internals"):
         return f"{MIXED_PREFIX} `{static['internals'][0]}`"
     return INTERFACE_BUG

@@ -37,12 +37,43 @@ STOCK = {
 }
 
 
-def load_class(spec: str) -> type:
-    """`pkg.module:Name` or `pkg.module.Name` -> the class."""
+MISSING = "class under test not provided"
+"""Message head of the placeholder bound when a class under test does not exist (yet)."""
+
+
+def load_class(spec: str, placeholder: bool = False) -> type:
+    """`pkg.module:Name` or `pkg.module.Name` -> the class.
+
+    With `placeholder`, a class that does not exist becomes one whose construction fails with
+    `MISSING`: its tests then fail, by name, instead of silently running vLLM's own class.
+    """
     module, sep, name = spec.partition(":")
     if not sep:
         module, _, name = spec.rpartition(".")
-    return getattr(importlib.import_module(module), name)
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as e:
+        if not placeholder:
+            raise
+        why = f"{MISSING}: {spec} ({type(e).__name__}: {e})"
+
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            raise NotImplementedError(why)
+
+        return type(f"Missing{name}", (), {"__init__": __init__, "__doc__": why})
+
+
+class _Refusals(logging.Handler):
+    """Collects the adapter's per-request refusals ("request X refused: why") during one test."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.seen: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        msg = record.getMessage()
+        if "refused" in msg and len(self.seen) < 5:
+            self.seen.append(msg.split("refused:", 1)[-1].strip())
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -79,10 +110,18 @@ def _wrap_init(cls: type, targets: tuple[type, ...], seen: set[int]) -> Any:
 def pytest_configure(config: pytest.Config) -> None:
     records = config.getoption("--schedir-records")
     stock = {k: load_class(v) for k, v in STOCK.items()}
+    try:
+        sync = load_class(config.getoption("--schedir-scheduler"))
+    except (ImportError, AttributeError) as e:
+        raise pytest.UsageError(
+            f"cannot load {config.getoption('--schedir-scheduler')}: {type(e).__name__}: {e}"
+        ) from e
     targets = {
-        "Scheduler": load_class(config.getoption("--schedir-scheduler")),
-        "AsyncScheduler": load_class(config.getoption("--schedir-async-scheduler")),
+        "Scheduler": sync,
+        "AsyncScheduler": load_class(config.getoption("--schedir-async-scheduler"), placeholder=True),
     }
+    refusals = _Refusals()
+    logging.getLogger("schedir").addHandler(refusals)
     seen: set[int] = set()
     target_types = tuple(dict.fromkeys(targets.values()))
     undo = [_wrap_init(cls, target_types, seen) for cls in target_types]
@@ -93,13 +132,20 @@ def pytest_configure(config: pytest.Config) -> None:
         target_types=target_types,
         seen=seen,
         undo=undo,
+        refusals=refusals,
         tests_root=None,
     )
     for marker in ("cpu_test", "slow_test", "skip_global_cleanup", "core_model", "optional"):
         config.addinivalue_line("markers", f"{marker}: vLLM test marker (registered by schedir's plugin)")
     if _STATE["records"] is not None:
         _STATE["records"].write_text("")
-        _write({"kind": "config", "targets": {k: f"{v.__module__}.{v.__qualname__}" for k, v in targets.items()}})
+        _write({"kind": "config", "targets": {k: _describe(v) for k, v in targets.items()}})
+
+
+def _describe(cls: type) -> str:
+    if (cls.__doc__ or "").startswith(MISSING):
+        return f"(missing: {cls.__doc__.split(': ', 1)[1].split(' (')[0]})"
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -130,6 +176,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     rebind()
     _STATE["seen"].clear()
+    _STATE["refusals"].seen.clear()
 
 
 @pytest.fixture
@@ -211,6 +258,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         "outcome": rep.outcome,
         "constructed": len(_STATE["seen"]),
     }
+    if _STATE["refusals"].seen:
+        record["refusals"] = list(_STATE["refusals"].seen)
     if rep.failed:
         if call.excinfo is not None:
             record.update(_failure(call.excinfo))
