@@ -111,7 +111,7 @@ def _module_functions(path: str) -> dict[str, ast.FunctionDef]:
 
 
 def reach(path: str | Path, function: str) -> dict[str, Any]:
-    """Static reach of test `function` in `path`: non-contract scheduler attributes and `object.__new__`.
+    """Static reach of test `function` in `path`: non-contract scheduler attributes, `object.__new__(…Scheduler)`.
 
     Follows calls to helper functions defined in the same module, transitively.
     """
@@ -130,8 +130,12 @@ def reach(path: str | Path, function: str) -> dict[str, Any]:
             if isinstance(node, ast.Call):
                 if isinstance(node.func, ast.Name):
                     todo.append(node.func.id)
-                if ast.unparse(node.func) == "object.__new__":
-                    new_instance = True
+                if (
+                    ast.unparse(node.func) == "object.__new__"
+                    and node.args
+                    and ast.unparse(node.args[0]).endswith("Scheduler")
+                ):
+                    new_instance = True  # a scheduler built without __init__, its fields set by hand
     return {"internals": reaches(attrs), "object_new": new_instance}
 
 
