@@ -123,7 +123,7 @@ def run(
         ini = Path(tmp) / "pytest.ini"
         ini.write_text("[pytest]\n")  # keep any pytest config above the cache out of the run
         cmd = [
-            sys.executable, "-m", "pytest", *TEST_FILES,
+            sys.executable, "-m", "pytest", *(str(src / f) for f in TEST_FILES),
             "-c", str(ini), "--rootdir", str(src), "--noconftest", "-p", "no:cacheprovider",
             "-p", "schedir.tools.vllm_tests.plugin",
             f"--schedir-scheduler={sync}", f"--schedir-async-scheduler={async_}", f"--schedir-records={records}",
@@ -133,7 +133,7 @@ def run(
             cmd += ["-k", select]
         t0 = time.perf_counter()
         try:
-            proc = subprocess.run(cmd, cwd=src, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+            proc = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=timeout, check=False)
         except subprocess.TimeoutExpired as e:
             raise RunError(f"pytest ran past {timeout:.0f} s") from e
         seconds = time.perf_counter() - t0
