@@ -107,6 +107,9 @@ def render(run: RunResult, baseline: RunResult | None = None, verbose: bool = Fa
         out.append(f"Pass on stock vLLM, not on {run.label}: {len(regress)} (by reason above)")
     if verbose:
         out.append("")
+        out.append("Passed without building the class under test (they test helpers or other classes):")
+        out += [f"    {r.name}" for r in idle] or ["    (none)"]
+        out.append("")
         out.append("Every failure:")
         for r in run.results:
             if r.category:
