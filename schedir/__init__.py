@@ -1,8 +1,10 @@
 """schedir: a scheduler IR for LLM serving engines."""
 
 from schedir._kernel_cache import ensure_fresh
+from schedir._llvmlite_compat import patch as _patch_llvmlite
 
 ensure_fresh()  # before any Numba kernel loads from the disk cache
+_patch_llvmlite()  # vLLM's CPU worker must not trip over llvmlite's library handle (see the module)
 
 
 from schedir.runtime import (
