@@ -18,7 +18,7 @@ engine first runs a short untimed copy of each trace (imports, Numba JIT). Passe
 alternate their order between repetitions; medians and p90s pool all repetitions.
 Decisions are compared step by step with `parity.compare`.
 
-    /tmp/vllm-venv/bin/python benchmarks/step_latency.py [--sizes 32,256] [--reps 5] [--quick] [--json OUT]
+    python benchmarks/step_latency.py [--sizes 32,256] [--reps 5] [--quick] [--json OUT]
 
 Without vLLM installed, schedir runs alone and the script says vLLM is missing.
 """
@@ -58,7 +58,11 @@ PROMPT_MIN, PROMPT_MAX = 16, 64
 OUTPUT_LEN = 256
 QUICK_OUTPUT_LEN = 48
 WARMUP_OUTPUT_LEN = 6
-VARIANTS: tuple[str, ...] = ("vllm", "schedir-dict", "schedir-array")
+VARIANTS: tuple[str, ...] = ("vllm", "schedir-vllm", "schedir-dict", "schedir-array")
+"""vLLM's own scheduler; schedir's vLLM plug-in (`schedir.engines.vllm.Scheduler`) driven exactly as
+vLLM's is, through `schedule()` and `update_from_output()` with every conversion; schedir's runtime
+with a dict update and with the token-array fast path."""
+NEEDS_VLLM = ("vllm", "schedir-vllm")
 
 
 def window(n: int) -> tuple[int, int]:
@@ -186,10 +190,13 @@ class PassRun:
 
 def make_engine(variant: str, cfg: ParityConfig) -> tuple[Engine, TimedCalls]:
     """A fresh engine of `variant` whose scheduler calls are timed."""
-    if variant == "vllm":
+    if variant in NEEDS_VLLM:
         from schedir.tools.parity.vllm_driver import VllmEngine
 
-        engine: Any = VllmEngine(cfg)
+        plugin = None
+        if variant == "schedir-vllm":
+            from schedir.engines.vllm import Scheduler as plugin
+        engine: Any = VllmEngine(cfg, scheduler_cls=plugin)
         timed = TimedCalls(engine._sched)
     else:
         engine = SchedirArrayEngine(cfg) if variant == "schedir-array" else SchedirEngine(cfg)
@@ -399,7 +406,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     t_start = time.perf_counter()
     vllm_version, vllm_missing, import_s = try_import_vllm()
-    variants = [v for v in VARIANTS if v != "vllm" or vllm_version is not None]
+    variants = [v for v in VARIANTS if v not in NEEDS_VLLM or vllm_version is not None]
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
     command = " ".join([os.path.basename(sys.executable), *sys.argv])
     machine = (
@@ -531,12 +538,10 @@ def print_report(results: dict[int, dict[str, Any]], variants: Sequence[str], re
         if "vllm" in variants and not eng["vllm"]["error"]:
             vs, vu = eng["vllm"]["schedule"]["median_us"], eng["vllm"]["update"]["median_us"]
             parts = []
-            for v in ("schedir-dict", "schedir-array"):
-                if not eng[v]["error"]:
-                    parts.append(
-                        f"{v[8:]}: schedule {ratio(vs, eng[v]['schedule']['median_us'])}"
-                        f" update {ratio(vu, eng[v]['update']['median_us'])}"
-                    )
+            for v in ("schedir-vllm", "schedir-dict", "schedir-array"):
+                if v in eng and not eng[v]["error"]:
+                    ss, su = eng[v]["schedule"]["median_us"], eng[v]["update"]["median_us"]
+                    parts.append(f"{v[8:]}: schedule {ratio(vs, ss)} update {ratio(vu, su)} pair {ratio(vs + vu, ss + su)}")
             print(f"{label:>13}  ratio vllm/schedir (medians)  " + " | ".join(parts))
         for v, ps in r["parity"].items():
             ok = all(p["identical"] for p in ps)

@@ -66,3 +66,19 @@ def test_llvmlite_library_handle_has_no_dunder_attributes() -> None:
     patch()
     assert not hasattr(ffi.lib, "__dict__")
     assert callable(ffi.lib.LLVMPY_GetVersionInfo)
+
+
+@needs_vllm
+def test_engine_runs_another_schedir_policy(tmp_path: Path) -> None:
+    """The plug-in's `schedir_pipeline` option puts a non-vLLM policy in charge of a real engine."""
+    out = tmp_path / "run.json"
+    env = {**os.environ, "VLLM_LOGGING_LEVEL": "ERROR"}
+    done = subprocess.run([sys.executable, "-m", "schedir.tools.parity.engine_run", "--workload", "no-prefix-cache",
+                           "--pipeline", "base-priority", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr[-4000:]
+    (run,) = json.loads(out.read_text())
+    assert run["pipeline"] == "base-priority"
+    for rid, samples in run["tokens"].items():
+        assert [len(t) for t in samples] == [run["max_tokens"][rid]], rid
+    assert run["requests"] - len(run["tokens"]) == 2  # the aborted ones

@@ -67,7 +67,12 @@ def check_supported(vllm_config: Any, kv_cache_config: Any) -> None:
     for name in ("decode_context_parallel_size", "prefill_context_parallel_size"):
         if getattr(parallel, name, 1) > 1:
             raise _refuse("context parallelism", f"{name}={getattr(parallel, name)}")
+    if getattr(parallel, "data_parallel_size", 1) > 1:
+        raise _refuse("data parallelism (its prefill balancing across ranks)",
+                      f"data_parallel_size={parallel.data_parallel_size}")
     sched = vllm_config.scheduler_config
+    if getattr(sched, "long_prefill_token_threshold_adaptive", False):
+        raise _refuse("the adaptive long-prefill threshold", "long_prefill_token_threshold_adaptive=True")
     if not sched.enable_chunked_prefill:
         raise _refuse("scheduling with chunked prefill off", "enable_chunked_prefill=False")
     if sched.policy not in ("fcfs", "priority"):

@@ -44,7 +44,9 @@ from vllm.v1.engine import EngineCoreEventType, EngineCoreOutput, EngineCoreOutp
 from vllm.v1.metrics.stats import PrefixCacheStats, SchedulerStats
 from vllm.v1.request import Request, RequestStatus
 
-logger = logging.getLogger(__name__)
+# a child of vLLM's logger: vLLM configures only `vllm`, so the engine core prints these
+# with its format and level (a `schedir.*` logger's INFO lines were dropped there)
+logger = logging.getLogger("vllm.schedir")
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 _STATUS = {T.WAITING: RequestStatus.WAITING, T.RUNNING: RequestStatus.RUNNING,
@@ -118,6 +120,9 @@ class Scheduler(SchedulerInterface):
     # ------------------------------------------------------------ SCHEDULE
     def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:
         """One step decided by the schedir pipeline, in vLLM's output form."""
+        if throttle_prefills:
+            raise RuntimeError("schedir's vLLM scheduler does not do data-parallel prefill balancing "
+                               "(throttle_prefills); data parallelism is refused at start-up")
         rt = self.runtime
         if self._pause_state == PauseState.PAUSED_ALL:
             return self._empty_output()
@@ -150,8 +155,10 @@ class Scheduler(SchedulerInterface):
         output_counts: list[int] = []
         all_token_ids: dict[str, list[int]] = {}
         stale = (self._prev_step[rows] != step - 1).tolist() if rows.size else []
+        chunked = (~out.sampled).tolist()
         for i, (name, k) in enumerate(zip(names, kind.tolist(), strict=True)):
             req = requests[name]
+            req.is_prefill_chunk = chunked[i]  # as vLLM sets it at schedule time
             if k == 1:  # new: the prompt and every block, once
                 req.num_computed_tokens = computed[i]
                 new_reqs.append(NewRequestData.from_request(req, (table[i, : after[i]].tolist(),)))
@@ -409,7 +416,6 @@ class Scheduler(SchedulerInterface):
                 req.status = status
             req.num_computed_tokens = int(d[T.COMPUTED, row])
             req.num_preemptions = int(d[T.PREEMPTIONS, row])
-            req.is_prefill_chunk = req.num_computed_tokens < req.num_tokens
         return self._requests
 
     @property

@@ -116,10 +116,12 @@ def make_trace(w: Workload) -> list[TraceEntry]:
     return out
 
 
-def _recording(cls: type, steps: list[dict[str, Any]]) -> type:
+def _recording(cls: type, steps: list[dict[str, Any]], seen: dict[str, Any]) -> type:
     class Recording(cls):  # type: ignore[misc, valid-type]
         def schedule(self, *args: Any, **kwargs: Any) -> Any:
             so = super().schedule(*args, **kwargs)
+            runtime = getattr(self, "runtime", None)
+            seen["pipeline"] = runtime.spec if runtime is not None else None
             steps.append({
                 "scheduled": list(so.num_scheduled_tokens.items()),
                 "new": [r.req_id for r in so.scheduled_new_reqs],
@@ -133,8 +135,9 @@ def _recording(cls: type, steps: list[dict[str, Any]]) -> type:
     return Recording
 
 
-def run(w: Workload, scheduler: str) -> dict[str, Any]:
-    """Drive the engine step by step over the workload; returns steps, tokens and timings."""
+def run(w: Workload, scheduler: str, pipeline: str | None = None) -> dict[str, Any]:
+    """Drive the engine step by step over the workload; returns steps, tokens and timings.
+    `pipeline`: the schedir pipeline the plug-in runs (its `schedir_pipeline` option)."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     os.environ["VLLM_DISABLE_REQUEST_ID_RANDOMIZATION"] = "1"
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
@@ -144,7 +147,8 @@ def run(w: Workload, scheduler: str) -> dict[str, Any]:
 
     module, _, name = SCHEDULERS.get(scheduler, scheduler).rpartition(".")
     steps: list[dict[str, Any]] = []
-    cls = _recording(getattr(importlib.import_module(module), name), steps)
+    seen: dict[str, Any] = {}
+    cls = _recording(getattr(importlib.import_module(module), name), steps, seen)
     model_dir = Path(tempfile.mkdtemp(prefix="schedir-tiny-llama-"))
     (model_dir / "config.json").write_text(json.dumps(TINY_LLAMA))
     t0 = time.perf_counter()
@@ -152,7 +156,8 @@ def run(w: Workload, scheduler: str) -> dict[str, Any]:
               enforce_eager=True, max_model_len=w.max_model_len, max_num_seqs=w.max_num_seqs,
               max_num_batched_tokens=w.max_num_batched_tokens, enable_prefix_caching=w.enable_prefix_caching,
               scheduling_policy=w.policy, long_prefill_token_threshold=w.long_prefill_token_threshold,
-              block_size=BLOCK_SIZE, kv_cache_memory_bytes=w.num_blocks * KV_BYTES_PER_BLOCK, scheduler_cls=cls)
+              block_size=BLOCK_SIZE, kv_cache_memory_bytes=w.num_blocks * KV_BYTES_PER_BLOCK, scheduler_cls=cls,
+              additional_config={"schedir_pipeline": pipeline} if pipeline else {})
     startup = time.perf_counter() - t0
     engine = llm.llm_engine
     trace = make_trace(w)
@@ -186,7 +191,8 @@ def run(w: Workload, scheduler: str) -> dict[str, Any]:
     generated = sum(len(t) for outs in tokens.values() for t in outs)
     del llm
     return {"workload": w.name, "scheduler": scheduler, "class": f"{cls.__mro__[1].__module__}.{cls.__mro__[1].__name__}",
-            "requests": len(trace), "steps": steps, "tokens": tokens, "reasons": reasons,
+            "requests": len(trace), "max_tokens": {e.req_id: e.max_tokens for e in trace},
+            "pipeline": seen.get("pipeline"), "steps": steps, "tokens": tokens, "reasons": reasons,
             "engine_steps": engine_steps, "startup_s": startup, "wall_s": wall,
             "output_tokens_per_s": generated / wall if wall else 0.0}
 
@@ -221,8 +227,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="stock, schedir, or a dotted class path (default: schedir)")
     parser.add_argument("--compare", action="store_true",
                         help="run each workload on vLLM's scheduler and on schedir's, and diff them (exit 1 if they differ)")
+    parser.add_argument("--pipeline", help="the schedir pipeline the plug-in runs (default: the vllm preset)")
     parser.add_argument("--out", type=Path, help="write the runs as JSON here")
     args = parser.parse_args(argv)
+    if args.compare and args.pipeline:
+        parser.error("--compare checks the vllm preset against vLLM; --pipeline runs another policy alone")
     names = sorted(WORKLOADS) if not args.workload or "all" in args.workload else args.workload
     schedulers = ["stock", "schedir"] if args.compare else [args.scheduler]
     runs: list[dict[str, Any]] = []
@@ -232,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         pair = []
         for scheduler in schedulers:
             try:
-                result = run(WORKLOADS[name], scheduler)
+                result = run(WORKLOADS[name], scheduler, args.pipeline)
             except ImportError as exc:
                 print(f"engine_run: cannot import vLLM or the scheduler class: {exc}", file=sys.stderr)
                 return 2

@@ -66,8 +66,9 @@ def _tiny_model_dir() -> str:
     return str(path)
 
 
-def build_vllm_scheduler(cfg: ParityConfig) -> Any:
-    """A vLLM v1 `Scheduler` with `cfg`'s limits and policy, and no model behind it."""
+def build_vllm_scheduler(cfg: ParityConfig, scheduler_cls: type | None = None) -> Any:
+    """A vLLM v1 `Scheduler` (or another `SchedulerInterface` class, e.g. schedir's plug-in)
+    with `cfg`'s limits and policy, and no model behind it."""
     import_vllm()
     import torch
     from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
@@ -101,7 +102,7 @@ def build_vllm_scheduler(cfg: ParityConfig) -> Any:
         kv_cache_tensors=[],
         kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)],
     )
-    sched = Scheduler(
+    sched = (scheduler_cls or Scheduler)(
         vllm_config=vllm_config,
         kv_cache_config=kv_cache,
         block_size=cfg.block_size,
@@ -116,8 +117,8 @@ def build_vllm_scheduler(cfg: ParityConfig) -> Any:
 class VllmEngine:
     """vLLM's scheduler plus the sampling bookkeeping the real engine core would do."""
 
-    def __init__(self, cfg: ParityConfig) -> None:
-        self._sched = build_vllm_scheduler(cfg)
+    def __init__(self, cfg: ParityConfig, scheduler_cls: type | None = None) -> None:
+        self._sched = build_vllm_scheduler(cfg, scheduler_cls)
         from vllm.sampling_params import SamplingParams
         from vllm.utils.hashing import get_hash_fn_by_name
         from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
