@@ -192,7 +192,7 @@ def category(rec: Mapping[str, Any], static: Mapping[str, Any] | None = None) ->
     if inside:
         return _internal_kind(*inside[0])
     if rec.get("raised_in") == "schedir" and _REFUSED.search(msg):
-        return f"refused by the adapter: {msg.splitlines()[0][:120]}"
+        return f"refused by the adapter: {msg.splitlines()[0].split(';')[0][:120]}"
     if rec.get("refusals"):
         return f"refused by the adapter per request: {rec['refusals'][0]}"
     if static and static.get("internals"):

@@ -20,6 +20,7 @@ import importlib
 import json
 import logging
 import os
+import re
 import sys
 import traceback
 from collections.abc import Iterator
@@ -63,6 +64,10 @@ def load_class(spec: str, placeholder: bool = False) -> type:
         return type(f"Missing{name}", (), {"__init__": __init__, "__doc__": why})
 
 
+REFUSAL_LOGGERS = ("schedir", "vllm")
+_REFUSAL = re.compile(r"request \S+ refused: (.+)")
+
+
 class _Refusals(logging.Handler):
     """Collects the adapter's per-request refusals ("request X refused: why") during one test."""
 
@@ -71,9 +76,9 @@ class _Refusals(logging.Handler):
         self.seen: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        msg = record.getMessage()
-        if "refused" in msg and len(self.seen) < 5:
-            self.seen.append(msg.split("refused:", 1)[-1].strip())
+        m = _REFUSAL.search(record.getMessage())
+        if m and len(self.seen) < 5:
+            self.seen.append(m.group(1).strip())
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -121,7 +126,8 @@ def pytest_configure(config: pytest.Config) -> None:
         "AsyncScheduler": load_class(config.getoption("--schedir-async-scheduler"), placeholder=True),
     }
     refusals = _Refusals()
-    logging.getLogger("schedir").addHandler(refusals)
+    for name in REFUSAL_LOGGERS:  # the adapter may log under vLLM's logger (it configures only `vllm`)
+        logging.getLogger(name).addHandler(refusals)
     seen: set[int] = set()
     target_types = tuple(dict.fromkeys(targets.values()))
     undo = [_wrap_init(cls, target_types, seen) for cls in target_types]
@@ -151,6 +157,9 @@ def _describe(cls: type) -> str:
 def pytest_unconfigure(config: pytest.Config) -> None:
     for undo in _STATE.get("undo", []):
         undo()
+    if "refusals" in _STATE:
+        for name in REFUSAL_LOGGERS:
+            logging.getLogger(name).removeHandler(_STATE["refusals"])
 
 
 def rebind() -> int:
