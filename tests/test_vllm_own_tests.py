@@ -164,7 +164,7 @@ def test_the_tests_ran_and_every_failure_has_a_reason(schedir_run: runner.RunRes
 
 @pytest.mark.xfail(
     strict=False,
-    reason="schedir.engines.vllm is incomplete (issue 14): see FINDINGS / `python -m schedir.tools.vllm_tests -v`",
+    reason="schedir.engines.vllm is incomplete (issue 14): `python -m schedir.tools.vllm_tests -v` lists what fails",
 )
 def test_no_interface_or_views_failures(schedir_run: runner.RunResult) -> None:
     bugs = report.bugs(schedir_run)
