@@ -7,6 +7,7 @@ ensure_fresh()  # before any Numba kernel loads from the disk cache
 _patch_llvmlite()  # vLLM's CPU worker must not trip over llvmlite's library handle (see the module)
 
 
+from schedir.ir.pipeline import Instrumentation, PassManager
 from schedir.runtime import (
     BatchPlan,
     CachedRequest,
@@ -17,4 +18,7 @@ from schedir.runtime import (
     SchedulerOutput,
 )
 
-__all__ = ["BatchPlan", "CachedRequest", "NewRequest", "Request", "Scheduler", "SchedulerConfig", "SchedulerOutput"]
+__all__ = [
+    "BatchPlan", "CachedRequest", "Instrumentation", "NewRequest", "PassManager", "Request", "Scheduler",
+    "SchedulerConfig", "SchedulerOutput",
+]

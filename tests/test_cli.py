@@ -333,3 +333,111 @@ def test_cli_non_utf8_stdin_exits_2(capsys, monkeypatch):
     code, out, err = run_cli(capsys, "opt", "-")
     assert code == EXIT_BAD_INPUT and out == ""
     assert "<stdin>:2: not UTF-8" in err
+
+
+# ---------------------------------------------------------------- a newcomer's first contact (issue 18)
+EXAMPLES = sorted((REPO / "examples").glob("*.mlir"))
+NO_REPR = re.compile(r"<class |\[Errno|Errno \d|given \(|Traceback")
+
+
+def test_opt_help_example_pipeline_runs(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")  # one line per option: the example unwrapped, as a user copies it
+    with pytest.raises(SystemExit) as info:
+        main(["opt", "--help"])
+    assert info.value.code == 0
+    shown = re.search(r'e\.g\. "([^"]+)"', capsys.readouterr().out)
+    assert shown is not None, "opt --help shows no example pipeline"
+    for example in EXAMPLES:
+        code, out, err = run_cli(capsys, "opt", str(example), "-p", shown.group(1))
+        assert code == EXIT_OK, f"{example.name}: {err}"
+        assert "req.schedule" in out
+
+
+@pytest.mark.parametrize(
+    ("spec", "option", "queues"),
+    [
+        ("reject-oversized,order-fcfs{queue=waitingx},schedule-running,admit-greedy", "queue=waitingx", "running, waiting"),
+        ("reject-oversized{queue=wating},order-fcfs,schedule-running,admit-greedy", "queue=wating", "running, waiting"),
+        ("reject-oversized,order-fcfs,schedule-running{queue=runing},admit-greedy", "queue=runing", "running, waiting"),
+        ("reject-oversized,order-fcfs,schedule-running,admit-greedy{running=run}", "running=run", "running, waiting"),
+        ("reject-oversized,order-priority{queue=swapped},schedule-running,admit-greedy", "queue=swapped", "running, waiting"),
+    ],
+)
+def test_queue_option_naming_no_queue_of_the_step_is_an_error(capsys, step_file, spec, option, queues):
+    code, out, err = run_cli(capsys, "opt", str(step_file), "-p", spec)
+    assert code == EXIT_BAD_INPUT and out == ""
+    pass_name = next(p.split("{")[0] for p in spec.split(",") if option.split("=")[1] + "}" in p)
+    assert err.startswith(f"schedir: error: {step_file}: step 3: pass '{pass_name}': option {option} ")
+    assert f"(its queues: {queues})" in err
+    assert len(err.splitlines()) == 1
+
+
+def test_queue_option_naming_a_queue_of_the_step_runs(capsys, step_file):
+    code, out, _ = run_cli(capsys, "opt", str(step_file), "-p", "order-fcfs{queue=running}")
+    assert code == EXIT_OK and 'req.sort %run by ["arrival"]' in out
+
+
+def test_dot_dir_without_graphviz_writes_dot_and_says_svg_skipped(capsys, monkeypatch, step_file, tmp_path):
+    real_which = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None if name == "dot" else real_which(name, *a, **k))
+    dots = tmp_path / "dots"
+    code, _, err = run_cli(capsys, "opt", str(step_file), "-p", "base", "--dot-dir", str(dots))
+    assert code == EXIT_OK
+    assert len(list(dots.glob("*.dot"))) == 1 + len(BASE_PASSES) and not list(dots.glob("*.svg"))
+    notes = [line for line in err.splitlines() if "SVG" in line]
+    assert len(notes) == 1, err  # once, not once per pass
+    assert f"wrote the .dot files to {dots} but no SVGs: Graphviz's `dot` is not installed" in notes[0]
+    assert "apt-get install graphviz" in notes[0]
+    # --no-svg asked for no SVG: nothing to say
+    code, _, err = run_cli(capsys, "opt", str(step_file), "-p", "base", "--dot-dir", str(tmp_path / "d2"), "--no-svg")
+    assert code == EXIT_OK and "SVG" not in err
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("admit-greedy{chunk=maybe}", "pass 'admit-greedy': bad option chunk=maybe: expected true or false"),
+        ("admit-greedy{chunk=1}", "pass 'admit-greedy': bad option chunk=1: expected true or false"),
+        ("admit-greedy{chunk}", "pass 'admit-greedy': bad option chunk=: expected one value, true or false"),
+        ("vllm-admit{long-prefill=1.5}", "pass 'vllm-admit': bad option long-prefill=1.5: expected an integer"),
+        ("order-fcfs{queue=1}", "pass 'order-fcfs': bad option queue=1: expected a queue name, such as waiting"),
+        ("admit-greedy{chnk=true}", "pass 'admit-greedy': bad option 'chnk': no such option; did you mean 'chunk'?"),
+    ],
+)
+def test_bad_option_speaks_the_pipeline_language(capsys, step_file, spec, expected):
+    code, out, err = run_cli(capsys, "opt", str(step_file), "-p", spec)
+    assert code == EXIT_BAD_INPUT and out == ""
+    assert err.startswith(f"schedir: error: {expected} (options: ")
+    assert not NO_REPR.search(err), err
+    assert "= True" not in err and "= False" not in err  # options as written: true / false
+
+
+def test_file_errors_name_the_file_and_say_why(capsys, step_file, tmp_path):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    cases = [
+        (["opt", str(tmp_path / "missing.mlir")], f"{tmp_path / 'missing.mlir'}: cannot read: no such file or folder"),
+        (["opt", str(tmp_path)], f"{tmp_path}: cannot read: is a folder, not a file"),
+        (["opt", str(step_file), "-p", "base", "--dump-dir", str(a_file / "d")],
+         f"--dump-dir {a_file / 'd'}: cannot write: a part of that path is a file, not a folder"),
+        (["opt", str(step_file), "-p", "base", "--dot-dir", str(a_file / "d"), "--no-svg"],
+         f"--dot-dir {a_file / 'd'}: cannot write: a part of that path is a file, not a folder"),
+        (["opt", str(step_file), "-o", str(tmp_path / "no" / "out.mlir")],
+         f"-o {tmp_path / 'no' / 'out.mlir'}: cannot write: its folder does not exist"),
+    ]
+    for argv, expected in cases:
+        code, out, err = run_cli(capsys, *argv)
+        assert code == EXIT_BAD_INPUT and out == "", argv
+        assert err == f"schedir: error: {expected}\n", argv
+        assert not NO_REPR.search(err), err
+
+
+def test_pass_manager_is_public():
+    import schedir
+    from schedir.ir.pipeline import Instrumentation, PassManager
+
+    assert schedir.PassManager is PassManager and schedir.Instrumentation is Instrumentation
+    assert {"PassManager", "Instrumentation"} <= set(schedir.__all__)
+    namespace: dict[str, object] = {}
+    exec("from schedir import *", namespace)  # noqa: S102 (what `import *` gives a user)
+    assert namespace["PassManager"] is PassManager

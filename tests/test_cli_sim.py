@@ -134,3 +134,100 @@ def test_sim_replays_real_traces(capsys, tmp_path, name, path, count):
     for key in REQUIRED_KEYS:
         assert key in m
     assert m["requests"]["finished"] + m["requests"]["rejected"] == count
+
+
+def test_file_and_option_errors_speak_the_users_words(capsys, tmp_path):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    not_runs = tmp_path / "runs.json"
+    not_runs.write_text('{"runs": 5}')
+    foreign = tmp_path / "foreign.json"
+    foreign.write_text('{"config": "x", "ttft_s": 1, "tbt_s": 1, "e2e_s": 1, "requests": 1, "settings": 1}')
+    binary = tmp_path / "binary.jsonl"
+    binary.write_bytes(b'{"timestamp": 0}\n\xff\xfe')
+    small = ["--workload", "chat-short", "--num-requests", "3", "--quiet"]
+    cases = [
+        (["sim", "--trace", str(binary), "--quiet"], f"schedir sim: error: {binary}:2: not UTF-8 text (byte 0xff)"),
+        (["sim", *small, "--max-model-len", "0"], "schedir sim: error: --max-model-len must be positive, got 0"),
+        (["bench", *small, "--gpu-memory-utilization", "2"],
+         "schedir bench: error: --gpu-memory-utilization must lie in (0, 1], got 2.0"),
+        (["sim", *small, "--num-blocks", "1"],
+         "schedir sim: error: num_blocks=1: a KV cache needs at least 2 blocks (block 0 is reserved, as in vLLM)"),
+        (["sim", *small, "--tp", "3"], "schedir sim: error: tp must be one of 1, 2, 4, 8, got 3"),
+        (["sim", "--trace", str(tmp_path / "missing.jsonl"), "--quiet"],
+         f"schedir: error: --trace {tmp_path / 'missing.jsonl'}: cannot read: no such file or folder"),
+        (["sim", "--trace", str(tmp_path), "--quiet"], f"schedir: error: --trace {tmp_path}: cannot read: is a folder, not a file"),
+        (["stats", str(tmp_path / "missing.json")], f"schedir: error: {tmp_path / 'missing.json'}: cannot read: no such file or folder"),
+        (["stats", str(not_runs)], f"schedir stats: error: {not_runs}: 'runs' is not a list of runs"),
+        (["stats", str(foreign)], f"schedir stats: error: {foreign}: not a run written by schedir sim/bench (field 'workload' missing)"),
+        (["sim", *small, "--json", str(a_file / "x.json")],
+         f"schedir: error: --json {a_file / 'x.json'}: cannot write: {a_file}: exists and is not a folder"),
+        (["sim", *small, "--dump-steps", "1", "--dump-dir", str(a_file / "d")],
+         f"schedir: error: --dump-dir {a_file / 'd'}: cannot write: a part of that path is a file, not a folder"),
+        (["bench", *small, "--configs", "vllm@num_blocks=lots"],
+         "schedir bench: error: config 'vllm@num_blocks=lots': num_blocks='lots': expected an integer, got 'lots'"),
+        (["bench", *small, "--configs", "reject-oversized+order-fcfs+schedule-running+admit-greedy{chunk=maybe}"],
+         "schedir: error: pass 'admit-greedy': bad option chunk=maybe: expected true or false (options: "),
+        (["sim", *small, "--preset", "reject-oversized,order-vllm{queue=waitingx},vllm-schedule-running,vllm-admit"],
+         ("schedir: error: step 1: pass 'order-vllm': option queue=waitingx names no queue of the step; "
+          "did you mean 'waiting'? (its queues: running, waiting)")),
+    ]
+    for argv, expected in cases:
+        code, _, err = run(capsys, *argv)
+        assert code == EXIT_BAD_INPUT, (argv, err)
+        assert err.startswith(expected) and len(err.splitlines()) == 1, (argv, err)
+        for leak in ("Traceback", "[Errno", "<class ", "invalid literal", "given ("):
+            assert leak not in err, (argv, err)
+
+
+def test_sim_dump_without_graphviz_says_svgs_were_skipped(capsys, monkeypatch, tmp_path):
+    import shutil
+
+    real_which = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None if name == "dot" else real_which(name, *a, **k))
+    code, out, err = run(capsys, "sim", "--num-requests", "2", "--quiet", "--dump-steps", "1", "--dump-dir", str(tmp_path / "d"))
+    assert code == EXIT_OK, err
+    assert list((tmp_path / "d").glob("*.dot")) and not list((tmp_path / "d").glob("*.svg"))
+    assert out.count("but no SVGs: Graphviz's `dot` is not installed") == 1
+
+
+def test_bench_warms_up_every_config_before_timing(capsys, monkeypatch, tmp_path):
+    """The first simulation of a process pays Numba's compilation: bench runs a few requests
+    through each config, untimed, before the timed runs, so the first column compares."""
+    from schedir.sim.simulator import Simulator
+    from schedir.tools import sim_commands
+
+    calls: list[tuple[str, int, bool]] = []
+    real_run = Simulator.run
+
+    def recording_run(self, workload, progress=None, **kw):
+        calls.append((self.config.name, len(workload), progress is not None))
+        return real_run(self, workload, progress, **kw)
+
+    monkeypatch.setattr(Simulator, "run", recording_run)
+    code, out, err = run(capsys, "bench", "--configs", "vllm,vllm@enable_prefix_caching=false",
+                         "--num-requests", "12", "--plots", str(tmp_path / "p"))
+    assert code == EXIT_OK, err
+    names = ["vllm", "vllm@enable_prefix_caching=false"]
+    first_timed = next(i for i, call in enumerate(calls) if call[2])
+    assert calls[first_timed:] == [(name, 12, True) for name in names]  # the timed runs, in order
+    warm = calls[:first_timed]
+    assert {name for name, _, _ in warm} == set(names)  # every config ran untimed first
+    assert (names[0], sim_commands.WARMUP_REQUESTS, False) in warm
+    assert "warming up" in out
+
+
+def test_bench_warm_up_preempts(monkeypatch):
+    """A step that preempts calls the lowering kernel with other argument types (a kernel compiles
+    once per signature): the warm-up must preempt, or the timed run pays that compilation."""
+    from schedir.sim.simulator import Simulator
+    from schedir.tools import sim_commands
+    from schedir.tools.cli import build_parser
+
+    results = []
+    real_run = Simulator.run
+    monkeypatch.setattr(Simulator, "run", lambda self, w, *a, **k: results.append(real_run(self, w, *a, **k)) or results[-1])
+    args = build_parser().parse_args(["bench", "--num-requests", "4"])
+    configs = sim_commands.parse_configs("vllm", sim_commands.base_config(args, "vllm"))
+    sim_commands.warm_up(configs, sim_commands.load_workload(args, None))
+    assert any(r.runtime_metrics["preemptions"] > 0 for r in results)

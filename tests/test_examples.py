@@ -74,3 +74,26 @@ def test_example_input_round_trips(example: Path) -> None:
     second = schedir("opt", "-", stdin=first.stdout)
     assert second.returncode == 0, second.stderr
     assert second.stdout == first.stdout
+
+
+def _filecheck() -> str | None:
+    return shutil.which("filecheck", path=str(Path(sys.executable).parent)) or shutil.which("filecheck")
+
+
+@pytest.mark.parametrize("example", [p for p in EXAMPLES if "// CHECK" in p.read_text()], ids=lambda p: p.stem)
+def test_example_checks_hold(example: Path) -> None:
+    """An example whose comment describes the decisions states them as CHECK lines too."""
+    filecheck = _filecheck()
+    if filecheck is None:
+        pytest.skip("filecheck is not installed (pip install filecheck)")
+    result = schedir("opt", str(example), "-p", "base")
+    assert result.returncode == 0, result.stderr
+    checked = subprocess.run([filecheck, str(example)], input=result.stdout, capture_output=True, text=True,
+                             timeout=60, check=False)
+    assert checked.returncode == 0, checked.stderr
+
+
+def test_out_of_blocks_describes_the_preemption() -> None:
+    text = (ROOT / "examples" / "out_of_blocks.mlir").read_text()
+    assert "// CHECK" in text and "req.preempt %run recompute {id = [8]}" in text
+    assert "never preempts" not in text  # schedule-running preempts by recompute (issue 3)

@@ -492,3 +492,40 @@ def test_sort_op_by_shuffle_is_recorded(registry):
     sorts = [op for op in steps_of(module)[0].body.block.ops if isinstance(op, SortOp)]
     assert [(s.keys, s.ids.tolist()) for s in sorts] == [(("shuffle",), [4, 3])]
     assert not [op for op in steps_of(module)[0].body.block.ops if isinstance(op, ScheduleOp)]
+
+
+# ---------------------------------------------------------------- queue options name queues that exist
+def test_queue_option_checked_against_every_step_of_the_input():
+    waiting_only = SMALL_STEP_TEXT.split("  %run =")[0] + "  %w" + SMALL_STEP_TEXT.split("  %w")[1]
+    waiting_only = waiting_only.replace("sched.step 3", "sched.step 4").replace("free_blocks = 10", "free_blocks = 20")
+    module = parse_step_text(SMALL_STEP_TEXT + waiting_only)
+    # a queue one step lacks (it has no such requests) is fine when another step has it
+    PassManager.parse("order-fcfs{queue=running}").run(module)
+    sorts = [op for op in module.walk() if isinstance(op, SortOp)]
+    assert [s.keys for s in sorts] == [("arrival",)]
+    # a queue no step has is refused before any pass runs, naming pass, option and queues
+    fresh = parse_step_text(SMALL_STEP_TEXT + waiting_only)
+    with pytest.raises(PipelineError) as info:
+        PassManager.parse("order-fcfs{queue=runing}").run(fresh)
+    assert str(info.value) == (
+        "pass 'order-fcfs': option queue=runing names no queue of the step; did you mean 'running'? "
+        "(its queues: running, waiting)"
+    )
+    assert not [op for op in fresh.walk() if isinstance(op, SortOp)]
+
+
+def test_default_queue_absent_from_the_step_is_not_an_error():
+    running_only = SMALL_STEP_TEXT.split("  %w =")[0] + "  sched.yield\n}\n"
+    module = parse_step_text(running_only)
+    PassManager.parse("base").run(module)  # order-fcfs / admit-greedy default to `waiting`: no such requests
+
+
+def test_runtime_refuses_a_misspelt_queue_on_its_first_step():
+    from schedir import Request, Scheduler, SchedulerConfig
+
+    s = Scheduler(SchedulerConfig(num_blocks=64, block_size=16, max_num_batched_tokens=256, max_num_seqs=8,
+                                  pipeline="reject-oversized,order-vllm{queue=waitingx},vllm-schedule-running,vllm-admit"))
+    s.add_request(Request("a", prompt_token_ids=list(range(20)), max_tokens=4))
+    with pytest.raises(PipelineError, match=r"pass 'order-vllm': option queue=waitingx names no queue of the step; "
+                                            r"did you mean 'waiting'\? \(its queues: running, waiting\)"):
+        s.schedule()

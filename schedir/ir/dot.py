@@ -276,6 +276,13 @@ def module_to_dot(module: ModuleOp | StepOp, title: str = "") -> str:
     return "\n".join(out) + "\n"
 
 
+def svg_skipped_note(dot_dir: pathlib.Path) -> str:
+    """The one line a command prints when it wrote DOT files but could not render them."""
+    return (f"note: wrote the .dot files to {dot_dir} but no SVGs: Graphviz's `dot` is not installed "
+            "(apt-get install graphviz, brew install graphviz or conda install graphviz; "
+            "or render one later with `dot -Tsvg FILE.dot -o FILE.svg`)")
+
+
 def write_dot(module: ModuleOp, path: pathlib.Path, title: str = "", svg: bool | None = None) -> list[pathlib.Path]:
     """Write `path` (DOT) and, if asked or if Graphviz is installed, `path.with_suffix('.svg')`.
 
@@ -308,4 +315,4 @@ def write_dot(module: ModuleOp, path: pathlib.Path, title: str = "", svg: bool |
     return written
 
 
-__all__ = ["dot_quote", "html_escape", "ids_text", "module_to_dot", "record_escape", "write_dot"]
+__all__ = ["dot_quote", "html_escape", "ids_text", "module_to_dot", "record_escape", "svg_skipped_note", "write_dot"]

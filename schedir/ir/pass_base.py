@@ -29,6 +29,9 @@ class StepPass(ModulePass):
     """Base of every schedir pass: override `run(step)`."""
 
     name: ClassVar[str] = ""
+    # options whose value names a queue of the step; one set explicitly to a queue the step
+    # lacks is an error when the pass runs (a misspelt name would otherwise decide nothing)
+    queue_options: ClassVar[tuple[str, ...]] = ("queue", "running")
     requires: ClassVar[frozenset[str]] = frozenset()
     provides: ClassVar[frozenset[str]] = frozenset()
     invalidates: ClassVar[frozenset[str]] = frozenset()
@@ -54,4 +57,22 @@ class StepPass(ModulePass):
             type_name = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
             default = "(required)" if f.default is MISSING else f.default
             out.append((f.name.replace("_", "-"), str(type_name), default))
+        return out
+
+    @classmethod
+    def options_text(cls) -> str:
+        """`chunk: bool = true, queue: str = waiting`: the options as a user writes them."""
+        return ", ".join(f"{n}: {t} = {str(d).lower() if isinstance(d, bool) else d}" for n, t, d in cls.options())
+
+    def named_queues(self) -> list[tuple[str, str]]:
+        """(option, queue) for each queue option set to something other than its default.
+
+        A default queue the step lacks means the step has no such requests; a queue named
+        explicitly must exist (see `queue_options`)."""
+        out = []
+        for f in fields(self):
+            if f.name in self.queue_options:
+                value = getattr(self, f.name)
+                if value != f.default:
+                    out.append((f.name.replace("_", "-"), value))
         return out

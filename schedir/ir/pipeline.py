@@ -8,18 +8,20 @@ says which pass to move where.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import time
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple, TextIO
 
 import attrs
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.utils.arg_spec import ArgSpecParseError, parse_pipeline
+from xdsl.utils.arg_spec import ArgSpec, ArgSpecParseError, parse_pipeline
 from xdsl.utils.exceptions import VerifyException
 
-from schedir.ir.errors import PassFailure, PipelineError
+from schedir.ir.errors import PassFailure, PipelineError, QueueOptionError
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step, steps_of
 from schedir.ir.textio import print_ir, verify_message
@@ -37,6 +39,7 @@ class Instrumentation:
     svg: bool | None = None  # None: SVG when `dot` is on PATH
     prefix: str = ""  # file-name prefix, e.g. "step-42-" for dumps from a live run
     written: list[Path] = attrs.field(factory=list)
+    svg_skipped: bool = False  # DOT written without its SVG: `svg` is None and Graphviz is not installed
 
     def record(self, index: int, label: str, module: ModuleOp) -> None:
         stem = f"{self.prefix}{index:02d}-{label}"
@@ -52,7 +55,10 @@ class Instrumentation:
             from schedir.ir.dot import write_dot
 
             self.dot_dir.mkdir(parents=True, exist_ok=True)
-            self.written.extend(write_dot(module, self.dot_dir / f"{stem}.dot", title=label, svg=self.svg))
+            written = write_dot(module, self.dot_dir / f"{stem}.dot", title=label, svg=self.svg)
+            self.written.extend(written)
+            if self.svg is None and len(written) == 1:
+                self.svg_skipped = True
 
 
 class PassTiming(NamedTuple):
@@ -103,12 +109,44 @@ def parse_passes(spec: str, registry: Registry | None = None, presets: Mapping[s
                 f"unknown pass '{item.name}'{_suggest(item.name, [*known, *presets])} "
                 f"(passes: {', '.join(known)}; presets: {', '.join(sorted(presets))})"
             )
+        _check_options(cls, item)
         try:
             passes.append(cls.from_spec(item))
-        except (ValueError, TypeError) as err:
-            opts = ", ".join(f"{n}: {t} = {d}" for n, t, d in cls.options()) or "none"
-            raise PipelineError(f"pass '{item.name}': bad option: {err} (options: {opts})") from None
+        except (ValueError, TypeError) as err:  # a pass's own check of its options' values
+            raise PipelineError(f"pass '{item.name}': bad option: {err} (options: {cls.options_text() or 'none'})") from None
     return passes
+
+
+_EXPECTED = {bool: "true or false", int: "an integer", float: "a number", str: "a name"}
+
+
+def _check_options(cls: type[StepPass], item: ArgSpec) -> None:
+    """Refuse an unknown option or a value of the wrong kind, in the pipeline's own words."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    options = f"(options: {cls.options_text() or 'none'})"
+    for key, values in item.parameters.items():
+        attr = key.replace("-", "_")
+        if attr not in fields:
+            close = _suggest(key, [f.replace("_", "-") for f in fields])
+            raise PipelineError(f"pass '{item.name}': bad option '{key}': no such option{close} {options}")
+        kind = hints.get(attr)
+        expected = _EXPECTED.get(kind)  # type: ignore[arg-type]
+        if expected is None:
+            continue  # an option of another type: the pass's own from_spec checks it
+        given = ",".join(_spec_value(v) for v in values)
+        if len(values) != 1:
+            raise PipelineError(f"pass '{item.name}': bad option {key}={given}: expected one value, {expected} {options}")
+        value = values[0]
+        ok = (type(value) is kind if kind is not float else type(value) in (int, float))
+        if not ok:
+            noun = "a queue name" if attr in cls.queue_options else expected
+            what = f"{noun}, such as {fields[attr].default}" if kind is str else expected
+            raise PipelineError(f"pass '{item.name}': bad option {key}={given}: expected {what} {options}")
+
+
+def _spec_value(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def check_pipeline(passes: Sequence[StepPass], initial: frozenset[str] = frozenset(), registry: Registry | None = None) -> frozenset[str]:
@@ -162,6 +200,8 @@ class PassManager:
     _transitions: dict[tuple[frozenset[str], int], frozenset[str]] = attrs.field(factory=dict)
     # perf_counter before and after each pass of the last run that finished, flat
     _marks: list[float] = attrs.field(factory=list)
+    # (pass, option, queue) for every queue an option names explicitly; built on the first run
+    _named_queues: list[tuple[StepPass, str, str]] | None = None
 
     @property
     def timings(self) -> list[PassTiming]:
@@ -195,6 +235,11 @@ class PassManager:
         views = [Step(op) for op in steps]
         for view in views:
             self.check(view.fact_set)
+        named = self._named_queues
+        if named is None:
+            named = self._named_queues = [(p, option, queue) for p in self.passes for option, queue in p.named_queues()]
+        if named:
+            self._check_queues(views, named)
         observe = self.verify_each or self.instrument is not None or on_pass is not None
         if self.instrument is not None:
             self.instrument.record(0, "input", module)
@@ -220,6 +265,19 @@ class PassManager:
         if not observe:
             for view in views:
                 view.write_facts()
+
+    @staticmethod
+    def _check_queues(views: Sequence[Step], named: Sequence[tuple[StepPass, str, str]]) -> None:
+        """A queue an option names must be a queue of the input (of at least one of its steps:
+        a file of several steps may leave a queue out of those that have no such requests)."""
+        present = {q.queue.data for view in views for q in view.queues()}  # type: ignore[attr-defined]
+        for p, option, queue in named:
+            if queue not in present:
+                where = f"step {views[0].facts.step}: " if len(views) == 1 else ""
+                raise QueueOptionError(
+                    f"{where}pass '{p.name}': option {option}={queue} names no queue of the step"
+                    f"{_suggest(queue, sorted(present))} (its queues: {', '.join(sorted(present)) or 'none'})"
+                )
 
     @staticmethod
     def _verify(module: ModuleOp, after: StepPass) -> None:

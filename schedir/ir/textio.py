@@ -13,7 +13,7 @@ from xdsl.utils.exceptions import ParseError, VerifyException
 
 from schedir.dialects import make_context
 from schedir.dialects.pool import PoolOp
-from schedir.ir.errors import StepParseError
+from schedir.ir.errors import StepParseError, os_error_message
 
 _CTX = make_context()
 
@@ -66,7 +66,7 @@ def parse_step_file(path: str | Path, *, verify: bool = True) -> ModuleOp:
     try:
         text = path.read_text()
     except OSError as err:
-        raise StepParseError(f"{path}: cannot read: {err.strerror or err}") from None
+        raise StepParseError(os_error_message(err, str(path), path, "read")) from None
     except UnicodeDecodeError as err:
         line = path.read_bytes()[: err.start].count(b"\n") + 1
         raise StepParseError(f"{path}:{line}: not UTF-8 text (byte {err.object[err.start]:#04x})") from None

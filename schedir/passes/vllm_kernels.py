@@ -47,7 +47,8 @@ def schedule_running(mat, cix, at, budget: int, threshold: int, max_model_len: i
     """vLLM's RUNNING loop over the requests `at` of the queue columns `mat` (rows `cix`:
     RUNNING_COLUMNS). Returns (decisions[9, n], counts[4], budget left): see DEC_* / N_*.
 
-    In running order: each request asks for its remaining tokens, capped by the
+    In running order: each request asks for its remaining tokens (none while its sampled
+    token is in flight; a prefill's next chunk may go ahead of the previous one's return), capped by the
     long-prefill threshold, the budget and the model length; its new blocks come
     from the free pool, and when they do not fit the victim (FCFS: the last
     running request; priority: the max (priority, arrival)) is preempted by
@@ -81,10 +82,8 @@ def schedule_running(mat, cix, at, budget: int, threshold: int, max_model_len: i
         if not alive[i]:
             i += 1
             continue
-        if in_flight[i]:
-            out[RUN_REASON, i] = R_IN_FLIGHT
-            i += 1
-            continue
+        # A step in flight already advanced `computed`: a decode waiting for its sampled token
+        # asks for nothing, a prefill's next chunk goes ahead (vLLM: num_new_tokens == 0 skips).
         want = total[i] - computed[i]
         if 0 < threshold < want:
             want = threshold
@@ -92,7 +91,10 @@ def schedule_running(mat, cix, at, budget: int, threshold: int, max_model_len: i
         # (reject-oversized refuses it, as vLLM's input processor does), so no prefill stalls here.
         want = min(want, left, max_model_len - 1 - computed[i])
         if want <= 0:
-            out[RUN_REASON, i] = R_TOO_LONG if computed[i] + 1 >= max_model_len else R_BUDGET
+            if in_flight[i] and computed[i] >= total[i]:
+                out[RUN_REASON, i] = R_IN_FLIGHT
+            else:
+                out[RUN_REASON, i] = R_TOO_LONG if computed[i] + 1 >= max_model_len else R_BUDGET
             i += 1
             continue
         row = rows[i]
@@ -122,8 +124,8 @@ def schedule_running(mat, cix, at, budget: int, threshold: int, max_model_len: i
                     if alive[j]:
                         victim = j
                         break
-            if in_flight[victim]:
-                break  # its blocks may still be written by a step in flight: freeing them would not help now
+            # An in-flight victim is preempted too (vLLM's rule): the step in flight writes its
+            # blocks before any later step runs, and its sampled token is still appended.
             if out[RUN_TOKENS, victim] > 0:
                 left += out[RUN_TOKENS, victim]
                 out[RUN_TOKENS, victim] = 0

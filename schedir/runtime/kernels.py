@@ -155,7 +155,9 @@ def apply_samples(rows, generation, offsets, toks, one_each: bool, data, tail, r
             done[i] = STALE
             continue
         data[IN_FLIGHT, r] -= 1
-        if data[STATUS, r] != RUNNING:
+        # A request preempted while this step was in flight still gets its token (vLLM appends it;
+        # the recompute then covers it); finished or never-run rows get nothing.
+        if data[STATUS, r] != RUNNING and data[STATUS, r] != PREEMPTED:
             if data[STATUS, r] == FINISHED and data[IN_FLIGHT, r] == 0:
                 attention += 1
             continue

@@ -403,6 +403,8 @@ class Scheduler:
                 self.last_finish_kinds[name] = why
             if finished:
                 self.running = self.running[d[T.STATUS, self.running] == T.RUNNING]
+                st = d[T.STATUS, self.waiting]  # a request preempted with its step in flight may stop now
+                self.waiting = self.waiting[(st == T.WAITING) | (st == T.PREEMPTED)]
             live_rows = rows[live]
             dangling = live_rows[(d[T.STATUS, live_rows] == T.FINISHED) & (d[T.IN_FLIGHT, live_rows] == 0)]
             for r in dangling.tolist():

@@ -180,7 +180,7 @@ class CostModel:
 
     def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int = 1) -> None:
         if tp not in TP_DEGREES:
-            raise ValueError(f"tp must be one of {TP_DEGREES}, got {tp}")
+            raise ValueError(f"tp must be one of {', '.join(map(str, TP_DEGREES))}, got {tp}")
         if model.num_heads % tp or model.num_kv_heads % tp:
             raise ValueError(f"{model.name}: {model.num_heads} q heads and {model.num_kv_heads} kv heads "
                              f"must both divide by tp {tp}")

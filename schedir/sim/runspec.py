@@ -70,9 +70,12 @@ def _coerce(item: str, key: str, value: str, default: object) -> object:
                 return False
             raise ValueError(f"expected true or false, got {value!r}")
         if isinstance(default, int) or (default is None and key in ("max_model_len", "num_blocks")):
+            expected = "an integer"
             return int(value)
         if isinstance(default, float):
+            expected = "a number"
             return float(value)
         return value
-    except ValueError as e:
-        raise ConfigSpecError(f"config {item!r}: {key}={value!r}: {e}") from None
+    except ValueError as e:  # int() / float() say "invalid literal for int() with base 10": say what is expected
+        detail = str(e) if isinstance(default, bool) else f"expected {expected}, got {value!r}"
+        raise ConfigSpecError(f"config {item!r}: {key}={value!r}: {detail}") from None

@@ -40,6 +40,9 @@ class Simulator:
         self.max_model_len = config.max_model_len or model.max_model_len
         self.num_blocks = config.num_blocks or self.cost.kv_cache_blocks(config.block_size,
                                                                          config.gpu_memory_utilization)
+        if self.num_blocks < 2 and config.num_blocks:
+            raise ValueError(f"num_blocks={config.num_blocks}: a KV cache needs at least 2 blocks "
+                             "(block 0 is reserved, as in vLLM)")
         if self.num_blocks < 2:
             raise ValueError(f"{config.model} on {config.gpu} (TP {config.tp}) leaves no memory for the KV cache "
                              f"at gpu_memory_utilization={config.gpu_memory_utilization}")

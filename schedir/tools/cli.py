@@ -13,12 +13,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from schedir.ir.errors import PassFailure, PipelineError, SchedirError, StepParseError
+from schedir.ir.errors import (
+    PassFailure,
+    PipelineError,
+    QueueOptionError,
+    SchedirError,
+    StepParseError,
+    os_error_message,
+)
 from schedir.ir.pipeline import Instrumentation, PassManager, default_presets, default_registry
 from schedir.ir.textio import parse_step_file, parse_step_text, print_ir
 from schedir.tools.sim_commands import add_commands as add_sim_commands
 
 EXIT_OK, EXIT_ILLEGAL, EXIT_BAD_INPUT = 0, 1, 2
+# the example pipeline `schedir opt --help` shows (tested: it runs on every example step)
+HELP_PIPELINE = "reject-oversized,order-fcfs,schedule-running,admit-greedy{chunk=false}"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -36,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     opt = sub.add_parser("opt", help="parse a step, run a pipeline over it, print the result")
     opt.add_argument("input", help="a step IR file, or - for standard input")
     opt.add_argument("-p", "--passes", default="", metavar="PIPELINE",
-                     help='comma-separated passes with options, e.g. "order-fcfs,admit-greedy{chunk=true}", or a preset')
+                     help=f'comma-separated passes with options, e.g. "{HELP_PIPELINE}", or a preset (base, vllm, ...)')
     opt.add_argument("--print-ir-after-all", action="store_true", help="print the IR after every pass (to stderr)")
     opt.add_argument("--dump-dir", type=Path, help="write the IR after every pass to DIR, one file per pass")
     opt.add_argument("--dot-dir", type=Path, help="write a Graphviz DOT (and SVG when `dot` is installed) per pass")
@@ -54,8 +63,7 @@ def cmd_passes(out: TextIO) -> int:
     for name in sorted(registry):
         cls = registry[name]
         out.write(f"{name}\n    {cls.summary()}\n")
-        options = ", ".join(f"{n}: {t} = {str(d).lower() if isinstance(d, bool) else d}" for n, t, d in cls.options())
-        out.write(f"    options:     {options or '-'}\n")
+        out.write(f"    options:     {cls.options_text() or '-'}\n")
         out.write(f"    requires:    {', '.join(sorted(cls.requires)) or '-'}\n")
         out.write(f"    provides:    {', '.join(sorted(cls.provides)) or '-'}\n")
         if cls.invalidates:
@@ -89,12 +97,19 @@ def cmd_opt(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         )
     manager = PassManager.parse(args.passes, verify_each=not args.no_verify_each, instrument=instrument)
     if manager.passes:
-        manager.run(module)
+        try:
+            manager.run(module)
+        except QueueOptionError as e:  # refused on this input's queues: say which file
+            raise QueueOptionError(f"{'<stdin>' if args.input == '-' else args.input}: {e}") from None
     text = print_ir(module, generic=args.generic)
     if args.output:
         args.output.write_text(text)
     else:
         out.write(text)
+    if instrument is not None and instrument.svg_skipped:
+        from schedir.ir.dot import svg_skipped_note
+
+        err.write(f"schedir: {svg_skipped_note(args.dot_dir)}\n")
     if args.timing:
         err.writelines(f"{timing.name:24s} {timing.seconds * 1e6:10.1f} us\n" for timing in manager.timings)
     return EXIT_OK
@@ -119,11 +134,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         err.write(f"schedir: error: {e}\n")
         return EXIT_BAD_INPUT
     except OSError as e:
-        err.write(f"schedir: error: {e}\n")
+        err.write(f"schedir: error: {describe_os_error(args, e)}\n")
         return EXIT_BAD_INPUT
     except RuntimeError as e:  # an external tool failed (Graphviz `dot` for --dot-dir)
         err.write(f"schedir: error: {e}\n")
         return EXIT_ILLEGAL
+
+
+# the arguments that name files: (attribute, how the user wrote it, what schedir does with it)
+_FILE_ARGUMENTS = (
+    ("input", "", "read"), ("trace", "--trace", "read"), ("run", "", "read"), ("output", "-o", "write"),
+    ("dump_dir", "--dump-dir", "write"), ("dot_dir", "--dot-dir", "write"), ("json", "--json", "write"),
+    ("plots", "--plots", "write"), ("requests_csv", "--requests-csv", "write"),
+)
+
+
+def describe_os_error(args: argparse.Namespace, e: OSError) -> str:
+    """An OSError as one line naming the argument whose file failed and why, in words."""
+    if e.filename is not None:
+        failed = Path(e.filename)
+        for attr, flag, verb in _FILE_ARGUMENTS:
+            value = getattr(args, attr, None)
+            if value is None or value == "-":
+                continue
+            given = Path(value)
+            if failed == given or failed in given.parents or given in failed.parents:
+                return os_error_message(e, f"{flag} {given}".strip(), given, verb)
+    return os_error_message(e)
 
 
 def run_sim_command(args: argparse.Namespace, err: TextIO) -> int:

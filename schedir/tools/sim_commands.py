@@ -11,14 +11,17 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
+import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from schedir.ir.errors import SchedirError
 from schedir.sim.config import SimConfig
 from schedir.sim.metrics import REQUEST_COLUMNS, per_request, summarize
 from schedir.sim.records import SimResult
@@ -33,6 +36,10 @@ DEFAULT_BENCH_REQUESTS = 600
 # Llama-3-8B (it sustains ~1.4 req/s of those 12k-token prompts); a bench compares policies
 # at a load the engine can carry unless --rate says otherwise.
 DEFAULT_BENCH_RATE = 1.0
+# a bench runs WARMUP_REQUESTS of its workload through each config before timing anything, then
+# short chats through a cache of WARMUP_TIGHT_TOKENS tokens, where they preempt (see warm_up)
+WARMUP_REQUESTS = 4
+WARMUP_TIGHT_TOKENS = 4800
 
 
 def add_workload_arguments(p: argparse.ArgumentParser, default_requests: int | None) -> None:
@@ -103,7 +110,11 @@ def load_workload(args: argparse.Namespace, console: Console) -> Workload:
     if args.rate is not None and args.rate <= 0:
         raise ValueError(f"--rate must be positive, got {args.rate}")
     if args.trace is not None:
-        workload = load_trace(args.trace, format=args.trace_format, on_bad_row=on_bad, rate=args.rate)
+        try:
+            workload = load_trace(args.trace, format=args.trace_format, on_bad_row=on_bad, rate=args.rate)
+        except UnicodeDecodeError as e:  # a binary or mis-encoded file: say where, not the codec's words
+            line = args.trace.read_bytes()[: e.start].count(b"\n") + 1
+            raise ValueError(f"{args.trace}:{line}: not UTF-8 text (byte {e.object[e.start]:#04x})") from None
         for bad in workload.skipped[:20]:
             console.print(f"[yellow]skipped[/] {bad.path}:{bad.line}: {bad.reason}")
         if len(workload.skipped) > 20:
@@ -118,7 +129,25 @@ def load_workload(args: argparse.Namespace, console: Console) -> Workload:
                             seed=args.seed)
 
 
+# SimConfig fields whose command-line flag is not simply --field-name
+_FLAGS = {"long_prefill_token_threshold": "--long-prefill", "ttft_slo_s": "--ttft-slo", "tbt_slo_s": "--tbt-slo",
+          "enable_prefix_caching": "--no-prefix-caching"}
+
+
 def base_config(args: argparse.Namespace, pipeline: str) -> SimConfig:
+    """The shared settings from the command line; a bad value names its flag (`--max-model-len
+    must be positive, got 0`), not the config field."""
+    try:
+        return _base_config(args, pipeline)
+    except ValueError as e:
+        message = str(e)
+        field = message.split(" ", 1)[0]
+        if field in {a.name for a in attrs.fields(SimConfig)}:
+            message = _FLAGS.get(field, "--" + field.replace("_", "-")) + message[len(field):]
+        raise ValueError(message) from None
+
+
+def _base_config(args: argparse.Namespace, pipeline: str) -> SimConfig:
     return SimConfig(
         pipeline=pipeline, policy=args.policy, model=args.model, gpu=args.gpu, tp=args.tp,
         block_size=args.block_size, max_num_batched_tokens=args.max_num_batched_tokens,
@@ -167,6 +196,9 @@ def cmd_sim(args: argparse.Namespace, console: Console) -> int:
     config = attrs.evolve(base_config(args, args.preset), dump_dir=args.dump_dir,
                           dump_steps=parse_dump_steps(args.dump_steps))
     metrics, result = simulate(config, workload, console, args.quiet)
+    if args.dump_dir is not None and shutil.which("dot") is None and any(args.dump_dir.glob("*.dot")):
+        from schedir.ir.dot import svg_skipped_note
+        console.print(svg_skipped_note(args.dump_dir), markup=False, highlight=False)
     console.print(run_table(metrics))
     print_notes(console, metrics)
     _write_outputs(args, [metrics], console, single=True)
@@ -180,9 +212,34 @@ def cmd_sim(args: argparse.Namespace, console: Console) -> int:
     return 1 if metrics["stalled"] else 0
 
 
+def warm_up(configs: Sequence[SimConfig], workload: Workload) -> None:
+    """Run a few requests through each config, untimed, and discard the results.
+
+    The first simulation of a process pays Numba's compilation (~14 s on a cold cache) or cache
+    loads, and first-use costs in xDSL and numpy; without this they land in the first column's
+    scheduler µs/step and simulator wall, and skew every "x first" ratio. Each config runs the
+    workload's first WARMUP_REQUESTS requests (its real shapes: long prompts, chunks, prefix
+    hits), then a burst of short chats in a cache small enough to preempt: a kernel compiles
+    once per argument signature, and a step that preempts passes different arrays than one
+    that does not, so a warm-up without preemption leaves a compilation to the timed run."""
+    tight = builtin_workload("chat-short", num_requests=16, rate=100.0, seed=0)
+    tight = attrs.evolve(tight, output_len=np.minimum(tight.output_len, 64))
+    for config in configs:
+        Simulator(config).run(workload.head(WARMUP_REQUESTS))
+        squeezed = attrs.evolve(config, num_blocks=max(1, WARMUP_TIGHT_TOKENS // config.block_size))
+        try:
+            Simulator(squeezed).run(tight)
+        except SchedirError:  # a pipeline that cannot run in so small a cache: the real run still warms it
+            pass
+
+
 def cmd_bench(args: argparse.Namespace, console: Console) -> int:
     configs = parse_configs(args.configs, base_config(args, "vllm"))
     workload = load_workload(args, console)
+    if not args.quiet:
+        console.print("warming up: a few requests through each config, untimed "
+                      "(Numba compiles its kernels on a first run)")
+    warm_up(configs, workload)
     runs = [simulate(config, workload, console, args.quiet)[0] for config in configs]
     console.print(comparison_table(runs))
     for m in runs:
@@ -197,11 +254,20 @@ def cmd_stats(args: argparse.Namespace, console: Console) -> int:
     except json.JSONDecodeError as e:
         raise ValueError(f"{args.run}:{e.lineno}: not a run JSON ({e.msg})") from None
     runs = data["runs"] if isinstance(data, dict) and "runs" in data else [data]
+    if not isinstance(runs, list) or not runs:
+        raise ValueError(f"{args.run}: 'runs' is not a list of runs: not written by schedir sim/bench")
     for i, m in enumerate(runs):
+        if not isinstance(m, dict):
+            raise ValueError(f"{args.run}: run {i} is not a JSON object: not written by schedir sim/bench")  # noqa: TRY004 (bad input: exit 2)
         missing = [k for k in ("config", "ttft_s", "tbt_s", "e2e_s", "requests", "settings") if k not in m]
         if missing:
             raise ValueError(f"{args.run}: run {i} lacks {', '.join(missing)}: not written by schedir sim/bench")
-    console.print(run_table(runs[0]) if len(runs) == 1 else comparison_table(runs))
+    try:
+        table = run_table(runs[0]) if len(runs) == 1 else comparison_table(runs)
+    except (KeyError, TypeError, AttributeError, IndexError) as e:  # a hand-edited or foreign JSON
+        field = f"field {e.args[0]!r} missing" if isinstance(e, KeyError) else "a field of the wrong type"
+        raise ValueError(f"{args.run}: not a run written by schedir sim/bench ({field})") from None
+    console.print(table)
     for m in runs:
         print_notes(console, m)
     if args.plots:
