@@ -432,7 +432,8 @@ def test_random_traces_exercise_preemption_rejection_and_overlap() -> None:
     """The generator reaches the interesting paths (else the property tests prove little)."""
     seen = {"preempted": 0, "rejected": 0, "overlap": 0, "hit": 0}
 
-    @settings(SETTINGS, max_examples=20)
+    # 40, not 20: twice, on a loaded machine, the 20 examples preempted nothing (not reproduced since)
+    @settings(SETTINGS, max_examples=40)
     @given(scenarios("vllm"))
     def probe(sc: Scenario) -> None:
         engine = run(sc)

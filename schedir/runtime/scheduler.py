@@ -6,8 +6,11 @@ pass pipeline over it, reads the decisions back and lowers them to a
 state between steps is arrays: the request table, the running and waiting
 queues (row numbers), and the KV pool with its prefix cache.
 
-Several `schedule()` calls may be in flight before their `update()`: a request
-scheduled and not yet updated is not scheduled again (`in_flight` column).
+Several `schedule()` calls may be in flight before their `update()` (`in_flight`
+column): a request waiting on a sampled token is not scheduled again until it is back.
+The `vllm` preset follows vLLM beyond that: a prefill's next chunk may go out while the
+previous one is in flight, an in-flight request may be preempted, and its token still
+counts when it returns. The base passes wait for every in-flight request.
 """
 
 from __future__ import annotations
@@ -54,6 +57,22 @@ from schedir.runtime.metrics import RuntimeMetrics
 from schedir.runtime.output import BatchPlan, SchedulerOutput
 
 _EMPTY = np.zeros(0, dtype=np.int64)
+_NO_ROWS = np.zeros(0, dtype=np.int64)
+_NO_ROWS.flags.writeable = False
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    """The decisions' columns of one kind in op order, always read-only: a single part is a
+    read-only view of an op's column, so a joined one is flagged too, and `settle_step` sees one
+    array type (Numba compiles a kernel once per signature: mixed flags compiled it four times,
+    one of them in the first step that preempts)."""
+    if len(parts) == 1:
+        return parts[0]
+    if not parts:
+        return _NO_ROWS
+    joined = np.concatenate(parts)
+    joined.flags.writeable = False
+    return joined
 _QUEUE_NAMES = T.COLUMNS[: T.QUEUE_COLUMN_COUNT]
 _REASON_NAMES = {int(r): r.name.lower().replace("_", "-") for r in Reason}
 _INT32_MAX = 2**31 - 1
@@ -296,10 +315,7 @@ class Scheduler:
             elif kind is MatchOp:
                 matches.append(op)  # type: ignore[arg-type]
             op = op._next_op
-        rows = np.concatenate(parts) if len(parts) > 1 else (parts[0] if parts else _EMPTY)
-        tokens = np.concatenate(part_tokens) if len(part_tokens) > 1 else (part_tokens[0] if parts else _EMPTY)
-        new_rows = np.concatenate(admitted) if len(admitted) > 1 else (admitted[0] if admitted else _EMPTY)
-        gone = np.concatenate(preempted) if len(preempted) > 1 else (preempted[0] if preempted else _EMPTY)
+        rows, tokens, new_rows, gone = _joined(parts), _joined(part_tokens), _joined(admitted), _joined(preempted)
 
         # Admitted requests start from their prefix hit.
         if new_rows.size:

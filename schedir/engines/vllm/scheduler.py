@@ -89,6 +89,7 @@ class Scheduler(SchedulerInterface):
         self._rejected: list[tuple[str, str]] = []  # rejected by the pipeline, not yet reported
         self._in_flight: dict[int, Any] = {}  # id of each vLLM output not yet updated -> schedir's output
         self._prev_step = np.full(64, -2, dtype=np.int64)  # per table row: the last step that scheduled it
+        self._chunk = np.zeros(64, dtype=np.bool_)  # per table row: its last scheduled chunk samples nothing
         self._prefix_stats = PrefixCacheStats()
         self._reset_reported = False
         logger.info("schedir scheduler: pipeline '%s', %d KV blocks of %d tokens", self.runtime.spec,
@@ -114,16 +115,23 @@ class Scheduler(SchedulerInterface):
             stop_token_ids=tuple(sp.stop_token_ids or ()),
         ))
         self._requests[name] = request
+        row = self.runtime.table.row_of[name]
+        if row >= self._prev_step.size:
+            self._grow_rows(row + 1)
+        self._prev_step[row] = -2  # a recycled row: nothing of its last occupant carries over
+        self._chunk[row] = False
         if self.log_stats:
             request.record_event(EngineCoreEventType.QUEUED)
 
     # ------------------------------------------------------------ SCHEDULE
     def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:
         """One step decided by the schedir pipeline, in vLLM's output form."""
-        if throttle_prefills:
+        rt = self.runtime
+        if throttle_prefills and rt.running.size and not self._chunk[rt.running].all():
+            # vLLM would defer prefills behind the decoding requests here (DP prefill balancing);
+            # with nothing decoding it defers nothing, and neither does this step
             raise RuntimeError("schedir's vLLM scheduler does not do data-parallel prefill balancing "
                                "(throttle_prefills); data parallelism is refused at start-up")
-        rt = self.runtime
         if self._pause_state == PauseState.PAUSED_ALL:
             return self._empty_output()
         if self._pause_state == PauseState.PAUSED_NEW:
@@ -138,50 +146,55 @@ class Scheduler(SchedulerInterface):
         requests = self._requests
         names = out.req_ids
         rows = out.rows
-        if rows.size and rows.max() >= self._prev_step.size:
-            grown = np.full(max(self._prev_step.size * 2, int(rows.max()) + 1), -2, dtype=np.int64)
-            grown[: self._prev_step.size] = self._prev_step
-            self._prev_step = grown
+        if rows.size and int(rows.max()) >= self._prev_step.size:
+            self._grow_rows(int(rows.max()) + 1)
         kind = out.kind
-        computed = out.computed.tolist()
-        before = out.nblk_before.tolist()
-        after = out.nblk_after.tolist()
         table = out.block_table
+        computed, before, after = out.computed, out.nblk_before, out.nblk_after
         new_reqs: list[NewRequestData] = []
-        cached_ids: list[str] = []
-        resumed: set[str] = set()
-        new_block_ids: list[tuple[list[int], ...] | None] = []
-        cached_computed: list[int] = []
-        output_counts: list[int] = []
-        all_token_ids: dict[str, list[int]] = {}
-        stale = (self._prev_step[rows] != step - 1).tolist() if rows.size else []
-        chunked = (~out.sampled).tolist()
-        for i, (name, k) in enumerate(zip(names, kind.tolist(), strict=True)):
-            req = requests[name]
-            req.is_prefill_chunk = chunked[i]  # as vLLM sets it at schedule time
-            if k == 1:  # new: the prompt and every block, once
-                req.num_computed_tokens = computed[i]
+        # Most of a step is running requests: their fields are gathered as arrays; only new,
+        # resumed, block-growing and (for the model runner) not-scheduled-last-step requests
+        # take a Python path.
+        cached = kind != 1
+        if cached.all():
+            at = None
+            c_names, c_rows = names, rows
+        else:
+            for i in np.flatnonzero(~cached).tolist():  # new: the prompt and every block, once
+                req = requests[names[i]]
+                hit = int(computed[i])
+                req.num_computed_tokens = hit
                 new_reqs.append(NewRequestData.from_request(req, (table[i, : after[i]].tolist(),)))
-                self._on_admitted(req, computed[i], first=True)
-                continue
-            cached_ids.append(name)
-            if k == 2:
-                resumed.add(name)
-                self._on_admitted(req, computed[i], first=False)
-            new_block_ids.append((table[i, before[i]: after[i]].tolist(),) if after[i] > before[i] else None)
-            cached_computed.append(computed[i])
-            output_counts.append(len(req._output_token_ids))
-            if stale[i] and not self.use_v2_model_runner:
-                all_token_ids[name] = req._all_token_ids.copy()
+                self._on_admitted(req, hit, first=True)
+            at = np.flatnonzero(cached)
+            c_names, c_rows = out.names[at].tolist(), rows[at]
+        resumed: set[str] = set()
+        if rows.size and kind.max() == 2:
+            for i in np.flatnonzero(kind == 2).tolist():
+                resumed.add(names[i])
+                self._on_admitted(requests[names[i]], int(computed[i]), first=False)
+        c_before = before if at is None else before[at]
+        c_after = after if at is None else after[at]
+        new_block_ids: list[tuple[list[int], ...] | None] = [None] * len(c_names)
+        for j in np.flatnonzero(c_after > c_before).tolist():
+            i = j if at is None else int(at[j])
+            new_block_ids[j] = (table[i, before[i]: after[i]].tolist(),)
+        all_token_ids: dict[str, list[int]] = {}
+        if not self.use_v2_model_runner and c_rows.size:
+            for j in np.flatnonzero(self._prev_step[c_rows] != step - 1).tolist():
+                all_token_ids[c_names[j]] = requests[c_names[j]]._all_token_ids.copy()
+        cached_computed = (computed if at is None else computed[at]).tolist()
+        output_counts = rt.table.data[T.OUTPUTS, c_rows].tolist()  # tokens generated so far
         if rows.size:
             self._prev_step[rows] = step
+            self._chunk[rows] = ~out.sampled  # vLLM's is_prefill_chunk, set at schedule time
         finished = set(out.finished_req_ids)
         for name, why in out.rejected.items():
             self._rejected.append((name, why))
         so = SchedulerOutput(
             scheduled_new_reqs=new_reqs,
             scheduled_cached_reqs=CachedRequestData(
-                req_ids=cached_ids, resumed_req_ids=resumed, new_token_ids=[], all_token_ids=all_token_ids,
+                req_ids=c_names, resumed_req_ids=resumed, new_token_ids=[], all_token_ids=all_token_ids,
                 new_block_ids=new_block_ids, num_computed_tokens=cached_computed, num_output_tokens=output_counts),
             num_scheduled_tokens=out.num_scheduled_tokens,
             total_num_scheduled_tokens=out.total_num_scheduled_tokens,
@@ -194,6 +207,14 @@ class Scheduler(SchedulerInterface):
         )
         self._in_flight[id(so)] = out
         return so
+
+    def _grow_rows(self, rows: int) -> None:
+        size = max(self._prev_step.size * 2, rows)
+        prev = np.full(size, -2, dtype=np.int64)
+        prev[: self._prev_step.size] = self._prev_step
+        chunk = np.zeros(size, dtype=np.bool_)
+        chunk[: self._chunk.size] = self._chunk
+        self._prev_step, self._chunk = prev, chunk
 
     def _on_admitted(self, req: Request, hit_tokens: int, first: bool) -> None:
         """Prefix-cache statistics and events of a request that enters the running batch."""
@@ -238,32 +259,38 @@ class Scheduler(SchedulerInterface):
             requests = self._requests
             logprobs = model_runner_output.logprobs
             prompt_logprobs = model_runner_output.prompt_logprobs_dict
+            log_stats = self.log_stats
+            want_logprobs = logprobs is not None
             for name, tok in zip(names, toks.tolist(), strict=True):
+                if tok < 0:  # a partial prefill chunk: nothing sampled (maybe prompt logprobs)
+                    if prompt_logprobs and name in prompt_logprobs and name in requests:
+                        outputs[requests[name].client_index].append(EngineCoreOutput(
+                            request_id=name, new_token_ids=[], new_prompt_logprobs_tensors=prompt_logprobs[name]))
+                    continue
                 req = requests.get(name)
-                if req is None:
+                if req is None:  # aborted while its step was in flight
                     continue
-                plp = prompt_logprobs.get(name) if prompt_logprobs else None
-                if tok < 0 and plp is None:
-                    continue
-                if tok >= 0:
-                    req._output_token_ids.append(tok)
-                    req._all_token_ids.append(tok)
-                finish = None
+                req._output_token_ids.append(tok)
+                req._all_token_ids.append(tok)
+                eco = EngineCoreOutput(request_id=name, new_token_ids=[tok])
                 why = kinds.get(name) if kinds else None
                 if why is not None:
-                    finish = self._finish_reason(req, tok, why)
-                new_logprobs = None
-                if logprobs is not None and tok >= 0 and req.sampling_params.logprobs is not None:
-                    new_logprobs = logprobs.slice_request(index[name], 1)
-                prefill_stats = req.take_prefill_stats() if tok >= 0 or finish is not None else None
-                if prefill_stats is not None:
-                    prefill_stats.finalize(self._cached_tokens(req))
-                outputs[req.client_index].append(EngineCoreOutput(
-                    request_id=name, new_token_ids=[tok] if tok >= 0 else [], finish_reason=finish,
-                    new_logprobs=new_logprobs, new_prompt_logprobs_tensors=plp, stop_reason=req.stop_reason,
-                    events=req.take_events() if self.log_stats else None, prefill_stats=prefill_stats,
-                    trace_headers=req.trace_headers))
-                if finish is not None:
+                    eco.finish_reason = self._finish_reason(req, tok, why)
+                    eco.stop_reason = req.stop_reason
+                if want_logprobs and req.sampling_params.logprobs is not None:
+                    eco.new_logprobs = logprobs.slice_request(index[name], 1)
+                if prompt_logprobs and name in prompt_logprobs:
+                    eco.new_prompt_logprobs_tensors = prompt_logprobs[name]
+                if req.prefill_stats is not None:  # the first token: prompt and prefix-hit counts
+                    stats, req.prefill_stats = req.prefill_stats, None
+                    stats.finalize(self._cached_tokens(req))
+                    eco.prefill_stats = stats
+                if log_stats and req.events:
+                    eco.events = req.take_events()
+                if req.trace_headers is not None:
+                    eco.trace_headers = req.trace_headers
+                outputs[req.client_index].append(eco)
+                if why is not None:
                     self._retire(req)
         self._report_ended(outputs)
         result = {client: EngineCoreOutputs(outputs=outs) for client, outs in outputs.items()}
@@ -416,6 +443,7 @@ class Scheduler(SchedulerInterface):
                 req.status = status
             req.num_computed_tokens = int(d[T.COMPUTED, row])
             req.num_preemptions = int(d[T.PREEMPTIONS, row])
+            req.is_prefill_chunk = bool(self._chunk[row])
         return self._requests
 
     @property
