@@ -13,7 +13,7 @@ from __future__ import annotations
 import warnings
 from collections import deque
 from collections.abc import Iterable, Sequence
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import attrs
 import numpy as np
@@ -79,6 +79,10 @@ class TraceRequest:
     prompt_token_ids: tuple[int, ...]
     max_tokens: int
     priority: int = 0
+    abort_step: int | None = None
+    """Abort the request at the start of this engine step (before scheduling), wherever it is:
+    waiting, mid-prefill, decoding or preempted; ignored once it has finished. A step the loop
+    skips as idle aborts at the next step it runs. None: never aborted."""
 
 
 def make_trace(cfg: ParityConfig) -> list[TraceRequest]:
@@ -179,6 +183,11 @@ class Engine(Protocol):
         """Feed the model runner's output for the step just scheduled."""
         ...
 
+    def abort(self, req_ids: Sequence[str]) -> None:
+        """Abort these requests (a client went away); finished or unknown ids are ignored.
+        Optional: `run_engine` calls it only for traces with an `abort_step`."""
+        ...
+
 
 class EngineStalled(RuntimeWarning):
     """The loop stopped early: the engine kept scheduling nothing, or ran past `max_steps`."""
@@ -192,15 +201,26 @@ def run_engine(
     Each step: add the requests that have arrived, schedule, run the fake model, update.
     A step with nothing queued is idle and skipped (no record), as vLLM's busy loop does.
     A stuck engine ends the loop with a warning rather than an exception, so the records
-    so far can still be compared.
+    so far can still be compared. Aborts (`TraceRequest.abort_step`) are applied after the
+    step's arrivals and before its `schedule()`, in (step, request id) order.
     """
     pending = deque(sorted(trace, key=lambda r: r.arrival_step))
+    aborts = sorted((r.abort_step, r.req_id) for r in trace if r.abort_step is not None)
+    added: set[str] = set()
     records: list[StepRecord] = []
     step = 0
     empty_run = 0
     while pending or engine.has_requests():
         while pending and pending[0].arrival_step <= step:
-            engine.add(pending.popleft())
+            req = pending.popleft()
+            engine.add(req)
+            added.add(req.req_id)
+        if aborts and aborts[0][0] <= step:  # an abort before its request arrives waits for it
+            due = [rid for at, rid in aborts if at <= step and rid in added]
+            if due:
+                engine.abort(due)
+                gone = set(due)
+                aborts = [a for a in aborts if a[1] not in gone]
         if not engine.has_requests():
             if not pending:
                 break
@@ -221,7 +241,8 @@ def run_engine(
 class SchedirEngine:
     """schedir's runtime (`schedir.Scheduler`, pipeline `vllm`) behind the `Engine` protocol."""
 
-    def __init__(self, cfg: ParityConfig) -> None:
+    def __init__(self, cfg: ParityConfig, pipeline: str = "vllm") -> None:
+        """`pipeline`: the preset or pass list to run (the invariant fuzzer drives every preset)."""
         from schedir import Request, Scheduler, SchedulerConfig
 
         self._request_cls = Request
@@ -233,7 +254,7 @@ class SchedirEngine:
                 max_num_seqs=cfg.max_num_seqs,
                 max_model_len=cfg.max_model_len,
                 enable_prefix_caching=cfg.prefix_caching,
-                pipeline="vllm",
+                pipeline=pipeline,
                 policy=cfg.policy,
                 long_prefill_token_threshold=cfg.long_prefill_token_threshold,
             )
@@ -254,6 +275,16 @@ class SchedirEngine:
                 ignore_eos=True,
             )
         )
+
+    @property
+    def scheduler(self) -> Any:
+        """The `schedir.Scheduler` under test (its pool and table, for invariant checks)."""
+        return self._sched
+
+    @property
+    def last_output(self) -> Any:
+        """The `SchedulerOutput` of the last `schedule()`."""
+        return self._out
 
     def has_requests(self) -> bool:
         # Prefer the runtime's own answer; else: unfinished requests, or a finish the
@@ -284,6 +315,9 @@ class SchedirEngine:
         samples = np.asarray(out.sampled, dtype=bool).tolist()
         chunks = [Chunk(rid, c, s) for rid, c, s in zip(out.req_ids, after, samples, strict=True)]
         return record, chunks
+
+    def abort(self, req_ids: Sequence[str]) -> None:
+        self._sched.finish_requests(list(req_ids))
 
     def update(self, sampled: dict[str, list[int]]) -> None:
         finished = self._sched.update(self._out, sampled)

