@@ -38,6 +38,8 @@ NO_GROUPS = SimpleNamespace(kv_cache_groups=[])
     ("kv_transfer_config", object(), "KV connectors"),
     ("ec_transfer_config", object(), "encoder-cache connectors"),
     ("lora_config", object(), "LoRA adapters"),
+    ("aux_output_config", SimpleNamespace(enabled=True), "routed-experts outputs"),
+    ("model_config__return_sampling_mask", True, "sampling masks"),
     ("model_config__is_encoder_decoder", True, "encoder inputs"),
     ("model_config__is_multimodal_model", True, "encoder inputs"),
     ("model_config__runner_type", "pooling", "pooling models"),

@@ -54,7 +54,12 @@ def check_supported(vllm_config: Any, kv_cache_config: Any) -> None:
         raise _refuse("encoder-cache connectors", "ec_transfer_config is set")
     if getattr(vllm_config, "lora_config", None) is not None:
         raise _refuse("LoRA adapters", "enable_lora is set")
+    aux = getattr(vllm_config, "aux_output_config", None)
+    if aux is not None and getattr(aux, "enabled", False):
+        raise _refuse("routed-experts outputs", "aux_output_config.enable_return_routed_experts is set")
     model = vllm_config.model_config
+    if getattr(model, "return_sampling_mask", False):
+        raise _refuse("sampling masks in the output", "return_sampling_mask=True")
     if getattr(model, "is_encoder_decoder", False):
         raise _refuse("encoder inputs", "the model is an encoder-decoder model")
     if getattr(model, "is_multimodal_model", False):

@@ -17,8 +17,11 @@ edges only:
   requests that produced tokens or finished.
 
 The `running` / `waiting` / `requests` views (vLLM `Request` objects with their
-`status` and `num_computed_tokens`) are synchronised when read, not every step: the
-engine core never reads them, tests and tools do.
+`status`, `num_computed_tokens`, `is_prefill_chunk` and `num_preemptions`) are
+synchronised when read, not every step: the engine core never reads them, tests and
+tools do. So a caller holding a `Request` sees those fields current only after reading a
+view (vLLM mutates them in place every step; writing them for every scheduled request
+would cost ~0.3 µs a request, ~80 µs a step at 256 running).
 """
 
 from __future__ import annotations
