@@ -161,11 +161,6 @@ def test_the_tests_ran_and_every_failure_has_a_reason(schedir_run: runner.RunRes
     assert "INTERFACE/VIEWS BEHAVIOUR failures" in text
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="schedir.engines.vllm is incomplete (issue 14): `python -m schedir.tools.vllm_tests -v` lists what fails; "
-    "make this a plain test once it passes",
-)
 def test_no_interface_or_views_failures_in_test_scheduler(schedir_run: runner.RunResult) -> None:
     """vLLM's test_scheduler.py: every failure is a refused feature, an internal, or the environment."""
     bugs = [r for r in report.bugs(schedir_run) if "/test_scheduler.py::" in r.nodeid]
