@@ -68,7 +68,7 @@ TINY_LLAMA: dict[str, Any] = {
     "num_key_value_heads": 4,
     "num_hidden_layers": 2,
     "vocab_size": 32000,
-    "max_position_embeddings": 4096,
+    "max_position_embeddings": 8192,
     "rms_norm_eps": 1e-6,
     "bos_token_id": 1,
     "eos_token_id": 2,
@@ -92,7 +92,7 @@ def _server_args(model_dir: Path, port: int, *extra: str) -> list[str]:
         sys.executable, "-m", "vllm.entrypoints.openai.api_server",
         "--model", str(model_dir), "--served-model-name", MODEL,
         "--load-format", "dummy", "--skip-tokenizer-init", "--enforce-eager", "--dtype", "bfloat16",
-        "--kv-cache-memory-bytes", str(16 << 20), "--max-model-len", "2048", "--seed", "0",
+        "--kv-cache-memory-bytes", str(40 << 20), "--max-model-len", "8192", "--seed", "0",
         "--scheduler-cls", "schedir.engines.vllm.Scheduler",
         "--host", "127.0.0.1", "--port", str(port), *extra,
     ]
@@ -395,7 +395,7 @@ def test_disconnect_mid_stream_aborts(client: httpx.Client) -> None:
     """A client that closes its stream early: the request is aborted (running back to 0, its
     KV blocks freed, generation stops short of max_tokens) and the server serves on."""
     before = metrics(client)["vllm:generation_tokens_total"]
-    n = 1800
+    n = 8000  # long enough that a slow client reads its 5 chunks well before the end (1800 once finished first)
     stream = body(prompt_ids(30_000, 80), n, stream=True)
     with (httpx.Client(base_url=client.base_url, timeout=REQUEST_TIMEOUT_S) as other,
           other.stream("POST", "/v1/completions", json=stream) as r):
