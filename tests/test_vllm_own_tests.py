@@ -167,12 +167,9 @@ def test_no_interface_or_views_failures_in_test_scheduler(schedir_run: runner.Ru
     assert not bugs, [f"{r.name}: {classify.detail(r.record)}" for r in bugs]
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="schedir.engines.vllm has no AsyncScheduler yet (issue 14 item 3): "
-    "`python -m schedir.tools.vllm_tests -v` lists what fails",
-)
 def test_no_interface_or_views_failures_in_test_async_scheduler(schedir_run: runner.RunResult) -> None:
+    """vLLM's test_async_scheduler.py against schedir's AsyncScheduler: every failure is a refused
+    feature (speculative decoding, KV connectors, streaming input) or reaches an internal."""
     bugs = [r for r in report.bugs(schedir_run) if "/test_async_scheduler.py::" in r.nodeid]
     missing = [r for r in schedir_run.results if r.category.startswith("class under test not provided")]
     assert not bugs and not missing, [f"{r.name}: {r.category}" for r in bugs + missing]

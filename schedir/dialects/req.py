@@ -61,7 +61,11 @@ class QueueOp(ColumnOpMixin, IRDLOperation):
     Columns: `id`, `prompt` (prompt tokens), `computed` (tokens whose KV is
     computed), `total` (prompt + generated tokens), `max_tokens`, `priority`
     (lower runs first), `arrival` (µs), `status` (waiting / running / preempted /
-    swapped) and `blocks` (KV blocks held). Extra columns are a pass's own state.
+    swapped) and `blocks` (KV blocks held). Extra columns are a pass's own state; the
+    runtime adds `in_flight`, `queued`, `rank`, and for async scheduling `placeholders`
+    (tokens being sampled by steps in flight: `computed` counts their positions, `total`
+    does not) and `stale` (outputs in flight from before a preemption: > 0 delivered, the
+    request waits for them; < 0 dropped).
 
         %run = req.queue running {id = [3], prompt = [12], computed = [14], total = [15],
                                   max_tokens = [64], priority = [0], arrival = [100],
@@ -85,10 +89,13 @@ class QueueOp(ColumnOpMixin, IRDLOperation):
         if len(self) == 0:
             return
         total, prompt, computed = self.col("total"), self.col("prompt"), self.col("computed")
-        bad = self.ids[(total < prompt) | (computed > total)]
+        # async scheduling: positions of tokens still being sampled are computed, not yet known
+        known = total + self.columns.get("placeholders") if self.columns.has("placeholders") else total
+        bad = self.ids[(total < prompt) | (computed > known)]
         if bad.size:
             raise VerifyException(
-                f"req.queue {self.queue.data}: need prompt <= total and computed <= total; request(s) {bad.tolist()}"
+                f"req.queue {self.queue.data}: need prompt <= total and computed <= total + placeholders; "
+                f"request(s) {bad.tolist()}"
             )
         status = self.col("status")
         bad = self.ids[status > max(Status)]

@@ -15,6 +15,8 @@ from schedir.ir.step import Step, pool_of
 from schedir.passes import vllm_kernels as K
 from schedir.passes.vllm_schedule_running import long_prefill_cap
 
+_NONE = np.zeros(0, dtype=np.int64)
+
 
 @dataclass(frozen=True)
 class VllmAdmit(StepPass):
@@ -27,7 +29,8 @@ class VllmAdmit(StepPass):
     `scheduler_reserve_full_isl`), and so must this step's chunk; hit blocks
     that sat in the free queue count against free blocks. Admission stops at
     the first request that cannot be allocated, at the token budget and at
-    `max_seqs` running requests.
+    `max_seqs` running requests. A preempted request whose outputs from before the preemption
+    are still in flight (`stale` > 0) is skipped, not stopped at (vLLM's rule).
     """
 
     name: ClassVar[str] = "vllm-admit"
@@ -57,21 +60,27 @@ class VllmAdmit(StepPass):
         pool = pool_of(step)
         cols, rows = step.source(pending)
         get = cols.get
+        stale = cols.get_or("stale", _NONE)
         res, admitted, _ = K.admit_waiting(
-            get("id")[rows], get("computed")[rows], get("total")[rows], facts.token_budget - usage.tokens,
+            get("id")[rows], get("computed")[rows], get("total")[rows], stale[rows] if stale.size else _NONE,
+            facts.token_budget - usage.tokens,
             seqs_left, long_prefill_cap(step, self.long_prefill), facts.max_model_len, self.reserve_full,
             pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache, pool.table, pool.nblk,
             pool.ncached, pool.rhash, pool.nhash,
         )
         if admitted:
-            take = ids[:admitted]
-            step.match(pending, take, res[K.ADM_HIT][:admitted])
-            scheduled = step.schedule(pending, "prefill", take, res[K.ADM_TOKENS][:admitted])
-            shared = res[K.ADM_SHARED][:admitted] > 0
-            step.blocks(ShareOp, scheduled, take[shared], res[K.ADM_SHARED][:admitted][shared],
-                        revived=res[K.ADM_REVIVED][:admitted][shared])
-            got = res[K.ADM_ALLOC][:admitted] > 0
-            step.blocks(AllocOp, scheduled, take[got], res[K.ADM_ALLOC][:admitted][got])
+            # the admitted requests: a prefix of the queue, unless stale ones were skipped
+            at = res[K.ADM_TOKENS] > 0 if res[K.ADM_REASON, :admitted].any() else slice(0, admitted)
+            take = ids[at]
+            adm = res[:, at]
+            step.match(pending, take, adm[K.ADM_HIT])
+            scheduled = step.schedule(pending, "prefill", take, adm[K.ADM_TOKENS])
+            shared = adm[K.ADM_SHARED] > 0
+            step.blocks(ShareOp, scheduled, take[shared], adm[K.ADM_SHARED][shared],
+                        revived=adm[K.ADM_REVIVED][shared])
+            got = adm[K.ADM_ALLOC] > 0
+            step.blocks(AllocOp, scheduled, take[got], adm[K.ADM_ALLOC][got])
         if admitted < ids.size:
-            step.defer(pending, ids[admitted:], res[K.ADM_REASON][admitted:])
+            rest = res[K.ADM_REASON] > 0
+            step.defer(pending, ids[rest], res[K.ADM_REASON][rest])
 

@@ -30,8 +30,11 @@ RUN_TOKENS, RUN_PREEMPT_SEQ, RUN_ALLOC, RUN_FREED, RUN_REASON = range(5)
 # order) with the blocks they had allocated this step and the blocks freed; deferred ids and reasons
 DEC_ID, DEC_TOKENS, DEC_ALLOC_ID, DEC_ALLOC, DEC_PRE_ID, DEC_PRE_ALLOC, DEC_PRE_FREED, DEC_DEFER_ID, DEC_REASON = range(9)
 N_SCHEDULED, N_ALLOC, N_PREEMPTED, N_DEFERRED = range(4)
-# the queue columns the running kernel reads (`ColumnsAttr.matrix` order)
+# the queue columns the running kernel reads (`ColumnsAttr.matrix` order); a step with a
+# `placeholders` column (async scheduling) also gives it prompt and max_tokens for vLLM's
+# rule that a request which will have reached max_tokens asks for no further step
 RUNNING_COLUMNS = ("id", "computed", "total", "priority", "arrival", "in_flight")
+RUNNING_COLUMNS_ASYNC = RUNNING_COLUMNS + ("placeholders", "prompt", "max_tokens")
 # rows of the admission kernel's result
 ADM_TOKENS, ADM_HIT, ADM_SHARED, ADM_REVIVED, ADM_ALLOC, ADM_REASON = range(6)
 
@@ -48,7 +51,9 @@ def schedule_running(mat, cix, at, budget: int, threshold: int, max_model_len: i
     RUNNING_COLUMNS). Returns (decisions[9, n], counts[4], budget left): see DEC_* / N_*.
 
     In running order: each request asks for its remaining tokens (none while its sampled
-    token is in flight; a prefill's next chunk may go ahead of the previous one's return), capped by the
+    token is in flight; a prefill's next chunk may go ahead of the previous one's return; with
+    async scheduling the tokens in flight are placeholders and count as known, so a decode goes
+    ahead too, unless the steps in flight already reach max_tokens), capped by the
     long-prefill threshold, the budget and the model length; its new blocks come
     from the free pool, and when they do not fit the victim (FCFS: the last
     running request; priority: the max (priority, arrival)) is preempted by
@@ -62,6 +67,9 @@ def schedule_running(mat, cix, at, budget: int, threshold: int, max_model_len: i
     priority = np.empty(n, dtype=np.int64)
     arrival = np.empty(n, dtype=np.int64)
     in_flight = np.empty(n, dtype=np.int64)
+    overlap = cix.size > 6  # placeholders, prompt and max_tokens present
+    placeholders = np.zeros(n, dtype=np.int64)
+    last_token = np.zeros(n, dtype=np.int64)  # prompt + max_tokens: the last position a request samples
     for i in range(n):
         c = at[i]
         rows[i] = mat[cix[0], c]
@@ -70,6 +78,9 @@ def schedule_running(mat, cix, at, budget: int, threshold: int, max_model_len: i
         priority[i] = mat[cix[3], c]
         arrival[i] = mat[cix[4], c]
         in_flight[i] = mat[cix[5], c]
+        if overlap:
+            placeholders[i] = mat[cix[6], c]
+            last_token[i] = mat[cix[7], c] + mat[cix[8], c]
     bs = meta[2]
     out = np.zeros((5, n), dtype=np.int64)
     out[RUN_PREEMPT_SEQ, :] = -1
@@ -84,14 +95,21 @@ def schedule_running(mat, cix, at, budget: int, threshold: int, max_model_len: i
             continue
         # A step in flight already advanced `computed`: a decode waiting for its sampled token
         # asks for nothing, a prefill's next chunk goes ahead (vLLM: num_new_tokens == 0 skips).
-        want = total[i] - computed[i]
+        ph = placeholders[i]
+        # vLLM (async): (computed + 1) - (placeholders - 1) >= prompt + max_tokens: the steps in
+        # flight already sample the last token, so this request sits the step out
+        if ph > 0 and computed[i] + 2 - ph >= last_token[i]:
+            out[RUN_REASON, i] = R_IN_FLIGHT
+            i += 1
+            continue
+        want = total[i] + ph - computed[i]
         if 0 < threshold < want:
             want = threshold
         # vLLM's cap: room for the token it samples. No prompt reaches max_model_len
         # (reject-oversized refuses it, as vLLM's input processor does), so no prefill stalls here.
         want = min(want, left, max_model_len - 1 - computed[i])
         if want <= 0:
-            if in_flight[i] and computed[i] >= total[i]:
+            if in_flight[i] and computed[i] >= total[i] + ph:
                 out[RUN_REASON, i] = R_IN_FLIGHT
             else:
                 out[RUN_REASON, i] = R_TOO_LONG if computed[i] + 1 >= max_model_len else R_BUDGET
@@ -182,16 +200,19 @@ def _running_decisions(rows, out, preempted: int):
 
 
 @nb.njit(cache=True)
-def admit_waiting(rows, computed, total, budget: int, seqs_left: int, threshold: int, max_model_len: int,
+def admit_waiting(rows, computed, total, stale, budget: int, seqs_left: int, threshold: int, max_model_len: int,
                   reserve_full: bool, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk, ncached,
                   rhash, nhash):
-    """vLLM's WAITING loop. Returns (result[6, n], admitted count, budget left).
+    """vLLM's WAITING loop. Returns (result[6, n], admitted count, budget left); admitted
+    requests are those with ADM_TOKENS > 0 (the first ones, but for skipped requests).
 
     In queue order while budget and sequence slots last: prefix hits (full blocks,
     never the last prompt token) count as computed; the whole remaining sequence
     must fit in free blocks (vLLM's `scheduler_reserve_full_isl`) and so must the
     chunk; hit blocks sitting in the free queue count against free blocks. The
-    first request that does not fit stops admission (no skipping ahead).
+    first request that does not fit stops admission (no skipping ahead). A preempted request
+    whose outputs from before its preemption are still in flight (`stale` > 0) is skipped:
+    resuming it could recompute a position that output later delivers (vLLM skips it too).
     """
     n = rows.size
     bs = meta[2]
@@ -201,13 +222,19 @@ def admit_waiting(rows, computed, total, budget: int, seqs_left: int, threshold:
     left = budget
     admitted = 0
     stop_reason = 0
+    stop_at = n
     for i in range(n):
         if left <= 0:
             stop_reason = R_BUDGET
+            stop_at = i
             break
         if seqs_left <= 0:
             stop_reason = R_MAX_SEQS
+            stop_at = i
             break
+        if stale.size and stale[i] > 0:
+            out[ADM_REASON, i] = R_IN_FLIGHT
+            continue
         row = rows[i]
         n_hit = 0
         if computed[i] == 0 and caching:
@@ -227,10 +254,12 @@ def admit_waiting(rows, computed, total, budget: int, seqs_left: int, threshold:
             need_all = max(_cdiv(min(total[i], max_model_len), bs) - n_hit - nblk[row], 0) + revived
             if need_all > meta[NUM_FREE]:
                 stop_reason = R_MEMORY
+                stop_at = i
                 break
         need = max(_cdiv(min(done + want, max_model_len), bs) - n_hit - nblk[row], 0)
         if need + revived > meta[NUM_FREE]:
             stop_reason = R_MEMORY
+            stop_at = i
             break
         if n_hit:
             touch(hits, n_hit, ref, bhash, nxt, prv, meta)
@@ -248,6 +277,7 @@ def admit_waiting(rows, computed, total, budget: int, seqs_left: int, threshold:
         left -= want
         seqs_left -= 1
         admitted += 1
-    for j in range(admitted, n):
-        out[ADM_REASON, j] = stop_reason if (j == admitted or stop_reason != R_MEMORY) else R_BLOCKED
+    for j in range(stop_at, n):
+        if out[ADM_REASON, j] == 0:
+            out[ADM_REASON, j] = stop_reason if (j == stop_at or stop_reason != R_MEMORY) else R_BLOCKED
     return out, admitted, left

@@ -29,12 +29,14 @@ class VllmScheduleRunning(StepPass):
     fit, the victim is preempted — FCFS: the last running request; priority: the
     max (priority, arrival) — and its blocks freed; a victim already scheduled
     this step gives its tokens back. A request that is its own victim ends the
-    loop. Requests in flight (scheduled, not yet updated) are skipped.
+    loop. A request waiting on its sampled token asks for nothing; with async scheduling
+    (a `placeholders` column) that token is a placeholder and the decode goes ahead, as in
+    vLLM's AsyncScheduler, unless the steps in flight already reach its max_tokens.
     """
 
     name: ClassVar[str] = "vllm-schedule-running"
     requires: ClassVar[frozenset[str]] = frozenset({"kv-pool"})
-    provides: ClassVar[frozenset[str]] = frozenset({"running-scheduled"})
+    provides: ClassVar[frozenset[str]] = frozenset({"running-scheduled", "decode-overlap"})
 
     long_prefill: int = 0
     queue: str = "running"
@@ -46,7 +48,7 @@ class VllmScheduleRunning(StepPass):
         facts = step.facts
         pool = pool_of(step)
         cols, at = step.source(pending)
-        mat, cix = cols.matrix(K.RUNNING_COLUMNS)
+        mat, cix = cols.matrix(K.RUNNING_COLUMNS_ASYNC if cols.has("placeholders") else K.RUNNING_COLUMNS)
         dec, counts, _ = K.schedule_running(
             mat, cix, at, facts.token_budget, long_prefill_cap(step, self.long_prefill), facts.max_model_len,
             facts.policy == "priority", pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta,

@@ -45,6 +45,10 @@ class SchedulerConfig:
     pipeline: str = "vllm"
     policy: str = attrs.field(default="fcfs")
     long_prefill_token_threshold: int = 0
+    async_scheduling: bool = False
+    """vLLM's async scheduling: a step's sampled tokens are placeholders until they come back, so a
+    decoding request is scheduled again before its previous token is known (its steps overlap).
+    Needs a pipeline whose running pass provides 'decode-overlap' (the vllm preset's)."""
     verify_each: bool = False
     dump_dir: Path | None = attrs.field(default=None, converter=attrs.converters.optional(Path))
     dump_steps: frozenset[int] | str = attrs.field(default=None, converter=_steps)

@@ -7,23 +7,26 @@ import numpy as np
 
 from schedir.lowering.batch_plan import batch_plan_packed
 from schedir.lowering.hashing import ROOT, block_hash
+from schedir.lowering.kv_pool import cache_full_blocks
 from schedir.runtime import table as _table
 
 # Numba's on-disk cache (cache=True) does not notice a change of constants imported from
 # another module, so the column indices are spelled out here and checked against the table.
-COMPUTED, TOTAL, MAX_TOKENS, STATUS, BLOCKS, IN_FLIGHT, QUEUED = 2, 3, 4, 7, 8, 9, 10
-EOS, IGNORE_EOS, PREEMPTIONS, OUTPUTS, HAS_STOP, SERIAL = 12, 13, 14, 15, 16, 17
-QUEUE_COLUMN_COUNT = 12
+PROMPT, COMPUTED, TOTAL, MAX_TOKENS, STATUS, BLOCKS, IN_FLIGHT, QUEUED = 1, 2, 3, 4, 7, 8, 9, 10
+PLACEHOLDERS, STALE_OUTPUTS = 12, 13
+EOS, IGNORE_EOS, PREEMPTIONS, OUTPUTS, HAS_STOP, SERIAL = 14, 15, 16, 17, 18, 19
+QUEUE_COLUMN_COUNT = 14
 WAITING, RUNNING, PREEMPTED, FINISHED = 0, 1, 2, 9
-assert (COMPUTED, TOTAL, MAX_TOKENS, STATUS, BLOCKS, IN_FLIGHT, QUEUED, EOS, IGNORE_EOS, PREEMPTIONS, OUTPUTS,
-        HAS_STOP, SERIAL, QUEUE_COLUMN_COUNT, WAITING, RUNNING, PREEMPTED, FINISHED) == (
-    _table.COMPUTED, _table.TOTAL, _table.MAX_TOKENS, _table.STATUS, _table.BLOCKS, _table.IN_FLIGHT,
-    _table.QUEUED, _table.EOS, _table.IGNORE_EOS, _table.PREEMPTIONS, _table.OUTPUTS, _table.HAS_STOP,
+assert (PROMPT, COMPUTED, TOTAL, MAX_TOKENS, STATUS, BLOCKS, IN_FLIGHT, QUEUED, PLACEHOLDERS, STALE_OUTPUTS, EOS, IGNORE_EOS,
+        PREEMPTIONS, OUTPUTS, HAS_STOP, SERIAL, QUEUE_COLUMN_COUNT, WAITING, RUNNING, PREEMPTED, FINISHED) == (
+    _table.PROMPT, _table.COMPUTED, _table.TOTAL, _table.MAX_TOKENS, _table.STATUS, _table.BLOCKS, _table.IN_FLIGHT,
+    _table.QUEUED, _table.PLACEHOLDERS, _table.STALE_OUTPUTS, _table.EOS, _table.IGNORE_EOS, _table.PREEMPTIONS, _table.OUTPUTS, _table.HAS_STOP,
     _table.SERIAL, _table.QUEUE_COLUMN_COUNT, _table.WAITING, _table.RUNNING, _table.PREEMPTED, _table.FINISHED), \
     "runtime/kernels.py column indices are stale: update them"
 
 NOT_DONE, STOPPED, LENGTH = 0, 1, 2
 STALE = -1  # update(): the row was recycled since the output (not this output's request)
+DROPPED = -2  # update(): a stale output in drop mode (preempted and resumed meanwhile): not applied
 
 
 @nb.njit(cache=True)
@@ -65,7 +68,8 @@ STEP_COMPUTED, STEP_BLOCKS_BEFORE, STEP_KIND, STEP_BLOCKS_AFTER, STEP_GENERATION
 
 
 @nb.njit(cache=True)
-def settle_step(rows, tokens, new_rows, gone, front, data, running, waiting, table, nblk, block_size: int):
+def settle_step(rows, tokens, new_rows, gone, front, data, running, waiting, table, nblk, block_size: int,
+                async_mode: bool):
     """Apply a lowered step to the request table and queues, and build its batch plan.
 
     Reads each scheduled row as the step was decided (status, computed, total, held blocks)
@@ -76,6 +80,10 @@ def settle_step(rows, tokens, new_rows, gone, front, data, running, waiting, tab
     query_start_loc, per_token, seq_lens, block_table): `per_request` is int64[5, n] with
     rows STEP_COMPUTED, STEP_BLOCKS_BEFORE, STEP_KIND (0 running, 1 new, 2 resumed),
     STEP_BLOCKS_AFTER and STEP_GENERATION; `per_token` is int64[2, T] (positions, slots).
+    A chunk samples when it reaches the end of the known tokens and the placeholders; with
+    `async_mode` each sampling chunk adds a placeholder (vLLM's AsyncScheduler). A preempted
+    row's outputs in flight become stale: delivered when they return (`stale` > 0), or still
+    dropped if an earlier drop-mode share has not drained (`stale` < 0); its placeholders go.
     One kernel with few results: each call and each array boxed back costs ~0.3-1 µs."""
     n = rows.size
     per_request = np.empty((5, n), dtype=np.int64)
@@ -86,9 +94,11 @@ def settle_step(rows, tokens, new_rows, gone, front, data, running, waiting, tab
         per_request[STEP_COMPUTED, i] = data[COMPUTED, r]
         per_request[STEP_BLOCKS_BEFORE, i] = data[BLOCKS, r] if st == RUNNING else 0
         per_request[STEP_KIND, i] = 1 if st == WAITING else (2 if st == PREEMPTED else 0)
-        sampled[i] = data[COMPUTED, r] + tokens[i] >= data[TOTAL, r]
+        sampled[i] = data[COMPUTED, r] + tokens[i] >= data[TOTAL, r] + data[PLACEHOLDERS, r]
     for k in range(gone.size):
         r = gone[k]
+        data[STALE_OUTPUTS, r] = -data[IN_FLIGHT, r] if data[STALE_OUTPUTS, r] < 0 else data[IN_FLIGHT, r]
+        data[PLACEHOLDERS, r] = 0
         data[STATUS, r] = PREEMPTED
         data[COMPUTED, r] = 0
         data[BLOCKS, r] = 0  # freed (the column is refreshed for running rows only)
@@ -100,6 +110,8 @@ def settle_step(rows, tokens, new_rows, gone, front, data, running, waiting, tab
         r = rows[i]
         data[COMPUTED, r] += tokens[i]
         data[IN_FLIGHT, r] += 1
+        if async_mode and sampled[i]:
+            data[PLACEHOLDERS, r] += 1
         per_request[STEP_BLOCKS_AFTER, i] = nblk[r]
         per_request[STEP_GENERATION, i] = data[SERIAL, r]
     kept = 0
@@ -133,12 +145,19 @@ def settle_step(rows, tokens, new_rows, gone, front, data, running, waiting, tab
 
 @nb.njit(cache=True)
 def apply_samples(rows, generation, offsets, toks, one_each: bool, data, tail, rhash, nhash, block_size: int,
-                  max_model_len: int, stop_rows, stop_ids):
+                  max_model_len: int, stop_rows, stop_ids, register: bool, bhash, dup_next, cache, meta, table,
+                  ncached):
     """Apply one output's sampled tokens. Returns (done, attention): per request NOT_DONE,
     STOPPED (EOS or a stop id), LENGTH (max_tokens or max_model_len) or STALE (its row was
     recycled since the output: not this output's request, left alone); `attention` counts
     rows the caller must look at: finished now, or finished before with no output left in
-    flight (their row can be released). Tokens after a stop are dropped.
+    flight (their row can be released). Tokens after a stop are dropped. DROPPED: the output
+    was stale in drop mode (its request was preempted and resumed while it was in flight): its
+    tokens are not applied.
+
+    Async scheduling: an output that is not stale turns its placeholders into tokens; with
+    `register` (async with prefix caching) a running request's blocks filled with computed, known
+    tokens are registered in the prefix cache now, as vLLM's AsyncScheduler does at update.
 
     Tokens: with `one_each`, `toks[i]` is request i's token (-1: none); else request i's
     tokens are `toks[offsets[i]:offsets[i + 1]]`. Every live row leaves flight.
@@ -155,11 +174,20 @@ def apply_samples(rows, generation, offsets, toks, one_each: bool, data, tail, r
             done[i] = STALE
             continue
         data[IN_FLIGHT, r] -= 1
+        stale = data[STALE_OUTPUTS, r]  # outputs in flight from before the last preemption come back first
+        if stale > 0:
+            data[STALE_OUTPUTS, r] = stale - 1
+        elif stale < 0:
+            data[STALE_OUTPUTS, r] = stale + 1
         # A request preempted while this step was in flight still gets its token (vLLM appends it;
         # the recompute then covers it); finished or never-run rows get nothing.
-        if data[STATUS, r] != RUNNING and data[STATUS, r] != PREEMPTED:
-            if data[STATUS, r] == FINISHED and data[IN_FLIGHT, r] == 0:
+        status = data[STATUS, r]
+        if status != RUNNING and status != PREEMPTED:
+            if status == FINISHED and data[IN_FLIGHT, r] == 0:
                 attention += 1
+            continue
+        if stale < 0:
+            done[i] = DROPPED
             continue
         if one_each:
             first = i
@@ -167,6 +195,7 @@ def apply_samples(rows, generation, offsets, toks, one_each: bool, data, tail, r
         else:
             first = offsets[i]
             last = offsets[i + 1]
+        before = data[TOTAL, r]
         for k in range(first, last):
             t = toks[k]
             at = data[TOTAL, r]
@@ -192,6 +221,12 @@ def apply_samples(rows, generation, offsets, toks, one_each: bool, data, tail, r
             if at + 1 >= max_model_len or data[OUTPUTS, r] >= data[MAX_TOKENS, r]:
                 done[i] = LENGTH
                 break
+        if stale == 0 and data[PLACEHOLDERS, r] > 0:
+            data[PLACEHOLDERS, r] = max(data[PLACEHOLDERS, r] - (data[TOTAL, r] - before), 0)
+        if register and status == RUNNING and stale == 0:
+            filled = data[COMPUTED, r] - data[PLACEHOLDERS, r]
+            if filled >= (ncached[r] + 1) * block_size:
+                cache_full_blocks(r, filled, bhash, dup_next, cache, meta, table, ncached, rhash, nhash)
         if done[i] != NOT_DONE:
             attention += 1
     return done, attention

@@ -115,6 +115,12 @@ class Scheduler:
                                 "the whole KV cache (reject-oversized provides 'admissible'): such a request would be "
                                 "scheduled past its blocks; put reject-oversized first")
         self.pool_level = any("kv-pool" in p.requires for p in self.manager.passes)
+        if cfg.async_scheduling and not any("decode-overlap" in p.provides for p in self.manager.passes):
+            raise PipelineError(f"async_scheduling: pipeline '{self.spec}' has no pass that schedules a decode ahead "
+                                "of its sampled token (vllm-schedule-running provides 'decode-overlap'); run it "
+                                "without async scheduling or with the vllm preset")
+        # vLLM's AsyncScheduler registers a running request's newly filled blocks when its token returns
+        self._register_on_update = cfg.async_scheduling and cfg.enable_prefix_caching
         # vLLM's order is known here, so a long waiting queue enters the step as its head only
         # (see `_admission_window`); a pipeline with another order sees the whole queue.
         self.window = (cfg.max_num_seqs + WINDOW_SLACK
@@ -131,6 +137,9 @@ class Scheduler:
         self._stop_ids = _EMPTY
         # why each request of the last update() finished: STOPPED (EOS or a stop id) or LENGTH
         self.last_finish_kinds: dict[str, int] = {}
+        # per request of the last update()'s output: NOT_DONE, STOPPED, LENGTH, STALE (row recycled)
+        # or DROPPED (a stale output of a request preempted and resumed meanwhile: not applied)
+        self.last_update_codes = np.zeros(0, dtype=np.int8)
         self.last_module: ModuleOp | None = None  # the last step's IR (kept only with keep_ir)
         self._recycled: RecycledStep | None = None  # the step IR skeleton reused from step to step
         self.keep_ir = False
@@ -169,6 +178,8 @@ class Scheduler:
         d[T.STATUS, row] = T.WAITING
         d[T.BLOCKS, row] = 0
         d[T.IN_FLIGHT, row] = 0
+        d[T.PLACEHOLDERS, row] = 0
+        d[T.STALE_OUTPUTS, row] = 0
         d[T.QUEUED, row] = self._back
         self._back += 1
         d[T.EOS, row] = -1 if request.eos_token_id is None else request.eos_token_id
@@ -267,6 +278,8 @@ class Scheduler:
         d = self.table.data
         cfg = self.config
         w = self.window
+        # requests whose stale outputs are still in flight are skipped this step: look past them
+        w = min(w + int(np.count_nonzero(d[T.STALE_OUTPUTS, waiting] > 0)), waiting.size)
         if cfg.policy == "priority":
             order = np.lexsort((d[T.RANK, waiting], d[T.ARRIVAL, waiting], d[T.PRIORITY, waiting]))
             head = order[:w]
@@ -350,7 +363,7 @@ class Scheduler:
             self.metrics.rejected += ids.size
         (self.running, self.waiting, per_request, sampled, qsl, per_token, seq_lens,
          block_table) = settle_step(rows, tokens, new_rows, gone, self._front, d, self.running, self.waiting,
-                                    pool.table, pool.nblk, cfg.block_size)
+                                    pool.table, pool.nblk, cfg.block_size, cfg.async_scheduling)
         if gone.size:
             self._front -= gone.size
             self.metrics.preemptions += gone.size
@@ -404,9 +417,13 @@ class Scheduler:
             offsets = np.zeros(rows.size + 1, dtype=np.int64)
             np.cumsum(counts, out=offsets[1:])
             toks = np.fromiter((t for x in lists for t in x), dtype=np.int64, count=int(offsets[-1]))
+        pool = self.pool
         done, attention = apply_samples(rows, output.generation, offsets, toks, one_each, d, table.tail,
-                                        self.pool.rhash, self.pool.nhash, self.config.block_size,
-                                        self.config.max_model_len, self._stop_rows, self._stop_ids)
+                                        pool.rhash, pool.nhash, self.config.block_size,
+                                        self.config.max_model_len, self._stop_rows, self._stop_ids,
+                                        self._register_on_update, pool.bhash, pool.dup_next, pool.cache, pool.meta,
+                                        pool.table, pool.ncached)
+        self.last_update_codes = done
         finished: list[str] = []
         if self.last_finish_kinds:
             self.last_finish_kinds = {}
@@ -469,8 +486,9 @@ class Scheduler:
     def preempt_running(self) -> list[str]:
         """Preempt every running request (recompute): free its blocks and put it back at the
         front of the waiting queue in running order, as vLLM's `reset_prefix_cache(
-        reset_running_requests=True)` does. Tokens of an output still in flight for these
-        requests are dropped when it comes back (the request is no longer running)."""
+        reset_running_requests=True)` does. Outputs still in flight for these requests are
+        dropped when they come back (`stale` < 0, vLLM's drop_stale_output): the requests may
+        resume at once and recompute those positions."""
         d = self.table.data
         rows = self.running
         names: list[str] = []
@@ -480,6 +498,8 @@ class Scheduler:
             d[T.COMPUTED, r] = 0
             d[T.BLOCKS, r] = 0
             d[T.PREEMPTIONS, r] += 1
+            d[T.PLACEHOLDERS, r] = 0
+            d[T.STALE_OUTPUTS, r] = -d[T.IN_FLIGHT, r]
             d[T.QUEUED, r] = self._front - rows.size + k
             names.append(self.table.names[r])
         self._front -= rows.size

@@ -19,11 +19,20 @@ import numpy as np
 # A request's IR id is its row (unique within a step; rows are recycled across steps).
 COLUMNS = (
     "id", "prompt", "computed", "total", "max_tokens", "priority", "arrival", "status", "blocks",
-    "in_flight", "queued", "rank", "eos", "ignore_eos", "preemptions", "outputs", "has_stop", "serial",
+    "in_flight", "queued", "rank", "placeholders", "stale",
+    "eos", "ignore_eos", "preemptions", "outputs", "has_stop", "serial",
 )
-(ID, PROMPT, COMPUTED, TOTAL, MAX_TOKENS, PRIORITY, ARRIVAL, STATUS, BLOCKS, IN_FLIGHT, QUEUED, RANK, EOS,
- IGNORE_EOS, PREEMPTIONS, OUTPUTS, HAS_STOP, SERIAL) = range(len(COLUMNS))
-QUEUE_COLUMN_COUNT = RANK + 1  # id .. rank go into the step IR
+(ID, PROMPT, COMPUTED, TOTAL, MAX_TOKENS, PRIORITY, ARRIVAL, STATUS, BLOCKS, IN_FLIGHT, QUEUED, RANK, PLACEHOLDERS,
+ STALE_OUTPUTS, EOS, IGNORE_EOS, PREEMPTIONS, OUTPUTS, HAS_STOP, SERIAL) = range(len(COLUMNS))
+QUEUE_COLUMN_COUNT = STALE_OUTPUTS + 1  # id .. stale go into the step IR
+# Async scheduling (vLLM's AsyncScheduler), carried per request across steps:
+# - `placeholders`: tokens this request will sample in steps already scheduled whose output has
+#   not come back (vLLM's num_output_placeholders). `computed` counts their positions, `total`
+#   does not, so a decode asks for `total + placeholders - computed` tokens. Zero without async.
+# - `stale`: outputs still in flight that were scheduled before the request's last preemption.
+#   Positive: their tokens are delivered when they return (the request may not resume before
+#   then); negative: they are dropped (a preemption that resumes at once, e.g. a prefix-cache
+#   reset). vLLM's num_stale_output_tokens / drop_stale_output, counted in outputs.
 
 # Lifecycle (the first values match schedir.dialects.codes.Status).
 WAITING, RUNNING, PREEMPTED = 0, 1, 2

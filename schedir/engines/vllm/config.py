@@ -100,8 +100,10 @@ def check_supported(vllm_config: Any, kv_cache_config: Any) -> None:
         raise _refuse("attention backends that need new KV blocks zeroed", "needs_kv_cache_zeroing")
 
 
-def schedir_config(vllm_config: Any, kv_cache_config: Any, block_size: int) -> SchedulerConfig:
-    """schedir's limits and policy for this engine (the names mean what vLLM's do)."""
+def schedir_config(vllm_config: Any, kv_cache_config: Any, block_size: int,
+                   async_scheduling: bool = False) -> SchedulerConfig:
+    """schedir's limits and policy for this engine (the names mean what vLLM's do);
+    `async_scheduling`: decodes overlap their previous step (the AsyncScheduler class)."""
     check_supported(vllm_config, kv_cache_config)
     sched = vllm_config.scheduler_config
     return SchedulerConfig(
@@ -114,4 +116,5 @@ def schedir_config(vllm_config: Any, kv_cache_config: Any, block_size: int) -> S
         pipeline=chosen_pipeline(vllm_config),
         policy=sched.policy,
         long_prefill_token_threshold=int(sched.long_prefill_token_threshold or 0),
+        async_scheduling=async_scheduling,
     )

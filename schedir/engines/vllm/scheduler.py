@@ -20,6 +20,12 @@ The vLLM `Request` objects the engine holds move as vLLM's do: every scheduled o
 its `num_computed_tokens` and `is_prefill_chunk` at `schedule()`, admitted ones RUNNING,
 preempted ones PREEMPTED; the `running` / `waiting` / `requests` views re-read the
 table when they are read.
+
+`AsyncScheduler` is vLLM's async scheduling on the same runtime (`async_scheduling=True`):
+a step's sampled tokens are output placeholders until they come back, so a decode runs in
+consecutive steps; outputs of a request preempted meanwhile are stale (delivered, or dropped
+after a prefix-cache reset that resumes it at once). `Scheduler` builds it by itself when
+the engine has async scheduling on, as vLLM builds its own AsyncScheduler.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ import numpy as np
 from schedir.engines.vllm.config import schedir_config
 from schedir.runtime import table as T
 from schedir.runtime.config import Request as SchedirRequest
-from schedir.runtime.kernels import STOPPED
+from schedir.runtime.kernels import DROPPED, STOPPED
 from schedir.runtime.scheduler import Scheduler as Runtime
 
 from vllm.multimodal import MULTIMODAL_REGISTRY
@@ -59,8 +65,16 @@ class Scheduler(SchedulerInterface):
 
     Load it with `LLM(..., scheduler_cls="schedir.engines.vllm.Scheduler")` or
     `--scheduler-cls schedir.engines.vllm.Scheduler`; choose another pipeline with
-    `additional_config={"schedir_pipeline": "..."}` or $SCHEDIR_PIPELINE.
+    `additional_config={"schedir_pipeline": "..."}` or $SCHEDIR_PIPELINE. With async
+    scheduling on, the engine gets an `AsyncScheduler`.
     """
+
+    async_scheduling = False  # decodes overlap their previous step (output placeholders)
+
+    def __new__(cls, vllm_config: Any = None, *args: Any, **kwargs: Any) -> Scheduler:
+        if cls is Scheduler and getattr(getattr(vllm_config, "scheduler_config", None), "async_scheduling", False):
+            cls = AsyncScheduler  # vLLM's engine builds AsyncScheduler when async scheduling is on
+        return super().__new__(cls)
 
     def __init__(self, vllm_config: Any, kv_cache_config: Any, structured_output_manager: Any,
                  block_size: int, hash_block_size: int | None = None, mm_registry: Any = MULTIMODAL_REGISTRY,
@@ -73,9 +87,9 @@ class Scheduler(SchedulerInterface):
         self.log_stats = log_stats
         self.block_size = block_size
         self.max_model_len = vllm_config.model_config.max_model_len
-        self.config = schedir_config(vllm_config, kv_cache_config, block_size)
+        self.config = schedir_config(vllm_config, kv_cache_config, block_size, self.async_scheduling)
         self.runtime = Runtime(self.config)
-        if self.scheduler_config.async_scheduling and type(self) is Scheduler:
+        if self.scheduler_config.async_scheduling and not self.async_scheduling:
             logger.warning("schedir: async scheduling is on but %s schedules a request only once its previous "
                            "step's tokens are back (no output placeholders): correct, without overlap",
                            type(self).__name__)
@@ -93,6 +107,7 @@ class Scheduler(SchedulerInterface):
         self._chunk = np.zeros(64, dtype=np.bool_)  # per table row: its last scheduled chunk samples nothing
         self._prefix_stats = PrefixCacheStats()
         self._reset_reported = False
+        self._reset_preempted: set[str] = set()  # preempted by a prefix-cache reset, not yet in an output
         logger.info("schedir scheduler: pipeline '%s', %d KV blocks of %d tokens", self.runtime.spec,
                     self.config.num_blocks, block_size)
 
@@ -161,11 +176,13 @@ class Scheduler(SchedulerInterface):
             at = None
             c_names, c_rows = names, rows
         else:
+            v2 = self.use_v2_model_runner  # it takes every token id with the new request
             for i in np.flatnonzero(~cached).tolist():  # new: the prompt and every block, once
                 req = requests[names[i]]
                 hit = int(computed[i])
                 req.num_computed_tokens = hit
-                new_reqs.append(NewRequestData.from_request(req, (table[i, : after[i]].tolist(),)))
+                new_reqs.append(NewRequestData.from_request(req, (table[i, : after[i]].tolist(),),
+                                                            req._all_token_ids if v2 else None))
                 self._on_admitted(req, hit, first=True)
             at = np.flatnonzero(cached)
             c_names, c_rows = out.names[at].tolist(), rows[at]
@@ -174,6 +191,16 @@ class Scheduler(SchedulerInterface):
             for i in np.flatnonzero(kind == 2).tolist():
                 resumed.add(names[i])
                 self._on_admitted(requests[names[i]], int(computed[i]), first=False)
+            if self.use_v2_model_runner:  # vLLM sends resumed requests whole to the V2 runner, after the new ones
+                for i in np.flatnonzero(kind == 2).tolist():
+                    req = requests[names[i]]
+                    req.num_computed_tokens = int(computed[i])
+                    new_reqs.append(NewRequestData.from_request(req, (table[i, : after[i]].tolist(),),
+                                                                req._all_token_ids))
+                keep = np.flatnonzero(kind == 0)
+                at = keep
+                c_names, c_rows = out.names[keep].tolist(), rows[keep]
+                resumed = set()
         c_before = before if at is None else before[at]
         c_after = after if at is None else after[at]
         new_block_ids: list[tuple[list[int], ...] | None] = [None] * len(c_names)
@@ -185,7 +212,12 @@ class Scheduler(SchedulerInterface):
             for j in np.flatnonzero(self._prev_step[c_rows] != step - 1).tolist():
                 all_token_ids[c_names[j]] = requests[c_names[j]]._all_token_ids.copy()
         cached_computed = (computed if at is None else computed[at]).tolist()
-        output_counts = rt.table.data[T.OUTPUTS, c_rows].tolist()  # tokens generated so far
+        d = rt.table.data
+        if self.async_scheduling:  # vLLM counts the placeholders before this step's
+            c_sampled = out.sampled if at is None else out.sampled[at]
+            output_counts = (d[T.OUTPUTS, c_rows] + d[T.PLACEHOLDERS, c_rows] - c_sampled).tolist()
+        else:
+            output_counts = d[T.OUTPUTS, c_rows].tolist()  # tokens generated so far
         if rows.size:
             self._prev_step[rows] = step
             chunk = ~out.sampled  # vLLM's is_prefill_chunk, set at schedule time
@@ -196,6 +228,9 @@ class Scheduler(SchedulerInterface):
                 req = requests[name]
                 req.num_computed_tokens = done
                 req.is_prefill_chunk = flag
+            if self.async_scheduling:
+                for name, ph in zip(names, d[T.PLACEHOLDERS, rows].tolist(), strict=True):
+                    requests[name].num_output_placeholders = ph
             if not cached.all() or resumed:
                 for i in np.flatnonzero(kind != 0).tolist():
                     requests[names[i]].status = RequestStatus.RUNNING
@@ -203,6 +238,7 @@ class Scheduler(SchedulerInterface):
             req = requests[name]
             req.status = RequestStatus.PREEMPTED
             req.num_computed_tokens = 0
+            req.num_output_placeholders = 0
             req.num_preemptions += 1
         finished = set(out.finished_req_ids)
         for name, why in out.rejected.items():
@@ -218,11 +254,17 @@ class Scheduler(SchedulerInterface):
             scheduled_encoder_inputs={},
             finished_req_ids=finished,
             free_encoder_mm_hashes=[],
-            preempted_req_ids=set(out.preempted_req_ids),
+            preempted_req_ids=self._take_reset_preempted() | out.preempted_req_ids,
             num_common_prefix_blocks=[0],
         )
         self._in_flight[id(so)] = out
         return so
+
+    def _take_reset_preempted(self) -> set[str]:
+        """Requests a prefix-cache reset preempted since the last output: vLLM names them in the
+        next output's preempted ids (the model runner drops their state)."""
+        taken, self._reset_preempted = self._reset_preempted, set()
+        return taken
 
     def _grow_rows(self, rows: int) -> None:
         size = max(self._prev_step.size * 2, rows)
@@ -271,6 +313,9 @@ class Scheduler(SchedulerInterface):
                 picks = [sampled[index[n]] if n in index else () for n in names]
             toks = np.fromiter((s[0] if s else -1 for s in picks), dtype=np.int64, count=len(names))
             self.runtime.update(out, toks)
+            codes = self.runtime.last_update_codes
+            if (codes == DROPPED).any():  # stale outputs of requests resumed since: not delivered
+                toks[codes == DROPPED] = -1
             kinds = self.runtime.last_finish_kinds
             requests = self._requests
             logprobs = model_runner_output.logprobs
@@ -420,6 +465,8 @@ class Scheduler(SchedulerInterface):
             for name in self.runtime.preempt_running():
                 req = self._requests[name]
                 req.num_preemptions += 1
+                req.num_output_placeholders = 0
+                self._reset_preempted.add(name)
                 if self.log_stats:
                     req.record_event(EngineCoreEventType.PREEMPTED)
             self._prev_step[:] = -2  # the model runner flushes them: send their whole token history again
@@ -459,6 +506,7 @@ class Scheduler(SchedulerInterface):
                 req.status = status
             req.num_computed_tokens = int(d[T.COMPUTED, row])
             req.num_preemptions = int(d[T.PREEMPTIONS, row])
+            req.num_output_placeholders = int(d[T.PLACEHOLDERS, row])
             req.is_prefill_chunk = bool(self._chunk[row])
         return self._requests
 
@@ -503,3 +551,16 @@ def _unsupported(request: Request) -> str | None:
     if request.lora_request is not None:
         return "LoRA adapters are not supported"
     return None
+
+
+class AsyncScheduler(Scheduler):
+    """vLLM's `AsyncScheduler` on schedir: step N+1 is scheduled before step N's tokens are back.
+
+    Each step's sampling requests hold an output placeholder until their token returns, so a
+    decode is scheduled in consecutive steps; a request whose steps in flight already reach
+    max_tokens sits out; a running request's filled blocks are registered in the prefix cache
+    when its token comes back. The runtime does all of it (`SchedulerConfig.async_scheduling`);
+    this class only switches it on.
+    """
+
+    async_scheduling = True

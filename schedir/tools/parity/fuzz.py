@@ -101,7 +101,7 @@ class FuzzRequest:
 
 
 SCHED_FIELDS = ("block_size", "num_blocks", "max_num_batched_tokens", "max_num_seqs", "max_model_len",
-                "long_prefill_token_threshold", "policy", "prefix_caching")
+                "long_prefill_token_threshold", "policy", "prefix_caching", "async_scheduling")
 """The ParityConfig fields a case sets (the rest describe make_trace's traces, unused here)."""
 
 
@@ -282,7 +282,8 @@ def draw_case(seed: int, size: FuzzSize = CI_SIZE) -> FuzzCase:
     request (+0 to +100%: tight, preemptions every few steps) to 8x that (ample); a budget
     log-uniform from 1 token to twice the model length; max_num_seqs 1..256 but at most
     the budget (vLLM refuses more); half the cases with a long-prefill threshold; FCFS or
-    priority (priorities 0-3); prefix caching on in 3 of 4.
+    priority (priorities 0-3); prefix caching on in 3 of 4; async scheduling (two steps in
+    flight, output placeholders) in 3 of 10.
     Trace: 1..max_requests requests; bursts (a third arrive with the one before); 0-3 shared
     prefix pools, each maybe forked from an earlier one (70% of prompts start with one, some
     are exactly a pool: identical prompts); prompts and outputs log-uniform
@@ -304,7 +305,9 @@ def draw_case(seed: int, size: FuzzSize = CI_SIZE) -> FuzzCase:
     policy = "priority" if rng.random() < 0.4 else "fcfs"
     cfg = ParityConfig(block_size=bs, num_blocks=usable + 1, max_num_batched_tokens=budget, max_num_seqs=seqs,
                        max_model_len=mml, long_prefill_token_threshold=threshold, policy=policy,
-                       prefix_caching=bool(rng.random() < 0.75))
+                       prefix_caching=bool(rng.random() < 0.75),
+                       # its own stream, so the cases drawn before async scheduling existed stay the same
+                       async_scheduling=bool(np.random.default_rng([seed, 1]).random() < 0.3))
     pools: list[Pool] = []
     for p in range(int(rng.integers(0, 4))):
         length = _length(rng, 1, mml - 1, bs, budget)

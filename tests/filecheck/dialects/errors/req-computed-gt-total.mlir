@@ -5,5 +5,5 @@ sched.step 0 {token_budget = 64, max_seqs = 4, block_size = 16, free_blocks = 10
   %run = req.queue running {id = [1, 2], prompt = [10, 20], computed = [12, 23], total = [13, 22], max_tokens = [32, 32], priority = [0, 0], arrival = [5, 6], status = [running, running], blocks = [1, 2]}
 }
 
-// CHECK: schedir: error: {{.*}}req-computed-gt-total.mlir:5:3: req.queue running: need prompt <= total and computed <= total; request(s) [2]
+// CHECK: schedir: error: {{.*}}req-computed-gt-total.mlir:5:3: req.queue running: need prompt <= total and computed <= total + placeholders; request(s) [2]
 // CHECK-NOT: Traceback

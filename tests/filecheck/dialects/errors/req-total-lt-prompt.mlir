@@ -5,5 +5,5 @@ sched.step 0 {token_budget = 64, max_seqs = 4, block_size = 16, free_blocks = 10
   %w = req.queue waiting {id = [3], prompt = [40], computed = [0], total = [39], max_tokens = [8], priority = [1], arrival = [7], status = [waiting], blocks = [0]}
 }
 
-// CHECK: schedir: error: {{.*}}req-total-lt-prompt.mlir:5:3: req.queue waiting: need prompt <= total and computed <= total; request(s) [3]
+// CHECK: schedir: error: {{.*}}req-total-lt-prompt.mlir:5:3: req.queue waiting: need prompt <= total and computed <= total + placeholders; request(s) [3]
 // CHECK-NOT: Traceback
