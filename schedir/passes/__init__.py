@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from schedir.ir.pass_base import StepPass
 from schedir.passes.admit_greedy import AdmitGreedy
+from schedir.passes.orca_admit import OrcaAdmit
 from schedir.passes.order_fcfs import OrderFcfs
 from schedir.passes.order_priority import OrderPriority
 from schedir.passes.order_vllm import OrderVllm
@@ -28,5 +29,5 @@ def register_pass(cls: type[StepPass]) -> type[StepPass]:
 
 
 for _cls in (RejectOversized, OrderFcfs, OrderPriority, ScheduleRunning, AdmitGreedy, VerifyStep, OrderVllm,
-             VllmScheduleRunning, VllmAdmit):
+             VllmScheduleRunning, VllmAdmit, OrcaAdmit):
     register_pass(_cls)

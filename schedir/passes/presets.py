@@ -9,6 +9,9 @@ PRESETS: dict[str, str] = {
     "base": "reject-oversized,order-fcfs,schedule-running,admit-greedy,verify-step",
     # The same with priority order (lower value first, then arrival).
     "base-priority": "reject-oversized,order-priority,schedule-running,admit-greedy,verify-step",
+    # Orca (OSDI '22, Algorithm 1): iteration-level batching, whole prompts under the token cap,
+    # the whole KV of each request reserved at admission, so it never preempts.
+    "orca": "reject-oversized,order-fcfs,schedule-running,orca-admit,verify-step",
     # vLLM 0.32's v1 Scheduler.schedule(): same decisions, step by step (needs the step's mem.pool).
     "vllm": "reject-oversized,order-vllm,vllm-schedule-running,vllm-admit",
 }

@@ -49,7 +49,8 @@ def preset_names() -> list[str]:
 def config_for(case: FuzzCase, preset: str) -> Any:
     """The case's config for `preset`: only a pipeline with a long-prefill option (the `vllm`
     preset) honours long_prefill_token_threshold; others refuse it (see `pipeline_spec`), so
-    it is dropped for them. Likewise async scheduling for presets that cannot overlap decodes."""
+    it is dropped for them. Likewise async scheduling for presets that cannot overlap decodes,
+    and a budget below max_model_len for presets that run prompts whole (orca)."""
     from schedir.passes.presets import PRESETS
     from schedir.runtime.config import SchedulerConfig
     from schedir.runtime.scheduler import pipeline_spec
@@ -60,11 +61,14 @@ def config_for(case: FuzzCase, preset: str) -> Any:
             pipeline_spec(SchedulerConfig(pipeline=preset, long_prefill_token_threshold=1))
         except ValueError:
             cfg = attrs.evolve(cfg, long_prefill_token_threshold=0)
-    if cfg.async_scheduling and preset in PRESETS:
+    if preset in PRESETS:
         from schedir.ir.pipeline import PassManager
 
-        if not any("decode-overlap" in p.provides for p in PassManager.parse(PRESETS[preset]).passes):
+        passes = PassManager.parse(PRESETS[preset]).passes
+        if cfg.async_scheduling and not any("decode-overlap" in p.provides for p in passes):
             cfg = attrs.evolve(cfg, async_scheduling=False)  # the preset has no async mode (it would refuse it)
+        if any(getattr(p, "runs_prompts_whole", False) for p in passes):  # no chunking: the budget must hold a prompt
+            cfg = attrs.evolve(cfg, max_num_batched_tokens=max(cfg.max_num_batched_tokens, cfg.max_model_len))
     return cfg
 
 
