@@ -24,7 +24,8 @@ from pathlib import Path
 
 _ROOT = Path(__file__).resolve().parent
 KERNEL_MODULES = (
-    "lowering/hashing.py", "lowering/kv_pool.py", "lowering/batch_plan.py", "passes/kernels.py",
+    "lowering/hashing.py", "lowering/kv_pool.py", "lowering/batch_plan.py", "lowering/radix_cache.py",
+    "passes/kernels.py", "passes/orca_admit.py",
     "passes/vllm_kernels.py", "runtime/kernels.py", "runtime/table.py", "dialects/codes.py",
     "sim/workloads/tokens.py", "sim/workloads/prefix.py",
 )
