@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from schedir import Request, Scheduler, SchedulerConfig
+from schedir.runtime import table as T
 
 
 def run(window: bool, policy: str, seed: int, num_blocks: int) -> list[tuple]:
@@ -33,6 +34,9 @@ def run(window: bool, policy: str, seed: int, num_blocks: int) -> list[tuple]:
         decisions.append((tuple(out.req_ids), tuple(out.num_tokens.tolist()), tuple(out.computed.tolist()),
                           tuple(sorted(out.preempted_req_ids)), tuple(sorted(out.rejected.items()))))
         sched.update(out, np.where(out.sampled, 7, -1))
+        if window and policy == "fcfs":  # the window is the queue's head: it must stay in queued order
+            queued = sched.table.data[T.QUEUED, sched.waiting]
+            assert (np.diff(queued) > 0).all(), f"waiting out of queued order after step {len(decisions)}"
         assert len(decisions) < 20000
     assert sched.get_metrics()["finished_requests"] + sched.get_metrics()["rejected_requests"] == n
     return decisions

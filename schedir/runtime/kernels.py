@@ -69,14 +69,15 @@ STEP_COMPUTED, STEP_BLOCKS_BEFORE, STEP_KIND, STEP_BLOCKS_AFTER, STEP_GENERATION
 
 @nb.njit(cache=True)
 def settle_step(rows, tokens, new_rows, gone, front, data, running, waiting, table, nblk, block_size: int,
-                async_mode: bool):
+                async_mode: bool, preempted_first: bool):
     """Apply a lowered step to the request table and queues, and build its batch plan.
 
     Reads each scheduled row as the step was decided (status, computed, total, held blocks)
     before changing anything. Preempted rows go back to waiting at the front (`queued`
     counts down from `front`), admitted rows join running, every scheduled row advances by
     its tokens and is in flight; the queues keep the rows whose status still belongs there,
-    in order, then the newcomers. Returns (running, waiting, per_request, sampled,
+    in order, then the newcomers (with `preempted_first`, preempted rows go to the front of
+    waiting, last preempted first, so an FCFS waiting queue stays in `queued` order). Returns (running, waiting, per_request, sampled,
     query_start_loc, per_token, seq_lens, block_table): `per_request` is int64[5, n] with
     rows STEP_COMPUTED, STEP_BLOCKS_BEFORE, STEP_KIND (0 running, 1 new, 2 resumed),
     STEP_BLOCKS_AFTER and STEP_GENERATION; `per_token` is int64[2, T] (positions, slots).
@@ -132,12 +133,17 @@ def settle_step(rows, tokens, new_rows, gone, front, data, running, waiting, tab
             kept += 1
     new_waiting = np.empty(kept + gone.size, dtype=np.int64)
     at = 0
+    if preempted_first:
+        for k in range(gone.size):
+            new_waiting[k] = gone[gone.size - 1 - k]
+        at = gone.size
     for k in range(waiting.size):
         st = data[STATUS, waiting[k]]
         if st == WAITING or st == PREEMPTED:
             new_waiting[at] = waiting[k]
             at += 1
-    new_waiting[at:] = gone
+    if not preempted_first:
+        new_waiting[at:] = gone
     qsl, per_token, seq_lens, block_table = batch_plan_packed(rows, tokens, per_request[STEP_COMPUTED], table,
                                                               nblk, block_size)
     return new_running, new_waiting, per_request, sampled, qsl, per_token, seq_lens, block_table

@@ -125,6 +125,13 @@ class Scheduler:
         # (see `_admission_window`); a pipeline with another order sees the whole queue.
         self.window = (cfg.max_num_seqs + WINDOW_SLACK
                        if any(p.name == "order-vllm" for p in self.manager.passes) else 0)
+        # With a window and FCFS, `waiting` is kept in `queued` order (preempted rows in front),
+        # so the window is its head: no sort over thousands of waiting requests per step.
+        self._fcfs_window = bool(self.window) and cfg.policy == "fcfs"
+        # Rows reject-oversized will refuse (decided at arrival: a waiting request's length and
+        # peak never change), so the window includes them without checking every row each step.
+        self._oversized = np.zeros(64, dtype=np.bool_)
+        self._oversized_waiting = 0
         self._initial_facts: tuple[str, ...] = ("kv-pool",) if self.pool_level else ()
         self.running = _EMPTY
         self.waiting = _EMPTY
@@ -206,6 +213,15 @@ class Scheduler:
                                                  cfg.block_size)
         partial = n % cfg.block_size  # the unfinished last block: generated tokens complete it
         table.tail[row, :partial] = prompt32[n - partial:]
+        if row >= self._oversized.size:
+            grown = np.zeros(max(2 * self._oversized.size, row + 1), dtype=np.bool_)
+            grown[: self._oversized.size] = self._oversized
+            self._oversized = grown
+        too_long, too_big = oversized(d[T.TOTAL, row: row + 1], d[T.PROMPT, row: row + 1],
+                                      d[T.MAX_TOKENS, row: row + 1], cfg.max_model_len, self.pool.usable_blocks,
+                                      cfg.block_size)
+        self._oversized[row] = bool(too_long[0] or too_big[0])
+        self._oversized_waiting += int(self._oversized[row])
         self.waiting = np.append(self.waiting, row)
         self.metrics.record_arrival(arrival)
 
@@ -274,23 +290,33 @@ class Scheduler:
         aside, which are all included): leaving the rest out of the step keeps its cost flat
         when thousands wait (an overloaded simulation), with the same decisions (tested).
         Only the IR differs: requests outside the window get no `req.defer` this step.
+        Preempted requests whose stale outputs are still in flight are skipped by admission,
+        so the window reaches past them. Under FCFS `waiting` is already in `queued` order.
         """
         d = self.table.data
         cfg = self.config
         w = self.window
-        # requests whose stale outputs are still in flight are skipped this step: look past them
-        w = min(w + int(np.count_nonzero(d[T.STALE_OUTPUTS, waiting] > 0)), waiting.size)
-        if cfg.policy == "priority":
-            order = np.lexsort((d[T.RANK, waiting], d[T.ARRIVAL, waiting], d[T.PRIORITY, waiting]))
-            head = order[:w]
+        if self._fcfs_window:
+            stale = d[T.STALE_OUTPUTS, waiting[:w]] > 0  # preempted rows: at the front
+            while stale.any() and w < waiting.size:
+                extra = int(np.count_nonzero(stale))
+                stale = d[T.STALE_OUTPUTS, waiting[w: w + extra]] > 0
+                w += extra
+            head = waiting[:w]
         else:
-            head = np.argpartition(d[T.QUEUED, waiting], w - 1)[:w]
-        too_long, too_big = oversized(d[T.TOTAL, waiting], d[T.PROMPT, waiting], d[T.MAX_TOKENS, waiting],
-                                      cfg.max_model_len, self.pool.usable_blocks, cfg.block_size)
-        bad = np.flatnonzero(too_long | too_big)
-        if bad.size:
-            head = np.union1d(head, bad)
-        return waiting[head]
+            w = min(w + int(np.count_nonzero(d[T.STALE_OUTPUTS, waiting] > 0)), waiting.size)
+            order = np.lexsort((d[T.RANK, waiting], d[T.ARRIVAL, waiting], d[T.PRIORITY, waiting]))
+            head = waiting[order[:w]]
+        if self._oversized_waiting:
+            bad = waiting[self._oversized[waiting]]
+            if bad.size:
+                head = np.union1d(head, bad)
+        return head
+
+    def _forget_oversized(self, row: int) -> None:
+        if self._oversized[row]:
+            self._oversized[row] = False
+            self._oversized_waiting -= 1
 
     def _run_dumped(self, module: ModuleOp, step: int) -> None:
         cfg = self.config
@@ -357,13 +383,15 @@ class Scheduler:
                 rejected_out[name] = _REASON_NAMES.get(why, str(why))
                 self._finished.append(name)  # an engine that saw it (scheduled, preempted) frees its state
                 d[T.STATUS, r] = T.FINISHED
+                self._forget_oversized(r)
                 pool.free_request(r)
                 pool.nhash[r] = 0
                 table.release(r)
             self.metrics.rejected += ids.size
         (self.running, self.waiting, per_request, sampled, qsl, per_token, seq_lens,
          block_table) = settle_step(rows, tokens, new_rows, gone, self._front, d, self.running, self.waiting,
-                                    pool.table, pool.nblk, cfg.block_size, cfg.async_scheduling)
+                                    pool.table, pool.nblk, cfg.block_size, cfg.async_scheduling,
+                                    self._fcfs_window)
         if gone.size:
             self._front -= gone.size
             self.metrics.preemptions += gone.size
@@ -455,6 +483,7 @@ class Scheduler:
         else:
             self.metrics.aborted += 1
         table.data[T.STATUS, row] = T.FINISHED
+        self._forget_oversized(row)
         self.pool.free_request(row)
         self.pool.nhash[row] = 0
         self._finished.append(name)
