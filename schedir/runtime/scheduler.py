@@ -19,6 +19,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
+import attrs
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block
@@ -108,31 +109,11 @@ class Scheduler:
         self.table = T.RequestTable(64, cfg.block_size)
         self.pool = KVPool.create(cfg.num_blocks, cfg.block_size, width, rows=self.table.capacity,
                                   enable_caching=cfg.enable_prefix_caching)
-        self.spec = pipeline_spec(cfg)
-        self.manager = PassManager.parse(self.spec, verify_each=cfg.verify_each)
-        if not any("admissible" in p.provides for p in self.manager.passes):
-            raise PipelineError(f"pipeline '{self.spec}' has no pass that rejects requests longer than the model or "
-                                "the whole KV cache (reject-oversized provides 'admissible'): such a request would be "
-                                "scheduled past its blocks; put reject-oversized first")
-        self.pool_level = any("kv-pool" in p.requires for p in self.manager.passes)
-        if cfg.async_scheduling and not any("decode-overlap" in p.provides for p in self.manager.passes):
-            raise PipelineError(f"async_scheduling: pipeline '{self.spec}' has no pass that schedules a decode ahead "
-                                "of its sampled token (vllm-schedule-running provides 'decode-overlap'); run it "
-                                "without async scheduling or with the vllm preset")
-        # vLLM's AsyncScheduler registers a running request's newly filled blocks when its token returns
-        self._register_on_update = cfg.async_scheduling and cfg.enable_prefix_caching
-        # vLLM's order is known here, so a long waiting queue enters the step as its head only
-        # (see `_admission_window`); a pipeline with another order sees the whole queue.
-        self.window = (cfg.max_num_seqs + WINDOW_SLACK
-                       if any(p.name == "order-vllm" for p in self.manager.passes) else 0)
-        # With a window and FCFS, `waiting` is kept in `queued` order (preempted rows in front),
-        # so the window is its head: no sort over thousands of waiting requests per step.
-        self._fcfs_window = bool(self.window) and cfg.policy == "fcfs"
+        self._install_pipeline(cfg)
         # Rows reject-oversized will refuse (decided at arrival: a waiting request's length and
         # peak never change), so the window includes them without checking every row each step.
         self._oversized = np.zeros(64, dtype=np.bool_)
         self._oversized_waiting = 0
-        self._initial_facts: tuple[str, ...] = ("kv-pool",) if self.pool_level else ()
         self.running = _EMPTY
         self.waiting = _EMPTY
         self.metrics = RuntimeMetrics()
@@ -148,8 +129,43 @@ class Scheduler:
         # or DROPPED (a stale output of a request preempted and resumed meanwhile: not applied)
         self.last_update_codes = np.zeros(0, dtype=np.int8)
         self.last_module: ModuleOp | None = None  # the last step's IR (kept only with keep_ir)
-        self._recycled: RecycledStep | None = None  # the step IR skeleton reused from step to step
         self.keep_ir = False
+
+    def _install_pipeline(self, cfg: SchedulerConfig) -> None:
+        """Check `cfg`'s pipeline and make it the one `schedule()` runs (nothing changes if the
+        check fails)."""
+        spec = pipeline_spec(cfg)
+        manager = PassManager.parse(spec, verify_each=cfg.verify_each)
+        if not any("admissible" in p.provides for p in manager.passes):
+            raise PipelineError(f"pipeline '{spec}' has no pass that rejects requests longer than the model or "
+                                "the whole KV cache (reject-oversized provides 'admissible'): such a request would be "
+                                "scheduled past its blocks; put reject-oversized first")
+        if cfg.async_scheduling and not any("decode-overlap" in p.provides for p in manager.passes):
+            raise PipelineError(f"async_scheduling: pipeline '{spec}' has no pass that schedules a decode ahead "
+                                "of its sampled token (vllm-schedule-running provides 'decode-overlap'); run it "
+                                "without async scheduling or with the vllm preset")
+        # checked: install it
+        self.config, self.spec, self.manager = cfg, spec, manager
+        self.pool_level = any("kv-pool" in p.requires for p in manager.passes)
+        self._initial_facts = ("kv-pool",) if self.pool_level else ()
+        self._recycled: RecycledStep | None = None  # the step skeleton: the pipeline's shape (mem.pool or not)
+        # vLLM's AsyncScheduler registers a running request's newly filled blocks when its token returns
+        self._register_on_update = cfg.async_scheduling and cfg.enable_prefix_caching
+        # vLLM's order is known here, so a long waiting queue enters the step as its head only
+        # (see `_admission_window`); a pipeline with another order sees the whole queue.
+        self.window = (cfg.max_num_seqs + WINDOW_SLACK
+                       if any(p.name == "order-vllm" for p in manager.passes) else 0)
+        # With a window and FCFS, `waiting` is kept in `queued` order (preempted rows in front),
+        # so the window is its head: no sort over thousands of waiting requests per step.
+        self._fcfs_window = bool(self.window) and cfg.policy == "fcfs"
+
+    def set_pipeline(self, pipeline: str) -> None:
+        """Run another pipeline (preset or pass list) from the next step on, keeping every
+        request, queue, block and step in flight: a policy switch at run time. A pipeline that
+        is refused (unknown pass, missing reject-oversized, ...) raises and changes nothing."""
+        self._install_pipeline(attrs.evolve(self.config, pipeline=pipeline))
+        if self._fcfs_window and self.waiting.size > 1:  # the window reads waiting's head in queued order
+            self.waiting = self.waiting[np.argsort(self.table.data[T.QUEUED, self.waiting], kind="stable")]
 
     # ------------------------------------------------------------ ADD
     def add_request(self, request: Request) -> None:
