@@ -48,6 +48,26 @@ class Phase(IntEnum):
     MIXED = 2
 
 
+class Role(IntEnum):
+    """What an engine instance of a fleet serves (`cluster.fleet`)."""
+
+    BOTH = 0  # prefill and decode
+    PREFILL = 1
+    DECODE = 2
+
+
+class Why(IntEnum):
+    """Why a router decided as it did (`cluster.route`, `cluster.reject`)."""
+
+    ROUND_ROBIN = 0  # the next instance in turn
+    LEAST_LOAD = 1  # the least loaded instance
+    CACHE = 2  # the instance caching the longest prefix (hit ratio above the threshold)
+    DISAGGREGATED = 3  # a prefill and a decode instance (P/D disaggregation)
+    SLO = 4  # predicted to miss its TTFT or TBT target (rejection)
+    OVERLOADED = 5  # no instance has room (rejection)
+    NO_INSTANCE = 6  # no instance can serve it (rejection)
+
+
 def keyword(enum: type[IntEnum], code: int) -> str:
     return enum(code).name.lower()
 
@@ -56,5 +76,5 @@ def keywords(enum: type[IntEnum]) -> dict[str, int]:
     return {member.name.lower(): int(member) for member in enum}
 
 
-ENUM_COLUMNS: dict[str, type[IntEnum]] = {"reason": Reason, "status": Status}
+ENUM_COLUMNS: dict[str, type[IntEnum]] = {"reason": Reason, "status": Status, "role": Role, "why": Why}
 """Columns whose values print as keywords of an enumeration."""
