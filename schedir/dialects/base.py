@@ -121,6 +121,25 @@ def parse_columns(parser: Parser) -> ColumnsAttr:
     return ColumnsAttr(data)
 
 
+def print_yield(printer: Printer, op: Operation) -> None:
+    """A terminator's custom form: `<name> %a, %b [attributes {...}]`."""
+    if op.operands:
+        printer.print_string(" ")
+        printer.print_list(op.operands, printer.print_operand)
+    print_attr_dict(printer, op)
+
+
+def parse_yield_operands(parser: Parser, value_type: Attribute) -> list[SSAValue]:
+    """The operands of a terminator's custom form (none, or a comma-separated list)."""
+    values: list[SSAValue] = []
+    first = parser.parse_optional_unresolved_operand()
+    if first is not None:
+        values.append(parser.resolve_operand(first, value_type))
+        while parser.parse_optional_punctuation(",") is not None:
+            values.append(parser.parse_operand(value_type))
+    return values
+
+
 def print_attr_dict(printer: Printer, op: Operation) -> None:
     if op.attributes:
         printer.print_op_attributes(op.attributes, print_keyword=True)

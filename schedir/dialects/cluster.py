@@ -55,8 +55,10 @@ from schedir.dialects.base import (
     parse_attr_dict,
     parse_columns,
     parse_string,
+    parse_yield_operands,
     print_attr_dict,
     print_columns,
+    print_yield,
     set_ids,
     string_literal,
 )
@@ -378,20 +380,11 @@ class YieldOp(IRDLOperation):
                 raise VerifyException("cluster.yield: every operand must be a cluster.route result")
 
     def print(self, printer: Printer) -> None:
-        if self.sets:
-            printer.print_string(" ")
-            printer.print_list(self.sets, printer.print_operand)
-        print_attr_dict(printer, self)
+        print_yield(printer, self)
 
     @classmethod
     def parse(cls, parser: Parser) -> YieldOp:
-        values = []
-        first = parser.parse_optional_unresolved_operand()
-        if first is not None:
-            values.append(parser.resolve_operand(first, IDS))
-            while parser.parse_optional_punctuation(",") is not None:
-                values.append(parser.parse_operand(IDS))
-        return cls.create(operands=values, attributes=parse_attr_dict(parser))
+        return cls.create(operands=parse_yield_operands(parser, IDS), attributes=parse_attr_dict(parser))
 
 
 @irdl_op_definition

@@ -37,7 +37,16 @@ from xdsl.printer import Printer
 from xdsl.traits import IsTerminator, SingleBlockImplicitTerminator
 from xdsl.utils.exceptions import VerifyException
 
-from schedir.dialects.base import SET, RequestSetType, parse_attr_dict, parse_string, print_attr_dict, string_literal
+from schedir.dialects.base import (
+    SET,
+    RequestSetType,
+    parse_attr_dict,
+    parse_string,
+    parse_yield_operands,
+    print_attr_dict,
+    print_yield,
+    string_literal,
+)
 from schedir.dialects.req import QueueOp, ScheduleOp
 
 INT_FACTS = (
@@ -143,20 +152,11 @@ class YieldOp(IRDLOperation):
             raise VerifyException("sched.yield: a scheduled set appears more than once in the batch")
 
     def print(self, printer: Printer) -> None:
-        if self.sets:
-            printer.print_string(" ")
-            printer.print_list(self.sets, printer.print_operand)
-        print_attr_dict(printer, self)
+        print_yield(printer, self)
 
     @classmethod
     def parse(cls, parser: Parser) -> YieldOp:
-        values = []
-        first = parser.parse_optional_unresolved_operand()
-        if first is not None:
-            values.append(parser.resolve_operand(first, SET))
-            while parser.parse_optional_punctuation(",") is not None:
-                values.append(parser.parse_operand(SET))
-        return cls.create(operands=values, attributes=parse_attr_dict(parser))
+        return cls.create(operands=parse_yield_operands(parser, SET), attributes=parse_attr_dict(parser))
 
 
 @irdl_op_definition
