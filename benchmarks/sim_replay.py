@@ -5,9 +5,11 @@
     python benchmarks/sim_replay.py --profile            # where the wall time goes (cProfile top 25)
 
 Prints, per trace: requests, steps, simulated seconds, simulator wall seconds
-(target: the 12,031-request Mooncake hour in <= 60 s), wall µs per step split
-into scheduler (schedule + update) and the rest of the loop (cost model,
-bookkeeping, request generation), and the headline metrics. For comparison,
+(target, issue 18: the 12,031-request Mooncake hour in <= 20 s on one core) and
+the process's CPU seconds over the replay (less sensitive to a shared machine's
+load than wall), the wall split into the runtime's schedule() + update(), its
+add_request() (request table and prefix hashes), and the simulator itself (event
+loop, cost model, records, prompt-token generation), and the headline metrics. For comparison,
 the issue quotes Vidur replaying the 8,819-request Azure code trace in 24 s on
 this machine kind (Vidur is not installed here; that figure is not re-measured).
 The traces are read from ../shared/data/traces (not shipped with the project).
@@ -49,19 +51,25 @@ def replay(name: str, path: Path, args: argparse.Namespace) -> dict:
     load_s = time.perf_counter() - t0
     config = SimConfig(pipeline=args.preset, model=args.model, gpu=args.gpu, tp=args.tp)
     simulator = Simulator(config)
+    cpu0 = time.process_time()
     if args.profile:
         profiler = cProfile.Profile()
         result = profiler.runcall(simulator.run, workload)
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
     else:
         result = simulator.run(workload)
+    cpu_s = time.process_time() - cpu0
     m = summarize(result)
     sched_s = float(result.steps.column("sched_us").sum()) / 1e6
+    add_s = result.add_wall_s
+    wall = m["sim_wall_s"]
     steps = max(m["steps"], 1)
     print(f"\n== {name}: {path.name}  ({len(workload)} requests, loaded in {load_s:.2f} s)")
-    print(f"steps {m['steps']}, simulated {m['simulated_s']:.0f} s, simulator wall {m['sim_wall_s']:.1f} s "
-          f"({m['sim_wall_s'] / steps * 1e6:.0f} us/step: scheduler {sched_s / steps * 1e6:.0f}, "
-          f"rest {(m['sim_wall_s'] - sched_s) / steps * 1e6:.0f})")
+    print(f"steps {m['steps']}, simulated {m['simulated_s']:.0f} s, simulator wall {wall:.1f} s "
+          f"(cpu {cpu_s:.1f} s), {wall / steps * 1e6:.0f} us/step: scheduler {sched_s / steps * 1e6:.0f} "
+          f"(schedule+update), add_request {add_s / steps * 1e6:.0f}, simulator {(wall - sched_s - add_s) / steps * 1e6:.0f}")
+    print(f"wall split: runtime schedule+update {sched_s:.1f} s ({sched_s / wall:.0%}), add_request {add_s:.1f} s "
+          f"({add_s / wall:.0%}), simulator {wall - sched_s - add_s:.1f} s ({(wall - sched_s - add_s) / wall:.0%})")
     print(f"finished {m['requests']['finished']}, rejected {m['requests']['rejected']} {m['rejected_reasons']}, "
           f"preemptions {m['preemptions']}")
     print(f"TTFT p50/p90/p99 {m['ttft_s']['p50']:.3f}/{m['ttft_s']['p90']:.3f}/{m['ttft_s']['p99']:.3f} s, "
@@ -71,8 +79,8 @@ def replay(name: str, path: Path, args: argparse.Namespace) -> dict:
           f"prefix-hit {m['prefix_hit_rate']:.1%}, batch efficiency {m['batch_efficiency']:.1%}, "
           f"compute {m['compute_efficiency']:.1%}, KV {m['kv_utilization']:.1%}")
     if name == "mooncake" and not args.num_requests:
-        verdict = "meets" if m["sim_wall_s"] <= 60 else "MISSES"
-        print(f"target: Mooncake hour in <= 60 s on one core — {verdict} ({m['sim_wall_s']:.1f} s)")
+        verdict = "meets" if m["sim_wall_s"] <= 20 else "MISSES"
+        print(f"target: Mooncake hour in <= 20 s on one core — {verdict} ({m['sim_wall_s']:.1f} s)")
     if name == "azure-code" and not args.num_requests:
         print(f"Vidur (quoted in the issue, not re-run): 24 s for this trace; schedir {m['sim_wall_s']:.1f} s "
               f"({24 / m['sim_wall_s']:.1f}x)")

@@ -8,6 +8,7 @@ measured beside it. Every request is generated to its trace's output length
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 
@@ -19,8 +20,10 @@ from schedir.runtime.scheduler import Scheduler
 from schedir.sim.config import SimConfig
 from schedir.sim.cost_model import CostModel
 from schedir.sim.models import get_model
-from schedir.sim.records import RequestLog, SimResult, StepLog
+from schedir.sim.records import RequestLog, SimResult, StepLog, account_step
 from schedir.sim.workloads import Workload
+
+_NO_TOKENS = np.zeros(0, dtype=np.int64)
 
 Progress = Callable[[int, int, float], None]  # (requests done, requests total, simulated seconds)
 
@@ -54,38 +57,53 @@ class Simulator:
     def run(self, workload: Workload, progress: Progress | None = None, progress_every: int = 200) -> SimResult:
         cfg = self.config
         sched = Scheduler(cfg.scheduler_config(self.num_blocks, self.max_model_len), clock=self._clock)
-        cost = self.cost
+        step_cost = self.cost.step_cost
         vocab = self.vocab_size
         n = len(workload)
         arrivals = np.asarray(workload.arrival_s, dtype=np.float64)
         reqs = RequestLog(arrivals, workload.input_len, workload.output_len)
         steps = StepLog()
-        row_index = np.full(sched.table.capacity, -1, dtype=np.int64)
+        # Arrivals as plain Python numbers: the loop compares one float per step, and builds
+        # a Request per arrival without numpy scalars.
+        arrival_at = arrivals.tolist()
+        max_tokens = np.asarray(workload.output_len).tolist()
+        priority = np.asarray(workload.priority).tolist()
+        next_arrival = arrival_at[0] if n else math.inf
+        row_index = np.full(sched.table.capacity, -1, dtype=np.int64)  # runtime row -> request index
         input_len = reqs.input_len
+        first_scheduled_s, prefix_hit_tokens = reqs.first_scheduled_s, reqs.prefix_hit_tokens
+        first_token_s, last_token_s, tokens_out = reqs.first_token_s, reqs.last_token_s, reqs.tokens_out
+        finish_s = reqs.finish_s
         table = sched.table
+        row_of = table.row_of
         pool = sched.pool
         usable = pool.usable_blocks
-        self.now = 0.0
+        now = self.now = 0.0
         nxt = 0
         done = 0
+        add_s = 0.0
         stalled: str | None = None
         wall_start = time.perf_counter()
         perf = time.perf_counter
         while True:
-            while nxt < n and arrivals[nxt] <= self.now:
-                name = str(nxt)
-                sched.add_request(Request(name, workload.prompt_tokens(nxt, vocab), max_tokens=int(workload.output_len[nxt]),
-                                          priority=int(workload.priority[nxt]), arrival_time=float(arrivals[nxt]),
-                                          ignore_eos=True))
-                row = table.row_of[name]
-                if row >= row_index.size:
-                    row_index = np.concatenate([row_index, np.full(table.capacity - row_index.size, -1, np.int64)])
-                row_index[row] = nxt
-                nxt += 1
+            if next_arrival <= now:
+                a0 = perf()
+                while next_arrival <= now:
+                    name = str(nxt)
+                    sched.add_request(Request(name, workload.prompt_tokens(nxt, vocab), max_tokens=max_tokens[nxt],
+                                              priority=priority[nxt], arrival_time=next_arrival, ignore_eos=True))
+                    row = row_of[name]
+                    if row >= row_index.size:
+                        row_index = np.concatenate([row_index, np.full(table.capacity - row_index.size, -1,
+                                                                       np.int64)])
+                    row_index[row] = nxt
+                    nxt += 1
+                    next_arrival = arrival_at[nxt] if nxt < n else math.inf
+                add_s += perf() - a0
             if not sched.has_unfinished_requests():
                 if nxt >= n:
                     break
-                self.now = max(self.now, float(arrivals[nxt]))
+                now = self.now = max(now, next_arrival)
                 continue
 
             w0 = perf()
@@ -98,66 +116,52 @@ class Simulator:
             if out.preempted_req_ids:
                 for name in out.preempted_req_ids:
                     reqs.preemptions[int(name)] += 1
-            k = out.rows.size
+            rows = out.rows
+            k = rows.size
             if k == 0:
-                sched.update(out, np.zeros(0, dtype=np.int64))
+                sched.update(out, _NO_TOKENS)
                 if out.rejected or out.preempted_req_ids:
                     continue  # something changed: decide again at the same instant
                 if nxt < n:
-                    self.now = max(self.now, float(arrivals[nxt]))
+                    now = self.now = max(now, next_arrival)
                     continue
                 stalled = (f"step {out.step}: pipeline '{cfg.pipeline}' scheduled nothing with "
                            f"{sched.get_num_unfinished_requests()} requests unfinished and no arrivals left "
                            f"(first waiting: {_first_names(sched)})")
                 break
 
-            idx = row_index[out.rows]
+            idx = row_index[rows]
             num_tokens = out.num_tokens
             computed = out.computed
-            gpu_s, flops = cost.step_cost(num_tokens, computed)
-            start = self.now
-            self.now = start + gpu_s
-            sampled = out.sampled
-            tokens = np.where(sampled, (idx * 7919 + computed + num_tokens) % vocab, -1)
+            gpu_s, flops = step_cost(num_tokens, computed)
+            start = now
+            now = self.now = start + gpu_s
+            # One kernel: the sampled tokens for update() and the step's per-request records.
+            tokens = np.empty(k, dtype=np.int64)
+            prefill_tokens, decode_tokens, reqs.gap_count = account_step(
+                idx, num_tokens, computed, out.sampled, out.kind, input_len, vocab, start, now, first_scheduled_s,
+                prefix_hit_tokens, first_token_s, last_token_s, tokens_out, reqs.reserve_gaps(k), reqs.gap_count,
+                tokens)
             w2 = perf()
             finished = sched.update(out, tokens)
             w3 = perf()
-
-            # Requests admitted for the first time: queueing delay and prefix hit.
-            fresh = idx[out.kind == 1]
-            if fresh.size:
-                new_ones = fresh[np.isnan(reqs.first_scheduled_s[fresh])]
-                reqs.first_scheduled_s[new_ones] = start
-                hits = computed[out.kind == 1]
-                first = reqs.prefix_hit_tokens[fresh] < 0
-                reqs.prefix_hit_tokens[fresh[first]] = hits[first]
-            # Tokens delivered at the end of this step.
-            got = idx[sampled]
-            if got.size:
-                later = reqs.tokens_out[got] > 0
-                reqs.add_gaps(self.now - reqs.last_token_s[got[later]])
-                reqs.first_token_s[got[~later]] = self.now
-                reqs.last_token_s[got] = self.now
-                reqs.tokens_out[got] += 1
-            for name in finished:
-                reqs.finish_s[int(name)] = self.now
-            done += len(finished)
-
-            decode = (num_tokens == 1) & (computed >= input_len[idx])
-            decode_tokens = int(decode.sum())
-            steps.append(start, gpu_s, int(num_tokens.sum()) - decode_tokens, decode_tokens, k,
-                         int(sched.waiting.size), 1.0 - pool.num_free / usable, ((w1 - w0) + (w3 - w2)) * 1e6,
-                         flops)
+            if finished:
+                for name in finished:
+                    finish_s[int(name)] = now
+                done += len(finished)
+            steps.append(start, gpu_s, prefill_tokens, decode_tokens, k, sched.waiting.size,
+                         1.0 - pool.num_free / usable, ((w1 - w0) + (w3 - w2)) * 1e6, flops)
             if progress is not None and steps.size % progress_every == 0:
-                progress(done, n, self.now)
+                progress(done, n, now)
         wall = time.perf_counter() - wall_start
         if progress is not None:
             progress(done, n, self.now)
         return SimResult(
             config_name=cfg.name, config=attrs.asdict(cfg, value_serializer=_plain),
             workload={"name": workload.name, "source": workload.source, **workload.stats()},
-            num_blocks=self.num_blocks, max_model_len=self.max_model_len, peak_flops=cost.peak_flops,
+            num_blocks=self.num_blocks, max_model_len=self.max_model_len, peak_flops=self.cost.peak_flops,
             requests=reqs, steps=steps, runtime_metrics=sched.get_metrics(), sim_wall_s=wall, stalled=stalled,
+            add_wall_s=add_s,
         )
 
 
