@@ -213,8 +213,11 @@ class Scheduler:
         pool = self.pool
         d = self.table.data
         running, waiting = self.running, self.waiting
-        if self.window and waiting.size > self.window:
-            waiting = self._admission_window(waiting)
+        if self.window and waiting.size:
+            if running.size >= cfg.max_num_seqs:  # nothing can be admitted: the step sees only what it rejects
+                waiting = self._rejectable(waiting)
+            elif waiting.size > self.window:
+                waiting = self._admission_window(waiting)
         dumping = cfg.dumps(step)
         work_pool = pool.copy() if dumping and self.pool_level else pool
         facts = StepFacts(step=step, token_budget=cfg.max_num_batched_tokens, max_seqs=cfg.max_num_seqs,
@@ -278,6 +281,23 @@ class Scheduler:
         if bad.size:
             head = np.union1d(head, bad)
         return waiting[head]
+
+    def _rejectable(self, waiting: np.ndarray) -> np.ndarray:
+        """The waiting requests reject-oversized will refuse: all a vllm step decides about the
+        waiting queue while max_num_seqs requests run (vLLM's waiting loop stops at once then).
+        Leaving the others out (the window's rule, see `_admission_window`) spares the order and
+        admission passes a queue they can only defer; an empty one makes them skip at once."""
+        d = self.table.data
+        cfg = self.config
+        total = d[T.TOTAL, waiting]
+        mml, cache = cfg.max_model_len, self.pool.usable_blocks * cfg.block_size
+        longest = int(total.max())
+        if longest < mml and longest <= cache and (
+                mml - 1 <= cache or int((d[T.PROMPT, waiting] + d[T.MAX_TOKENS, waiting]).max()) - 1 <= cache):
+            return _EMPTY  # reject-oversized's own fast path: nobody is refused
+        too_long, too_big = oversized(total, d[T.PROMPT, waiting], d[T.MAX_TOKENS, waiting], mml,
+                                      self.pool.usable_blocks, cfg.block_size)
+        return waiting[too_long | too_big]
 
     def _run_dumped(self, module: ModuleOp, step: int) -> None:
         cfg = self.config
