@@ -119,6 +119,9 @@ class Scheduler:
         # (see `_admission_window`); a pipeline with another order sees the whole queue.
         self.window = (cfg.max_num_seqs + WINDOW_SLACK
                        if any(p.name == "order-vllm" for p in self.manager.passes) else 0)
+        # ... and while max_num_seqs requests run, as the requests it rejects only (see `_rejectable`),
+        # unless a long-prefill cap is set: whether it applies depends on how many requests wait
+        self.window_full = bool(self.window) and not any(getattr(p, "long_prefill", 0) for p in self.manager.passes)
         self._initial_facts: tuple[str, ...] = ("kv-pool",) if self.pool_level else ()
         self.running = _EMPTY
         self.waiting = _EMPTY
@@ -214,7 +217,7 @@ class Scheduler:
         d = self.table.data
         running, waiting = self.running, self.waiting
         if self.window and waiting.size:
-            if running.size >= cfg.max_num_seqs:  # nothing can be admitted: the step sees only what it rejects
+            if running.size >= cfg.max_num_seqs and self.window_full:  # nothing can be admitted: see _rejectable
                 waiting = self._rejectable(waiting)
             elif waiting.size > self.window:
                 waiting = self._admission_window(waiting)
