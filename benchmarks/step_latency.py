@@ -18,7 +18,17 @@ engine first runs a short untimed copy of each trace (imports, Numba JIT). Passe
 alternate their order between repetitions; medians and p90s pool all repetitions.
 Decisions are compared step by step with `parity.compare`.
 
-    python benchmarks/step_latency.py [--sizes 32,256] [--reps 5] [--quick] [--json OUT]
+Light-load scenarios (`--scenarios`, issue 18): parity-style traces with prefills, a waiting
+queue and prefix caching on, where every step with 1-32 scheduled requests is timed (prefill,
+mixed and decode steps alike, not only steady decode):
+- `mixed`: <= 32 running (max_num_seqs 32), Poisson arrivals above the service rate so a
+  waiting queue builds up, prompts 32-1024 tokens (half of them on one of 4 shared prefixes),
+  outputs 16-256, a 2048-token budget and a KV cache small enough to preempt now and then;
+- `few-b32`: ~6 running (max_num_seqs 6) with 32-token blocks, a waiting queue, shared prefixes;
+- `one`: one request at a time (8 requests, each arriving after the previous one finished).
+
+    python benchmarks/step_latency.py [--sizes 32,256] [--scenarios mixed,few-b32,one] [--reps 5]
+                                      [--quick] [--json OUT]
 
 Without vLLM installed, schedir runs alone and the script says vLLM is missing.
 """
@@ -92,6 +102,68 @@ def bench_config(n: int, output_len: int) -> ParityConfig:
     )
 
 
+LIGHT_WINDOW = (1, 32)
+"""Light load: steps scheduling 1-32 requests (any mix of prefill and decode) are timed."""
+SCENARIOS: tuple[str, ...] = ("mixed", "few-b32", "one")
+ONE_GAP = 320
+"""`one`: steps between arrivals, more than a request's prefill and output take."""
+
+
+def scenario_config(name: str, quick: bool = False) -> ParityConfig:
+    """A light-load scenario's parity config (see the module docstring)."""
+    k = 2 if quick else 1  # quick: fewer requests, same shape
+    if name == "mixed":
+        return ParityConfig(block_size=16, num_blocks=1000, max_num_batched_tokens=2048, max_num_seqs=32,
+                            num_requests=160 // k, arrival_rate=0.3, prompt_min=32, prompt_max=1024, output_min=16,
+                            output_max=256, num_shared_prefixes=4, share_prob=0.5, seed=18, name="mixed")
+    if name == "few-b32":
+        return ParityConfig(block_size=32, num_blocks=400, max_num_batched_tokens=2048, max_num_seqs=6,
+                            num_requests=60 // k, arrival_rate=0.05, prompt_min=32, prompt_max=1024, output_min=64,
+                            output_max=256, num_shared_prefixes=4, share_prob=0.5, seed=6, name="few-b32")
+    if name == "one":
+        return ParityConfig(block_size=16, num_blocks=1000, max_num_batched_tokens=2048, max_num_seqs=32,
+                            num_requests=8 // k, arrival_rate=1.0, prompt_min=32, prompt_max=1024, output_min=128,
+                            output_max=256, num_shared_prefixes=2, share_prob=0.5, seed=1, name="one")
+    raise ValueError(f"unknown scenario '{name}' (scenarios: {', '.join(SCENARIOS)})")
+
+
+def scenario_trace(name: str, cfg: ParityConfig) -> list[TraceRequest]:
+    trace = make_trace(cfg)
+    if name == "one":  # one request at a time: arrivals spaced past each request's end
+        trace = [attrs.evolve(r, arrival_step=i * ONE_GAP) for i, r in enumerate(trace)]
+    return trace
+
+
+@attrs.frozen
+class Case:
+    """One timed trace: a burst size N (steady decode steps in its window) or a light-load scenario
+    (every step with a batch in LIGHT_WINDOW)."""
+
+    label: str
+    cfg: ParityConfig
+    trace: list[TraceRequest]
+    lo: int
+    hi: int
+    decode_only: bool
+    warm_cfg: ParityConfig
+    warm_trace: list[TraceRequest]
+
+
+def size_case(n: int, output_len: int) -> Case:
+    cfg = bench_config(n, output_len)
+    warm = bench_config(n, WARMUP_OUTPUT_LEN)
+    lo, hi = window(n)
+    return Case(str(n), cfg, make_trace(cfg), lo, hi, True, warm, make_trace(warm))
+
+
+def scenario_case(name: str, quick: bool) -> Case:
+    cfg = scenario_config(name, quick)
+    warm = attrs.evolve(cfg, num_requests=min(cfg.num_requests, 6), output_min=4, output_max=8)
+    trace = scenario_trace(name, cfg)
+    warm_trace = [attrs.evolve(r, arrival_step=r.arrival_step // 40) for r in scenario_trace(name, warm)]
+    return Case(name, cfg, trace, *LIGHT_WINDOW, False, warm, warm_trace)
+
+
 class Probe:
     """Adds up the nanoseconds spent in wrapped functions until `take()` (profile passes only)."""
 
@@ -132,6 +204,7 @@ class TimedCalls:
         self.probe: Probe | None = None
         self.schedule_parts: list[dict[str, int]] = []
         self.update_parts: list[dict[str, int]] = []
+        self.waiting: list[int] = []  # schedir: waiting requests after each schedule() (untimed)
 
     def schedule(self) -> Any:
         clock = time.perf_counter_ns
@@ -141,6 +214,7 @@ class TimedCalls:
         self.schedule_ns.append(t1 - t0)
         if self._pass_timings:
             self.passes.append(tuple((t.name, t.seconds) for t in self._inner.manager.timings))
+            self.waiting.append(int(self._inner.waiting.size))
         if self.probe is not None:
             self.schedule_parts.append(self.probe.take())
         return out
@@ -186,6 +260,7 @@ class PassRun:
     schedule_ns: list[int]
     update_ns: list[int]
     passes: list[tuple[tuple[str, float], ...]]
+    waiting: list[int]
 
 
 def make_engine(variant: str, cfg: ParityConfig) -> tuple[Engine, TimedCalls]:
@@ -220,7 +295,7 @@ def run_pass(variant: str, cfg: ParityConfig, trace: Sequence[TraceRequest], no_
         raise RuntimeError(
             f"{variant}: {n} records but {len(timed.schedule_ns)} schedule / {len(timed.update_ns)} update timings"
         )
-    return PassRun(records, timed.schedule_ns, timed.update_ns, timed.passes)
+    return PassRun(records, timed.schedule_ns, timed.update_ns, timed.passes, timed.waiting)
 
 
 def steady_steps(records: Sequence[StepRecord], lo: int, hi: int) -> list[int]:
@@ -232,6 +307,33 @@ def steady_steps(records: Sequence[StepRecord], lo: int, hi: int) -> list[int]:
         if all(e[1] == 1 and not e[2] for e in r.cached):
             picked.append(i)
     return picked
+
+
+def timed_steps(records: Sequence[StepRecord], case: Case) -> list[int]:
+    """The steps a case times: steady decode steps in its window (sizes), or every step whose
+    batch (new + cached requests) lies in the window (light-load scenarios)."""
+    if case.decode_only:
+        return steady_steps(records, case.lo, case.hi)
+    return [i for i, r in enumerate(records) if case.lo <= len(r.new) + len(r.cached) <= case.hi]
+
+
+def trace_shape(run: PassRun, idx: Sequence[int]) -> dict[str, float]:
+    """What the timed steps held: mean batch, and the share with prefills, preemptions and a waiting queue."""
+    recs = [run.records[i] for i in idx]
+    if not recs:
+        return {}
+    shape = {
+        "mean_batch": float(np.mean([len(r.new) + len(r.cached) for r in recs])),
+        "max_batch": max(len(r.new) + len(r.cached) for r in recs),
+        "with_new_or_resumed": float(np.mean([bool(r.new) or any(e[2] for e in r.cached) for r in recs])),
+        "with_prefill_chunk": float(np.mean([bool(r.new) or any(e[1] > 1 for e in r.cached) for r in recs])),
+        "preemptions": sum(len(r.preempted) for r in recs),
+        "prefix_hit_tokens": sum(e[2] for r in recs for e in r.new),
+    }
+    if run.waiting:
+        shape["with_waiting"] = float(np.mean([run.waiting[i] > 0 for i in idx]))
+        shape["mean_waiting"] = float(np.mean([run.waiting[i] for i in idx]))
+    return shape
 
 
 def stats_us(ns: Sequence[int]) -> dict[str, float | int]:
@@ -253,8 +355,8 @@ class Collected:
     error: str | None = None
 
 
-def collect(run: PassRun, lo: int, hi: int, into: Collected) -> None:
-    idx = steady_steps(run.records, lo, hi)
+def collect(run: PassRun, case: Case, into: Collected) -> None:
+    idx = timed_steps(run.records, case)
     into.steps_per_rep.append(len(idx))
     into.schedule_ns.extend(run.schedule_ns[i] for i in idx)
     into.update_ns.extend(run.update_ns[i] for i in idx)
@@ -281,7 +383,7 @@ PROBED = ("build_step", "settle_step", "apply_samples")
 """Functions `schedir.runtime.scheduler` calls by module-global name; the profile pass wraps them."""
 
 
-def profile_schedir(variant: str, cfg: ParityConfig, trace: Sequence[TraceRequest], lo: int, hi: int) -> dict:
+def profile_schedir(variant: str, case: Case) -> dict:
     """Where schedir's time goes, from one extra pass with timers around its parts.
 
     Wrapped: `build_step` and `RecycledStep.refill` (the step IR: built fresh, or the
@@ -305,13 +407,13 @@ def profile_schedir(variant: str, cfg: ParityConfig, trace: Sequence[TraceReques
             recycled_cls.refill = probe.wrap("refill", refill)  # type: ignore[method-assign]
         if manager_cls is not None and manager_run is not None:
             manager_cls.run = probe.wrap("manager.run", manager_run)  # type: ignore[method-assign]
-        engine, timed = make_engine(variant, cfg)
+        engine, timed = make_engine(variant, case.cfg)
         inner = timed._inner
         if hasattr(inner, "_lower"):
             inner._lower = probe.wrap("_lower", inner._lower)
         timed.probe = probe
         gc.collect()
-        records = run_engine(engine, trace)
+        records = run_engine(engine, case.trace)
     finally:
         for name, fn in saved.items():
             setattr(rt, name, fn)
@@ -319,7 +421,7 @@ def profile_schedir(variant: str, cfg: ParityConfig, trace: Sequence[TraceReques
             manager_cls.run = manager_run  # type: ignore[method-assign]
         if recycled_cls is not None and refill is not None:
             recycled_cls.refill = refill  # type: ignore[method-assign]
-    idx = steady_steps(records, lo, hi)
+    idx = timed_steps(records, case)
     sched: dict[str, list[float]] = defaultdict(list)
     upd: dict[str, list[float]] = defaultdict(list)
     for i in idx:
@@ -361,17 +463,15 @@ def try_import_vllm() -> tuple[str | None, str | None, float]:
     return str(getattr(vllm, "__version__", "?")), None, time.perf_counter() - t0
 
 
-def warm_up(variants: Sequence[str], sizes: Sequence[int], no_gc: bool) -> dict[str, str]:
-    """Run every variant on a short copy of every size's trace (JIT, imports, first-call caches)."""
+def warm_up(variants: Sequence[str], cases: Sequence[Case], no_gc: bool) -> dict[str, str]:
+    """Run every variant on a short copy of every case's trace (JIT, imports, first-call caches)."""
     errors: dict[str, str] = {}
-    for n in sizes:
-        cfg = bench_config(n, WARMUP_OUTPUT_LEN)
-        trace = make_trace(cfg)
+    for case in cases:
         for v in variants:
             if v in errors:
                 continue
             try:
-                run_pass(v, cfg, trace, no_gc)
+                run_pass(v, case.warm_cfg, case.warm_trace, no_gc)
             except Exception as exc:  # noqa: BLE001 - a broken engine is reported, the others still run
                 errors[v] = f"{type(exc).__name__}: {exc}"
     return errors
@@ -387,7 +487,9 @@ def ratio(a: float, b: float) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--sizes", default="32,256", help="target running-request counts (comma-separated)")
+    parser.add_argument("--sizes", default="32,256", help="target running-request counts (comma-separated; '' for none)")
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS),
+                        help=f"light-load scenarios (comma-separated from {', '.join(SCENARIOS)}; '' for none)")
     parser.add_argument("--reps", type=int, default=None, help="passes per engine and size (default 5, quick 1)")
     parser.add_argument(
         "--output-len",
@@ -395,18 +497,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help=f"tokens each request generates at least (default {OUTPUT_LEN}, quick {QUICK_OUTPUT_LEN})",
     )
+    parser.add_argument("--variants", default=",".join(VARIANTS),
+                        help=f"engines to run (comma-separated from {', '.join(VARIANTS)})")
     parser.add_argument("--quick", action="store_true", help="short outputs, one repetition")
     parser.add_argument("--no-gc", action="store_true", help="disable the garbage collector during timed passes")
     parser.add_argument("--no-profile", action="store_true", help="skip the probed schedir pass (time breakdown)")
     parser.add_argument("--json", metavar="OUT", help="write all results as JSON here")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
     reps = args.reps if args.reps is not None else (1 if args.quick else 5)
     output_len = args.output_len if args.output_len is not None else (QUICK_OUTPUT_LEN if args.quick else OUTPUT_LEN)
 
     t_start = time.perf_counter()
     vllm_version, vllm_missing, import_s = try_import_vllm()
-    variants = [v for v in VARIANTS if v not in NEEDS_VLLM or vllm_version is not None]
+    asked = {v.strip() for v in args.variants.split(",") if v.strip()}
+    unknown = asked - set(VARIANTS)
+    if unknown:
+        parser.error(f"unknown variants {sorted(unknown)} (variants: {', '.join(VARIANTS)})")
+    variants = [v for v in VARIANTS if v in asked and (v not in NEEDS_VLLM or vllm_version is not None)]
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
     command = " ".join([os.path.basename(sys.executable), *sys.argv])
     machine = (
@@ -421,18 +530,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         print(f"vLLM {vllm_version} imported in {import_s:.1f} s")
 
+    cases = [size_case(n, output_len) for n in sizes] + [scenario_case(name, args.quick) for name in scenarios]
     t0 = time.perf_counter()
-    errors = warm_up(variants, sizes, args.no_gc)
+    errors = warm_up(variants, cases, args.no_gc)
     print(
         f"warm-up ({', '.join(variants)}; every size, {WARMUP_OUTPUT_LEN}-token outputs): "
         f"{time.perf_counter() - t0:.1f} s" + "".join(f"\n  {v} FAILED: {e}" for v, e in errors.items())
     )
 
-    results: dict[int, dict[str, Any]] = {}
-    for n in sizes:
-        cfg = bench_config(n, output_len)
-        trace = make_trace(cfg)
-        lo, hi = window(n)
+    results: dict[str, dict[str, Any]] = {}
+    for case in cases:
+        cfg, trace, lo, hi = case.cfg, case.trace, case.lo, case.hi
+        shape: dict[str, float] = {}
         collected = {v: Collected(error=errors.get(v)) for v in variants}
         parity: dict[str, list[dict[str, Any]]] = defaultdict(list)
         t0 = time.perf_counter()
@@ -447,7 +556,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 except Exception as exc:  # noqa: BLE001
                     collected[v].error = f"{type(exc).__name__}: {exc}"
                     continue
-                collect(runs[v], lo, hi, collected[v])
+                collect(runs[v], case, collected[v])
+                if v == "schedir-array" and rep == 0 and not case.decode_only:
+                    shape = trace_shape(runs[v], timed_steps(runs[v].records, case))
             ref_name = "vllm" if "vllm" in runs else "schedir-dict"
             for v, run in runs.items():
                 if v == ref_name or ref_name not in runs:
@@ -462,8 +573,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "first_divergence": report.first_divergence,
                     }
                 )
-        results[n] = {
+        results[case.label] = {
             "window": [lo, hi],
+            "decode_only": case.decode_only,
+            "shape": shape,
             "config": attrs.asdict(cfg),
             "wall_s": time.perf_counter() - t0,
             "reference": "vllm" if "vllm" in variants else "schedir-dict",
@@ -481,17 +594,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
 
     if not args.no_profile:
-        for n in sizes:
-            cfg = bench_config(n, output_len)
-            lo, hi = window(n)
+        for case in cases:
             profiles: dict[str, Any] = {}
             for v in ("schedir-dict", "schedir-array"):
-                if v in variants and not results[n]["engines"][v]["error"]:
+                if v in variants and not results[case.label]["engines"][v]["error"]:
                     try:
-                        profiles[v] = profile_schedir(v, cfg, make_trace(cfg), lo, hi)
+                        profiles[v] = profile_schedir(v, case)
                     except Exception as exc:  # noqa: BLE001 - the profile is an extra, never a failure
                         profiles[v] = {"error": f"{type(exc).__name__}: {exc}"}
-            results[n]["profile"] = profiles
+            results[case.label]["profile"] = profiles
 
     print_report(results, variants, reps, output_len)
     print(f"total {time.perf_counter() - t_start:.1f} s")
@@ -505,7 +616,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "reps": reps,
             "output_len": output_len,
             "no_gc": args.no_gc,
-            "sizes": {str(n): r for n, r in results.items()},
+            "cases": results,
         }
         with open(args.json, "w") as f:
             json.dump(doc, f, indent=1, default=str)
@@ -515,19 +626,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 1 if bad or failed else 0
 
 
-def print_report(results: dict[int, dict[str, Any]], variants: Sequence[str], reps: int, output_len: int) -> None:
+def print_report(results: dict[str, dict[str, Any]], variants: Sequence[str], reps: int, output_len: int) -> None:
     """The table: per size, each engine's schedule/update µs, the ratios, parity; then schedir's passes."""
     print(
         f"\ntrace per size N: N requests at step 0, prompts {PROMPT_MIN}-{PROMPT_MAX} tokens, outputs "
         f"{output_len}-{output_len + output_len // 8} tokens, budget 8192, max_num_seqs N, no preemption; "
         f"{reps} rep(s); timed: pure decode steps with running in the window"
     )
+    if any(not r["decode_only"] for r in results.values()):
+        print(
+            "light-load scenarios (every step with 1-32 requests timed, prefills included; prefix caching on): "
+            "mixed = <=32 running, queue, 16-token blocks, preemptions; few-b32 = ~6 running, 32-token blocks, "
+            "queue; one = one request at a time"
+        )
     head = f"{'running':>13}  {'engine':<14} {'schedule_us med / p90':>21}  {'update_us med / p90':>21}  {'steps':>6}"
     print(head)
     print("-" * len(head))
     for n, r in results.items():
         lo, hi = r["window"]
         label = f"{n} ({lo}-{hi})"
+        if not r["decode_only"] and r["shape"]:
+            sh = r["shape"]
+            print(
+                f"{label:>13}  light load, every step with {lo}-{hi} requests: mean batch {sh['mean_batch']:.1f} "
+                f"(max {sh['max_batch']}), steps with new/resumed {100 * sh['with_new_or_resumed']:.0f}%, "
+                f"with a prefill chunk {100 * sh['with_prefill_chunk']:.0f}%, "
+                f"with a waiting queue {100 * sh.get('with_waiting', float('nan')):.0f}% "
+                f"(mean {sh.get('mean_waiting', float('nan')):.1f}), preemptions {sh['preemptions']}"
+            )
         eng = r["engines"]
         for v in variants:
             e = eng[v]
@@ -554,6 +680,15 @@ def print_report(results: dict[int, dict[str, Any]], variants: Sequence[str], re
             if not ok:
                 first = next(p for p in ps if not p["identical"])
                 print("    " + str(first["first_divergence"]).replace("\n", "\n    "))
+    summary = [(n, r) for n, r in results.items() if "vllm" in r["engines"] and not r["engines"]["vllm"]["error"]
+               and "schedir-array" in r["engines"] and not r["engines"]["schedir-array"]["error"]]
+    if summary:
+        print("\nschedule() medians, schedir runtime (schedir-array) against vLLM in this run; targets: light load "
+              "<= 0.5x vLLM, 256 running <= 100 µs")
+        for n, r in summary:
+            v = r["engines"]["vllm"]["schedule"]["median_us"]
+            a = r["engines"]["schedir-array"]["schedule"]["median_us"]
+            print(f"  {n:>8}  vllm {v:8.1f}  schedir {a:8.1f}  schedir/vllm {a / v:5.2f}")
     cols: dict[str, dict[str, Any]] = {}
     for n, r in results.items():
         for v, p in r.get("profile", {}).items():
@@ -574,7 +709,8 @@ def print_report(results: dict[int, dict[str, Any]], variants: Sequence[str], re
                 vals = "".join(f"{p[call].get(name, float('nan')):11.1f}" for p in cols.values())
                 print(f"  {name if name.startswith('total') else '  ' + name:<40}" + vals)
         return
-    big = max(results)
+    sized = [k for k, r in results.items() if r["decode_only"]]
+    big = max(sized, key=int) if sized else next(iter(results))
     rows = {v: e["passes_median_us"] for v, e in results[big]["engines"].items() if e.get("passes_median_us")}
     if rows:
         names = list(next(iter(rows.values())))

@@ -198,6 +198,9 @@ class PassManager:
     registry: Registry | None = None
     _checked: dict[frozenset[str], frozenset[str]] = attrs.field(factory=dict)
     _transitions: dict[tuple[frozenset[str], int], frozenset[str]] = attrs.field(factory=dict)
+    # per checked input fact set: (pass, facts before it, facts after it or None if unchanged)
+    _chains: dict[frozenset[str], tuple[tuple[StepPass, frozenset[str], frozenset[str] | None], ...]] = attrs.field(
+        factory=dict)
     # perf_counter before and after each pass of the last run that finished, flat
     _marks: list[float] = attrs.field(factory=list)
     # (pass, option, queue) for every queue an option names explicitly; built on the first run
@@ -232,6 +235,10 @@ class PassManager:
         steps = steps_of(module)
         if not steps:
             raise PipelineError("the input holds no sched.step op")
+        if (len(steps) == 1 and self._named_queues == [] and not self.verify_each and self.instrument is None
+                and on_pass is None):
+            self._run_one(Step(steps[0]), marks)
+            return
         views = [Step(op) for op in steps]
         for view in views:
             self.check(view.fact_set)
@@ -265,6 +272,32 @@ class PassManager:
         if not observe:
             for view in views:
                 view.write_facts()
+
+    def _run_one(self, view: Step, marks: list[float]) -> None:
+        """`run` for one step, unobserved, with no queue named by an option (the runtime's path):
+        the pipeline's fact transitions from this input are computed once, then each pass runs."""
+        initial = view.fact_set
+        chain = self._chains.get(initial)
+        if chain is None:
+            self.check(initial)
+            links = []
+            facts = initial
+            for p in self.passes:
+                after = (facts - p.invalidates) | p.provides if p.provides or p.invalidates else None
+                links.append((p, facts, after))
+                facts = after if after is not None else facts
+            chain = self._chains[initial] = tuple(links)
+        clock = time.perf_counter
+        for p, before, after in chain:
+            start = clock()
+            p.run(view)
+            if after is not None:
+                if view._fact_set is before:
+                    view._fact_set = after
+                else:  # the pass changed the live facts itself: the general rule
+                    view._fact_set = (view.fact_set - p.invalidates) | p.provides
+            marks += (start, clock())
+        view.write_facts()
 
     @staticmethod
     def _check_queues(views: Sequence[Step], named: Sequence[tuple[StepPass, str, str]]) -> None:

@@ -43,6 +43,7 @@ _KEYS: dict[tuple[str, ...], ArrayAttr[StringAttr]] = {}
 
 
 _IDENTITY: dict[int, np.ndarray] = {}
+_FACT_SETS: dict[int, tuple[object, frozenset[str]]] = {}
 
 
 # Item access on xDSL's `SSAValues` (results, operands) without its Python-level `__getitem__`
@@ -119,7 +120,10 @@ class Step:
 
     def __init__(self, op: StepOp) -> None:
         self.op = op
-        self.block: Block = op.body.block
+        region = op.regions[0] if op.regions else None
+        block = region._first_block if region is not None else None
+        # `op.body.block` (an IRDL descriptor and a property, ~0.7 µs) checks the same
+        self.block: Block = block if block is not None and block is region._last_block else op.body.block
         self._facts: StepFacts | None = None
         self._fact_set: frozenset[str] | None = None
         # Keyed by id(value): hashing an xDSL SSAValue costs microseconds (it is not an identity hash).
@@ -137,7 +141,14 @@ class Step:
     def fact_set(self) -> frozenset[str]:
         """Analysis facts established so far (`sched.step`'s `facts`)."""
         if self._fact_set is None:
-            self._fact_set = self.op.fact_set()
+            attr = self.op.properties.get("facts")
+            known = _FACT_SETS.get(id(attr))
+            if known is not None and known[0] is attr:  # the facts array repeats (cached attributes)
+                self._fact_set = known[1]
+            else:
+                self._fact_set = self.op.fact_set()
+                if attr is not None and len(_FACT_SETS) < 4096:
+                    _FACT_SETS[id(attr)] = (attr, self._fact_set)  # holds attr: its id stays unique
         return self._fact_set
 
     def has_fact(self, fact: str) -> bool:

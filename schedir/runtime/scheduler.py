@@ -155,6 +155,9 @@ class Scheduler:
         # (see `_admission_window`); a pipeline with another order sees the whole queue.
         self.window = (cfg.max_num_seqs + WINDOW_SLACK
                        if any(p.name == "order-vllm" for p in manager.passes) else 0)
+        # ... and while max_num_seqs requests run, as the requests it rejects only (see `_rejectable`),
+        # unless a long-prefill cap is set: whether it applies depends on how many requests wait
+        self.window_full = bool(self.window) and not any(getattr(p, "long_prefill", 0) for p in manager.passes)
         # With a window and FCFS, `waiting` is kept in `queued` order (preempted rows in front),
         # so the window is its head: no sort over thousands of waiting requests per step.
         self._fcfs_window = bool(self.window) and cfg.policy == "fcfs"
@@ -256,8 +259,11 @@ class Scheduler:
         pool = self.pool
         d = self.table.data
         running, waiting = self.running, self.waiting
-        if self.window and waiting.size > self.window:
-            waiting = self._admission_window(waiting)
+        if self.window and waiting.size:
+            if running.size >= cfg.max_num_seqs and self.window_full:  # nothing can be admitted: see _rejectable
+                waiting = self._rejectable(waiting)
+            elif waiting.size > self.window:
+                waiting = self._admission_window(waiting)
         dumping = cfg.dumps(step)
         work_pool = pool.copy() if dumping and self.pool_level else pool
         facts = StepFacts(step=step, token_budget=cfg.max_num_batched_tokens, max_seqs=cfg.max_num_seqs,
@@ -333,6 +339,15 @@ class Scheduler:
         if self._oversized[row]:
             self._oversized[row] = False
             self._oversized_waiting -= 1
+
+    def _rejectable(self, waiting: np.ndarray) -> np.ndarray:
+        """The waiting requests reject-oversized will refuse: all a vllm step decides about the
+        waiting queue while max_num_seqs requests run (vLLM's waiting loop stops at once then).
+        Leaving the others out (the window's rule, see `_admission_window`) spares the order and
+        admission passes a queue they can only defer; an empty one makes them skip at once."""
+        if not self._oversized_waiting:  # flagged at arrival (see `_forget_oversized`): nobody is refused
+            return _EMPTY
+        return waiting[self._oversized[waiting]]
 
     def _run_dumped(self, module: ModuleOp, step: int) -> None:
         cfg = self.config
