@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from xdsl.dialects.builtin import ArrayAttr, StringAttr
-from xdsl.ir import Dialect
+from xdsl.ir import Dialect, Operation, SSAValue
 from xdsl.irdl import (
     IRDLOperation,
     irdl_op_definition,
@@ -276,6 +276,51 @@ class PreemptOp(OverSetOp):
         return {"mode": StringAttr(parser.parse_keyword_in(PREEMPT_MODES, " (recompute or swap)"))}
 
 
+@irdl_op_definition
+class SetStateOp(OverSetOp):
+    """Writes pass-declared request state (see `schedir.ir.state`): each column other than
+    `id` names a state column of the operand's queue and gives the requests' new values,
+    which the runtime keeps from the next step on. It decides nothing about this step.
+
+        req.set_state %w {id = [12, 11], level = [1, 0], attained = [512, 40]}
+    """
+
+    name = "req.set_state"
+    input = operand_def(RequestSetType)
+    columns = prop_def(ColumnsAttr)
+
+    def verify_(self) -> None:
+        self.verify_columns()
+        self.verify_subset_of(self.input)
+        names = [n for n in self.columns.names if n != "id"]
+        if not names:
+            raise VerifyException("req.set_state: no state column to write (give at least one besides 'id')")
+        queue = _root(self.input)
+        if queue is not None:
+            absent = [n for n in names if not queue.columns.has(n)]
+            if absent:
+                raise VerifyException(
+                    f"req.set_state: column(s) {', '.join(absent)} are not state of queue '{queue.queue.data}' "
+                    f"(its columns: {', '.join(queue.columns.names)})"
+                )
+        engine = [n for n in names if n in RUNTIME_COLUMNS]
+        if engine:
+            raise VerifyException(f"req.set_state: column(s) {', '.join(engine)} belong to the runtime, "
+                                  "not to a pass (only declared request state is written this way)")
+
+
+def _root(value: SSAValue) -> QueueOp | None:
+    op = value.owner
+    while isinstance(op, Operation) and not isinstance(op, QueueOp):
+        if not op.operands:
+            return None
+        op = op.operands[0].owner
+    return op if isinstance(op, QueueOp) else None
+
+
+RUNTIME_COLUMNS = frozenset(QUEUE_COLUMNS) | {"in_flight", "queued", "rank", "placeholders", "stale"}
+"""Queue columns the runtime owns; any other queue column is a pass's declared state."""
+
 SET_PRODUCERS = (QueueOp, SortOp, SelectOp)
 """Ops whose result is still pending (not yet decided) in its queue."""
 
@@ -284,6 +329,6 @@ OUTCOMES = (ScheduleOp, DeferOp, RejectOp, PreemptOp)
 
 Req = Dialect(
     "req",
-    [QueueOp, SortOp, SelectOp, ScheduleOp, DeferOp, RejectOp, PreemptOp],
+    [QueueOp, SortOp, SelectOp, ScheduleOp, DeferOp, RejectOp, PreemptOp, SetStateOp],
     [RequestSetType, ColumnsAttr],
 )

@@ -17,12 +17,12 @@ established (`facts`), so a dumped step is self-contained and replays alone.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import ClassVar
 
 import attrs
 import numpy as np
-from xdsl.dialects.builtin import I64, ArrayAttr, IntAttr, IntegerAttr, StringAttr, i64
+from xdsl.dialects.builtin import I64, ArrayAttr, DictionaryAttr, FloatAttr, IntAttr, IntegerAttr, StringAttr, f64, i64
 from xdsl.ir import Attribute, Block, Dialect
 from xdsl.irdl import (
     IRDLOperation,
@@ -317,4 +317,99 @@ class StepOp(IRDLOperation):
         return op
 
 
-Sched = Dialect("sched", [StepOp, YieldOp], [])
+class _StateValuesOp(IRDLOperation):
+    """Shared by `sched.state` and `sched.set_state`: named float values, `{name = 0.7, ...}`."""
+
+    values = prop_def(DictionaryAttr)
+
+    @classmethod
+    def of(cls, values: Mapping[str, float]) -> _StateValuesOp:
+        from schedir.ir.fastop import new_op
+
+        return new_op(cls, (), {"values": state_values_attr(values)})
+
+    def as_dict(self) -> dict[str, float]:
+        return {k: v.value.data for k, v in self.properties["values"].data.items()}  # type: ignore[attr-defined]
+
+    def verify_(self) -> None:
+        for key, value in self.values.data.items():
+            if not isinstance(value, FloatAttr):
+                raise VerifyException(f"{self.name}: value of '{key}' must be a number")
+        if not isinstance(self.parent_op(), StepOp):
+            raise VerifyException(f"{self.name} must be inside a sched.step")
+
+    def print(self, printer: Printer) -> None:
+        items = ", ".join(f"{k} = {_number_text(v)}" for k, v in self.as_dict().items())
+        printer.print_string(f" {{{items}}}")
+        print_attr_dict(printer, self)
+
+    @classmethod
+    def parse(cls, parser: Parser) -> _StateValuesOp:
+        values: dict[str, float] = {}
+
+        def parse_entry() -> None:
+            at = parser._current_token.span
+            key = parser.parse_identifier(" (a state name)")
+            if key in values:
+                parser.raise_error(f"state '{key}' given twice", at)
+            parser.parse_punctuation("=")
+            values[key] = float(parser.parse_number(context_msg=f" (the value of state '{key}')"))
+
+        parser.parse_comma_separated_list(parser.Delimiter.BRACES, parse_entry, " (state values)")
+        return cls.create(properties={"values": state_values_attr(values)}, attributes=parse_attr_dict(parser))
+
+
+def _number_text(value: float) -> str:
+    return repr(float(value))
+
+
+_STATE_ATTRS: dict[tuple[tuple[str, float], ...], DictionaryAttr] = {}
+
+
+def state_values_attr(values: Mapping[str, float]) -> DictionaryAttr:
+    """A cached `{name = value : f64}` dictionary (most steps repeat the last values)."""
+    key = tuple((k, float(v)) for k, v in values.items())
+    attr = _STATE_ATTRS.get(key)
+    if attr is None:
+        attr = DictionaryAttr({k: FloatAttr(v, f64) for k, v in key})
+        if len(_STATE_ATTRS) < 4096:
+            _STATE_ATTRS[key] = attr
+    return attr
+
+
+@irdl_op_definition
+class StateOp(_StateValuesOp):
+    """The scheduler-level state passes declared (`schedir.ir.state`), as it stands at the start
+    of the step; the first op of a step whose pipeline declares any.
+
+        sched.state {new_token_ratio = 0.7}
+    """
+
+    name = "sched.state"
+
+
+@irdl_op_definition
+class SetStateOp(_StateValuesOp):
+    """New values for scheduler-level state, kept from the next step on (a later write wins).
+    Each name must be one the step's `sched.state` lists.
+
+        sched.set_state {new_token_ratio = 0.6986}
+    """
+
+    name = "sched.set_state"
+
+    def verify_(self) -> None:
+        super().verify_()
+        block = self.parent_block()
+        declared: set[str] = set()
+        if block is not None:
+            for op in block.ops:
+                if isinstance(op, StateOp):
+                    declared.update(op.values.data)
+        unknown = sorted(set(self.values.data) - declared)
+        if unknown:
+            raise VerifyException(f"sched.set_state: {', '.join(unknown)} is not scheduler state of this step "
+                                  f"(its sched.state lists: {', '.join(sorted(declared)) or 'nothing'})")
+
+
+Sched = Dialect("sched", [StepOp, YieldOp, StateOp, SetStateOp], [])

@@ -19,7 +19,7 @@ from schedir.dialects.columns import ColumnsAttr
 from schedir.dialects.mem import MatchOp
 from schedir.dialects.pool import PoolOp
 from schedir.dialects.req import QueueOp
-from schedir.dialects.sched import StepFacts, StepOp, YieldOp
+from schedir.dialects.sched import StateOp, StepFacts, StepOp, YieldOp, state_values_attr
 from schedir.ir.fastop import dispose, new_op, region_of
 from schedir.lowering.kv_pool import KVPool
 
@@ -48,13 +48,17 @@ def build_step(
     queues: Mapping[str, Columns | ColumnsAttr],
     hits: Mapping[str, Columns] | None = None,
     pool: KVPool | None = None,
+    state: Mapping[str, float] | None = None,
 ) -> ModuleOp:
     """A module with one `sched.step`: a `req.queue` per entry of `queues` (in order; a
     queue's columns are arrays by name, or a ready `ColumnsAttr`),
     and a `mem.match` per entry of `hits` (queue name -> `id`, `hit` and optionally
     `cached_free` columns). With hits, the step records the `prefix-hits` fact.
-    With `pool`, the step carries it (`mem.pool`, first op) and records `kv-pool`."""
+    With `pool`, the step carries it (`mem.pool`, first op) and records `kv-pool`. With `state`
+    (scheduler-level state its pipeline declares), a `sched.state` op lists it."""
     ops: list = [PoolOp.of(pool)] if pool is not None else []
+    if state:
+        ops.append(new_op(StateOp, (), {"values": state_values_attr(state)}))
     by_name: dict[str, QueueOp] = {}
     for name, columns in queues.items():
         op = queue_op(name, columns)
@@ -87,8 +91,9 @@ class RecycledStep:
     `refill` says so and the caller starts a new skeleton.
     """
 
-    def __init__(self, facts: StepFacts, queues: Mapping[str, ColumnsAttr], pool: KVPool | None) -> None:
-        self.module = build_step(facts, queues, None, pool=pool)
+    def __init__(self, facts: StepFacts, queues: Mapping[str, ColumnsAttr], pool: KVPool | None,
+                 state: Mapping[str, float] | None = None) -> None:
+        self.module = build_step(facts, queues, None, pool=pool, state=state)
         self.step_op: StepOp = self.module.regions[0].block.first_op  # type: ignore[assignment]
         self.block = self.step_op.regions[0].block
         ops = []
@@ -102,11 +107,15 @@ class RecycledStep:
         self.names = tuple(queues)
         self.facts_in = facts.facts
         self.pool_op: PoolOp | None = self.base[0] if pool is not None else None  # type: ignore[assignment]
+        self.state_op: StateOp | None = next((op for op in self.base if type(op) is StateOp), None)  # type: ignore[assignment]
 
-    def refill(self, facts: StepFacts, queues: Mapping[str, ColumnsAttr], pool: KVPool | None) -> ModuleOp | None:
-        """This step's IR with `facts`, `queues` and `pool` (the same queue names, in order, and
-        pool or none, as at creation); None when the skeleton was rewritten or the inputs differ."""
-        if tuple(queues) != self.names or facts.facts != self.facts_in or (pool is None) != (self.pool_op is None):
+    def refill(self, facts: StepFacts, queues: Mapping[str, ColumnsAttr], pool: KVPool | None,
+               state: Mapping[str, float] | None = None) -> ModuleOp | None:
+        """This step's IR with `facts`, `queues`, `pool` and `state` (the same queue names, in
+        order, pool or none, state or none, as at creation); None when the skeleton was
+        rewritten or the inputs differ."""
+        if (tuple(queues) != self.names or facts.facts != self.facts_in or (pool is None) != (self.pool_op is None)
+                or (not state) != (self.state_op is None)):
             return None
         block = self.block
         op = block._first_op
@@ -140,6 +149,8 @@ class RecycledStep:
         if self.pool_op is not None:
             self.pool_op.properties = {"state": self.pool_op.properties["state"]}
             self.pool_op._live = pool
+        if self.state_op is not None:
+            self.state_op.properties = {"values": state_values_attr(state)}  # type: ignore[arg-type]
         self.step_op.attributes = {}
         self.step_op.set_facts(facts)
         return self.module

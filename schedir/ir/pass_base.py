@@ -6,7 +6,9 @@ options, `name{opt=v}` on the command line) that also declares
 - `requires`: facts that must hold before it runs (provided by an earlier pass,
   or recorded in the input step's `facts`),
 - `provides`: facts that hold after it runs,
-- `invalidates`: facts it breaks (a later pass needing them must re-establish them).
+- `invalidates`: facts it breaks (a later pass needing them must re-establish them),
+- `request_state` / `scheduler_state`: state it keeps across steps, carried by the runtime
+  and shown in the step IR (see `schedir.ir.state`).
 
 The pass manager checks these before running anything; see `schedir.ir.pipeline`.
 """
@@ -21,6 +23,7 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
+from schedir.ir.state import RequestState, SchedulerState
 from schedir.ir.step import Step, steps_of
 
 
@@ -35,6 +38,8 @@ class StepPass(ModulePass):
     requires: ClassVar[frozenset[str]] = frozenset()
     provides: ClassVar[frozenset[str]] = frozenset()
     invalidates: ClassVar[frozenset[str]] = frozenset()
+    request_state: ClassVar[tuple[RequestState, ...]] = ()
+    scheduler_state: ClassVar[tuple[SchedulerState, ...]] = ()
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for step_op in steps_of(op):

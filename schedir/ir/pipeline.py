@@ -23,6 +23,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from schedir.ir.errors import PassFailure, PipelineError, QueueOptionError
 from schedir.ir.pass_base import StepPass
+from schedir.ir.state import DeclaredState, StateConflict, declared_state
 from schedir.ir.step import Step, steps_of
 from schedir.ir.textio import print_ir, verify_message
 
@@ -205,6 +206,17 @@ class PassManager:
     _marks: list[float] = attrs.field(factory=list)
     # (pass, option, queue) for every queue an option names explicitly; built on the first run
     _named_queues: list[tuple[StepPass, str, str]] | None = None
+    state: DeclaredState = attrs.field(init=False)
+    """The state the passes declare (`schedir.ir.state`), checked for conflicts at construction."""
+
+    def __attrs_post_init__(self) -> None:
+        try:
+            self.state = declared_state(self.passes)
+        except StateConflict as err:
+            raise PipelineError(str(err)) from None
+
+    def _state_defaults(self) -> tuple[dict[str, float], dict[str, int]]:
+        return ({s.name: s.default for s in self.state.scheduler}, {s.name: s.default for s in self.state.requests})
 
     @property
     def timings(self) -> list[PassTiming]:
@@ -242,6 +254,9 @@ class PassManager:
         views = [Step(op) for op in steps]
         for view in views:
             self.check(view.fact_set)
+        if self.state:
+            for view in views:
+                view.ensure_state(*self._state_defaults())
         named = self._named_queues
         if named is None:
             named = self._named_queues = [(p, option, queue) for p in self.passes for option, queue in p.named_queues()]
@@ -277,6 +292,8 @@ class PassManager:
         """`run` for one step, unobserved, with no queue named by an option (the runtime's path):
         the pipeline's fact transitions from this input are computed once, then each pass runs."""
         initial = view.fact_set
+        if self.state:
+            view.ensure_state(*self._state_defaults())
         chain = self._chains.get(initial)
         if chain is None:
             self.check(initial)

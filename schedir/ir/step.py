@@ -32,7 +32,17 @@ from schedir.dialects.req import (
     SelectOp,
     SortOp,
 )
-from schedir.dialects.sched import StepFacts, StepOp, YieldOp, facts_attr, i64_attr
+from schedir.dialects.req import SetStateOp as ReqSetStateOp
+from schedir.dialects.sched import (
+    SetStateOp,
+    StateOp,
+    StepFacts,
+    StepOp,
+    YieldOp,
+    facts_attr,
+    i64_attr,
+    state_values_attr,
+)
 from schedir.ir.fastop import append_operand, insert_before, new_op
 from schedir.lowering.kv_pool import KVPool
 
@@ -165,6 +175,39 @@ class Step:
             self.op.facts = facts_attr(self._fact_set)
 
     # ------------------------------------------------------------ finding ops
+    def ensure_state(self, scheduler: dict[str, float], requests: dict[str, int]) -> None:
+        """Give the step every declared state it lacks, at its default: a `sched.state` listing
+        the `scheduler` values, and the `requests` columns on each `req.queue` (a hand-written or
+        older step run by a pipeline that declares state). A runtime-built step has them all."""
+        if requests:
+            for queue in self.queues():
+                cols = queue.properties["columns"]
+                missing = [k for k in requests if not cols.has(k)]  # type: ignore[attr-defined]
+                if missing:
+                    n = len(cols)
+                    queue.properties["columns"] = ColumnsAttr.of(
+                        {**cols.as_dict(), **{k: np.full(n, requests[k], dtype=np.int64) for k in missing}})  # type: ignore[attr-defined]
+                    self.forget()
+        if not scheduler:
+            return
+        present: dict[str, float] = {}
+        existing = None
+        for op in self.ops_of(StateOp):
+            existing = op
+            present.update(op.as_dict())  # type: ignore[attr-defined]
+        missing_values = {k: v for k, v in scheduler.items() if k not in present}
+        if not missing_values:
+            return
+        if existing is not None:
+            existing.properties["values"] = state_values_attr({**present, **missing_values})
+            return
+        op = new_op(StateOp, (), {"values": state_values_attr(missing_values)})
+        first = self.block.first_op
+        if first is None:
+            self.block.add_op(op)
+        else:
+            self.block.insert_op_before(op, first)
+
     def ops(self) -> Iterator[Operation]:
         return iter(self.block.ops)
 
@@ -335,6 +378,46 @@ class Step:
                 if op.columns.has("cached_free"):  # type: ignore[attr-defined]
                     cached_free[found] = op.col("cached_free")[at[found]]  # type: ignore[attr-defined]
         return hit, cached_free, np.arange(ids.size, dtype=np.int64)
+
+    # ------------------------------------------------------------ pass-declared state (schedir.ir.state)
+    def state(self, name: str, default: float | None = None) -> float:
+        """Scheduler-level state `name` as this step sees it: the last `sched.set_state` so far,
+        else the step's `sched.state`; `default` when the step carries neither (a hand-written
+        step), else an error."""
+        found: float | None = None
+        op = self.block.first_op
+        while op is not None:
+            kind = type(op)
+            if kind is StateOp or kind is SetStateOp:
+                value = op.properties["values"].data.get(name)  # type: ignore[union-attr]
+                if value is not None:
+                    found = value.value.data
+            op = op._next_op
+        if found is not None:
+            return found
+        if default is None:
+            raise ValueError(f"the step has no scheduler state '{name}' (the runtime lists the state its "
+                             "pipeline declares in a sched.state op)")
+        return default
+
+    def set_state(self, **values: float) -> None:
+        """New scheduler-level values, kept from the next step on (a `sched.set_state`; the pass
+        manager gives a step without `sched.state` one with the declared defaults)."""
+        if values:
+            self.append(new_op(SetStateOp, (), {"values": state_values_attr(values)}))
+
+    def state_column(self, value: SSAValue, name: str, default: int) -> np.ndarray:
+        """Declared request state `name` for the requests of `value`; `default` for every request
+        when the queue does not carry the column (a hand-written step)."""
+        if self.root(value).properties["columns"].has(name):  # type: ignore[union-attr]
+            return self.column(value, name)
+        return np.full(len(self.ids(value)), default, dtype=np.int64)
+
+    def set_request_state(self, value: SSAValue, ids: np.ndarray, **columns: np.ndarray) -> None:
+        """New values of declared request state for `ids` (a `req.set_state`), kept from the next
+        step on; the column must be in the queue `value` derives from."""
+        if ids.size and columns:
+            self._over(ReqSetStateOp, value, {"id": ids, **columns})
 
     # ------------------------------------------------------------ budgets
     def usage(self) -> Usage:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 import attrs
@@ -83,6 +83,9 @@ class Request:
     eos_token_id: int | None = None
     ignore_eos: bool = False
     stop_token_ids: Sequence[int] = ()
+    state: Mapping[str, int] = attrs.field(factory=dict)
+    """Initial values of request state the pipeline's passes declare (e.g. a tenant id), by name;
+    undeclared names are refused. Unnamed state starts at its declared default."""
 
     def arrival(self, clock: Callable[[], float] = time.monotonic) -> float:
         """The arrival time on the scheduler's clock (now, if the request did not say)."""

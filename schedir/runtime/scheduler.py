@@ -28,6 +28,8 @@ from schedir.dialects.codes import Reason
 from schedir.dialects.columns import ColumnsAttr
 from schedir.dialects.mem import MatchOp
 from schedir.dialects.req import PreemptOp, RejectOp, ScheduleOp
+from schedir.dialects.req import SetStateOp as ReqSetStateOp
+from schedir.dialects.sched import SetStateOp as SchedSetStateOp
 from schedir.dialects.sched import StepFacts
 from schedir.ir.builder import RecycledStep, build_step
 from schedir.ir.errors import PassFailure, PipelineError
@@ -146,6 +148,7 @@ class Scheduler:
                                 "without async scheduling or with the vllm preset")
         # checked: install it
         self.config, self.spec, self.manager = cfg, spec, manager
+        self._install_state(manager)
         self.pool_level = any("kv-pool" in p.requires for p in manager.passes)
         self._initial_facts = ("kv-pool",) if self.pool_level else ()
         self._recycled: RecycledStep | None = None  # the step skeleton: the pipeline's shape (mem.pool or not)
@@ -161,6 +164,35 @@ class Scheduler:
         # With a window and FCFS, `waiting` is kept in `queued` order (preempted rows in front),
         # so the window is its head: no sort over thousands of waiting requests per step.
         self._fcfs_window = bool(self.window) and cfg.policy == "fcfs"
+
+    def _install_state(self, manager: PassManager) -> None:
+        """Carry the state the pipeline's passes declare (`schedir.ir.state`): request state as
+        table rows that every `req.queue` of the step shows after the runtime's columns,
+        scheduler state as values the step's `sched.state` lists. State a previous pipeline
+        declared is kept (switching back finds it); new state starts at its default."""
+        declared = manager.state
+        self.declared_state = declared
+        table = self.table
+        self._state_rows = np.array([table.declare_state(s.name, s.default) for s in declared.requests],
+                                    dtype=np.int64)
+        self._queue_names = _QUEUE_NAMES + declared.request_names
+        self._no_requests = _NO_REQUESTS if not declared.requests else ColumnsAttr.of_matrix(
+            self._queue_names, np.zeros((len(self._queue_names), 0), dtype=np.int64))
+        values = getattr(self, "scheduler_state", {})
+        for s in declared.scheduler:
+            values.setdefault(s.name, s.default)
+        self.scheduler_state: dict[str, float] = values
+        self._state_names = declared.scheduler_names
+
+    def _queue_attr(self, rows: np.ndarray, running: bool) -> ColumnsAttr:
+        """A queue's columns for the step IR: the runtime's, then the declared request state."""
+        if not rows.size:
+            return self._no_requests
+        d = self.table.data
+        matrix = queue_columns(d, rows, self.pool.nblk, running)
+        if self._state_rows.size:
+            matrix = np.vstack([matrix, self.table.state[self._state_rows][:, rows]])
+        return ColumnsAttr.of_matrix(self._queue_names, matrix, copy=False)
 
     def set_pipeline(self, pipeline: str) -> None:
         """Run another pipeline (preset or pass list) from the next step on, keeping every
@@ -188,8 +220,11 @@ class Scheduler:
         arrival = request.arrival(self.clock)
         if arrival < 0:
             raise ValueError(f"request '{name}': arrival_time must be >= 0, got {arrival}")
+        initial = self._initial_state(name, request.state) if request.state else ()
         table = self.table
         row = table.take_row(name)
+        for index, value in initial:
+            table.state[index, row] = value
         if table.capacity > self.pool.rows:
             self.pool.grow_rows(table.capacity)
         cfg = self.config
@@ -244,6 +279,19 @@ class Scheduler:
         self.waiting = np.append(self.waiting, row)
         self.metrics.record_arrival(arrival)
 
+    def _initial_state(self, name: str, given: Mapping[str, int]) -> list[tuple[int, int]]:
+        """(state row, value) for each entry of a request's `state`; an undeclared name is refused."""
+        out = []
+        declared = self.declared_state.request_names
+        for key, value in given.items():
+            if key not in declared:
+                raise ValueError(f"request '{name}': state '{key}' is not declared by pipeline '{self.config.pipeline}' "
+                                 f"(its request state: {', '.join(declared) or 'none'})")
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise ValueError(f"request '{name}': state '{key}' must be an integer, got {value!r}")
+            out.append((self.table.state_index[key], int(value)))
+        return out
+
     def _refresh_stops(self) -> None:
         pairs = [(r, t) for r, ids in self.table.stop_ids.items() for t in sorted(ids)]
         self._stop_rows = np.array([p[0] for p in pairs], dtype=np.int64)
@@ -271,10 +319,8 @@ class Scheduler:
                           cached_free_blocks=pool.num_cached_free() if cfg.enable_prefix_caching else 0,
                           total_blocks=pool.usable_blocks, max_model_len=cfg.max_model_len, policy=cfg.policy,
                           facts=self._initial_facts)
-        queues = {"running": ColumnsAttr.of_matrix(_QUEUE_NAMES, queue_columns(d, running, pool.nblk, True), copy=False)
-                  if running.size else _NO_REQUESTS,
-                  "waiting": ColumnsAttr.of_matrix(_QUEUE_NAMES, queue_columns(d, waiting, pool.nblk, False), copy=False)
-                  if waiting.size else _NO_REQUESTS}
+        queues = {"running": self._queue_attr(running, True), "waiting": self._queue_attr(waiting, False)}
+        state = {n: self.scheduler_state[n] for n in self._state_names} if self._state_names else None
         hits = None
         if not self.pool_level and cfg.enable_prefix_caching and waiting.size:
             hit, cached_free = match_rows(waiting, d[T.TOTAL, waiting], cfg.block_size, pool.ref, pool.rhash,
@@ -283,12 +329,12 @@ class Scheduler:
         step_pool = work_pool if self.pool_level else None
         recycled = hits is None and not dumping and not self.keep_ir
         if recycled:  # the usual step: refill last step's skeleton (see RecycledStep)
-            module = self._recycled.refill(facts, queues, step_pool) if self._recycled is not None else None
+            module = self._recycled.refill(facts, queues, step_pool, state) if self._recycled is not None else None
             if module is None:
-                self._recycled = RecycledStep(facts, queues, step_pool)
+                self._recycled = RecycledStep(facts, queues, step_pool, state)
                 module = self._recycled.module
         else:
-            module = build_step(facts, queues, hits, pool=step_pool)
+            module = build_step(facts, queues, hits, pool=step_pool, state=state)
         if dumping:
             self._run_dumped(module, step)
             self.pool = pool = work_pool
@@ -369,6 +415,7 @@ class Scheduler:
         preempted: list[np.ndarray] = []
         rejected: list[tuple[np.ndarray, np.ndarray]] = []
         matches: list[MatchOp] = []
+        state_writes: list = []
         op = block.first_op
         while op is not None:
             kind = type(op)
@@ -384,7 +431,11 @@ class Scheduler:
                 rejected.append((op.ids, op.col("reason")))  # type: ignore[attr-defined]
             elif kind is MatchOp:
                 matches.append(op)  # type: ignore[arg-type]
+            elif kind is ReqSetStateOp or kind is SchedSetStateOp:
+                state_writes.append(op)
             op = op._next_op
+        if state_writes:
+            self._apply_state(state_writes)
         rows, tokens, new_rows, gone = _joined(parts), _joined(part_tokens), _joined(admitted), _joined(preempted)
 
         # Admitted requests start from their prefix hit.
@@ -446,6 +497,20 @@ class Scheduler:
         self._finished = []
         hit_tokens = int(computed[kind != 0].sum()) if new_rows.size else 0
         return out, hit_tokens
+
+    def _apply_state(self, writes: list) -> None:
+        """Keep the state the step's passes wrote (`req.set_state`, `sched.set_state`), in op
+        order: a later write of the same value wins."""
+        table = self.table
+        for op in writes:
+            if type(op) is SchedSetStateOp:
+                self.scheduler_state.update(op.as_dict())
+                continue
+            cols = op.properties["columns"]
+            rows = cols.get("id")
+            for name in cols.names:
+                if name != "id":
+                    table.state[table.state_index[name], rows] = cols.get(name)
 
     # ------------------------------------------------------------ UPDATE
     def update(self, output: SchedulerOutput, sampled: Mapping[str, Sequence[int]] | np.ndarray) -> list[str]:
@@ -595,7 +660,10 @@ class Scheduler:
     def request_state(self, request_id: str) -> dict[str, int]:
         """One request's columns (debugging and tests)."""
         row = self.table.row_of[request_id]
-        return {name: int(self.table.data[i, row]) for i, name in enumerate(T.COLUMNS)}
+        out = {name: int(self.table.data[i, row]) for i, name in enumerate(T.COLUMNS)}
+        for name, index in self.table.state_index.items():
+            out[name] = int(self.table.state[index, row])
+        return out
 
 
 def _root_queue(op: ScheduleOp) -> str:

@@ -54,6 +54,20 @@ class RequestTable:
         self._free_rows: list[int] = list(range(rows - 1, -1, -1))
         self._sorted_names: list[str] = []
         self._serial = 0
+        # Pass-declared request state (schedir.ir.state): one int64 row per name ever declared,
+        # so switching pipelines back and forth keeps every value.
+        self.state = np.zeros((0, rows), dtype=np.int64)
+        self.state_index: dict[str, int] = {}
+        self.state_defaults: list[int] = []
+
+    def declare_state(self, name: str, default: int) -> int:
+        """The state row of `name`, added (live requests start at `default`) if new."""
+        index = self.state_index.get(name)
+        if index is None:
+            index = self.state_index[name] = len(self.state_defaults)
+            self.state_defaults.append(default)
+            self.state = np.vstack([self.state, np.full((1, self.capacity), default, dtype=np.int64)])
+        return index
 
     @property
     def serial(self) -> int:
@@ -74,6 +88,9 @@ class RequestTable:
         data[:, :old] = self.data
         data[STATUS, old:] = FREE
         self.data = data
+        state = np.zeros((self.state.shape[0], new), dtype=np.int64)
+        state[:, :old] = self.state
+        self.state = state
         tail = np.zeros((new, self.tail.shape[1]), dtype=np.int32)
         tail[:old] = self.tail
         self.tail = tail
@@ -92,6 +109,8 @@ class RequestTable:
         self.row_of[name] = row
         self._serial += 1
         self.data[ID, row] = row
+        if self.state_defaults:
+            self.state[:, row] = self.state_defaults
         return row
 
     def assign_rank(self, row: int, name: str) -> None:

@@ -68,6 +68,8 @@ def cmd_passes(out: TextIO) -> int:
         out.write(f"    provides:    {', '.join(sorted(cls.provides)) or '-'}\n")
         if cls.invalidates:
             out.write(f"    invalidates: {', '.join(sorted(cls.invalidates))}\n")
+        for state in (*cls.request_state, *cls.scheduler_state):
+            out.write(f"    state:       {state.describe()}\n")
     out.write("\npresets\n")
     for name, spec in sorted(default_presets().items()):
         out.write(f"    {name}: {spec}\n")
