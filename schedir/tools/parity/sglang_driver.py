@@ -168,7 +168,8 @@ class Reference:
                 self._add_request_to_queue(self._make_req(spec))
         ratio_before = self.ratio.current
         rec: dict[str, Any] = {"step": self.step_no, "mode": "idle", "admitted": [], "decode": [], "retracted": [],
-                               "finished": [], "ratio_used": ratio_before}
+                               "finished": [], "ratio_used": ratio_before,
+                               "queue_order": []}
         batch = self._get_next_batch_to_run(rec)
         if batch is not None:
             self._run_and_process(batch, rec)
@@ -237,11 +238,14 @@ class Reference:
             running.batch_is_full = True
             return None
         self.policy.calc_priority(self.waiting_queue, running)
+        # The order the policy chose, with each request's cached-prefix length as the sort saw it.
+        rec["queue_order"] = [[r.rid, int(getattr(r, "num_matched_prefix_tokens", 0) or 0)] for r in self.waiting_queue]
         adder = PrefillAdder(
             self.page_size, self.tree_cache, self.allocator, running, self.ratio.current,
             self.max_prefill_tokens, self.chunked_prefill_size, 0,  # mixed chunk off
             max_running_requests=self.cfg["max_running_requests"], waiting_queue_len=len(self.waiting_queue),
         )
+        resumed = self.chunked_req
         if self.chunked_req is not None:
             self.chunked_req.init_next_round_input()
             adder.chunked_req_limit = self.policy.shortest_prefill_chunk_limit(
@@ -278,7 +282,8 @@ class Reference:
         batch.prepare_for_extend()
         rec["mode"] = "extend"
         rec["admitted"] = [
-            {"rid": r.rid, "extend": int(r.extend_len), "prefix": int(r.prefix_len)} for r in can_run
+            {"rid": r.rid, "extend": int(r.extend_len), "prefix": int(r.prefix_len), "continued": r is resumed}
+            for r in can_run
         ]
         return batch
 
@@ -374,16 +379,27 @@ class Reference:
         return len(self.finished) == len(self.trace)
 
 
-def run(cfg: dict[str, Any], trace: dict[str, Any]) -> dict[str, Any]:
-    """Run `trace` to completion (or `max_steps`) and return the JSON-able result."""
-    cfg = check_config(cfg)
-    reqs = check_trace(trace, cfg)
+def _prepare(cfg: dict[str, Any]) -> None:
+    """Environment, shims and logging, once per process, before the first SGLang import."""
     _set_env(cfg)
     warnings.filterwarnings("ignore")
     install_shims()
     import logging
 
     logging.disable(logging.WARNING)  # retraction warnings go to the records instead
+
+
+def run(cfg: dict[str, Any], trace: dict[str, Any]) -> dict[str, Any]:
+    """Run `trace` to completion (or `max_steps`) and return the JSON-able result."""
+    cfg = check_config(cfg)
+    reqs = check_trace(trace, cfg)
+    if "sglang" not in sys.modules:
+        _prepare(cfg)
+    elif int(os.environ.get("SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION", "4096")) != cfg["clip_max_new_tokens"]:
+        # schedule_policy.CLIP_MAX_NEW_TOKENS is read once at import time.
+        raise ValueError("clip_max_new_tokens must be the same for every run of one process")
+    else:
+        _set_env(cfg)  # the other knobs are read at call time (envs.X.get())
     import sglang
 
     ref = Reference(cfg, reqs)
@@ -405,20 +421,47 @@ def run(cfg: dict[str, Any], trace: dict[str, Any]) -> dict[str, Any]:
     return {"sglang_version": sglang.__version__, "config": cfg, "steps": steps, "summary": summary}
 
 
+def probe() -> dict[str, Any]:
+    """Import the modules the reference needs; report SGLang's and torch's versions."""
+    _prepare(check_config({}))
+    import torch
+
+    import sglang
+    from sglang.srt.managers import schedule_batch, schedule_policy  # noqa: F401
+    from sglang.srt.mem_cache import radix_cache  # noqa: F401
+
+    return {"sglang": sglang.__version__, "torch": torch.__version__}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trace", required=True, help="trace JSON (see sglang_trace.py)")
+    ap.add_argument("--trace", help="trace JSON (see sglang_trace.py)")
     ap.add_argument("--config", help="config JSON (keys of sglang_trace.DEFAULT_CONFIG); defaults if absent")
-    ap.add_argument("--out", required=True, help="where to write the step records (JSON)")
-    ap.add_argument("--probe", action="store_true", help="only check that SGLang imports; print its version")
+    ap.add_argument("--batch", help='JSON {"name": {"trace": ..., "config": ...}}: several runs, one import')
+    ap.add_argument("--out", help="where to write the step records (JSON)")
+    ap.add_argument("--probe", action="store_true", help="only check that SGLang imports; print versions as JSON")
     args = ap.parse_args(argv)
     try:
-        trace = json.loads(Path(args.trace).read_text())
-        cfg = json.loads(Path(args.config).read_text()) if args.config else {}
-        result = run(cfg, trace)
+        if args.probe:
+            print(json.dumps(probe()))
+            return 0
+        if not args.out or bool(args.trace) == bool(args.batch):
+            raise ValueError("give --out and exactly one of --trace or --batch")
+        if args.batch:
+            runs = json.loads(Path(args.batch).read_text())
+            if not isinstance(runs, dict) or not all(isinstance(v, dict) and "trace" in v for v in runs.values()):
+                raise ValueError('--batch wants {"name": {"trace": {...}, "config": {...}}, ...}')
+            result: dict[str, Any] = {name: run(v.get("config", {}), v["trace"]) for name, v in runs.items()}
+        else:
+            trace = json.loads(Path(args.trace).read_text())
+            cfg = json.loads(Path(args.config).read_text()) if args.config else {}
+            result = run(cfg, trace)
     except (OSError, ValueError) as exc:
         print(f"sglang_driver: {exc}", file=sys.stderr)
         return 2
+    except ImportError as exc:
+        print(f"sglang_driver: SGLang does not import here ({exc})", file=sys.stderr)
+        return 3
     Path(args.out).write_text(json.dumps(result))
     return 0
 

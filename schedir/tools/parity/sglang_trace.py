@@ -121,6 +121,7 @@ def make_trace(
     share_prob: float = 0.0,
     arrival_rate: float = 1.0,
     early_stop_prob: float = 0.0,
+    burst_at: int | None = None,
 ) -> dict[str, Any]:
     """A seeded synthetic trace: uniform prompt/output lengths, optional shared prefixes.
 
@@ -128,6 +129,10 @@ def make_trace(
     is the prefix plus its own suffix). Arrivals are Poisson with `arrival_rate` requests per
     step (0: all at step 0). With probability `early_stop_prob` a request emits EOS before its
     `max_new_tokens` (so SGLang's new_token_ratio estimate matters).
+
+    `burst_at`: first one warm-up request per prefix arrives at step 0 (it puts the prefix in
+    the radix cache), then every other request arrives at once at step `burst_at`; this is
+    the workload where cache-aware orders (LPM) and FCFS admit in different orders.
     """
     rng = random.Random(seed)
     prefixes = [
@@ -135,8 +140,14 @@ def make_trace(
     ]
     reqs: list[dict[str, Any]] = []
     step, t = 0, 0.0
+    if burst_at is not None:
+        for p, prefix in enumerate(prefixes):
+            body = prefix + [rng.randrange(TOKEN_LO, VOCAB_SIZE) for _ in range(8)]
+            reqs.append({"rid": f"w{p}", "arrival_step": 0, "prompt": body, "max_new_tokens": 2, "output_len": 2})
     for i in range(num_requests):
-        if arrival_rate > 0:
+        if burst_at is not None:
+            step = burst_at
+        elif arrival_rate > 0:
             t += rng.expovariate(arrival_rate)
             step = int(t)
         body = [rng.randrange(TOKEN_LO, VOCAB_SIZE) for _ in range(rng.randint(*prompt_len))]
@@ -150,42 +161,49 @@ def make_trace(
 
 
 def scenarios() -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
-    """The named reference scenarios: name -> (trace, config). Small enough to run in seconds."""
+    """The named reference scenarios: name -> (trace, config). Each runs in seconds.
+
+    - lpm-burst / fcfs-burst: the same trace (prefixes warmed at step 0, a burst at step 10)
+      under LPM and FCFS, with a prefill budget that spreads the burst over several steps;
+      lpm-burst-page16 is LPM on it with 16-token pages (SGLang's paged allocator);
+    - shared-prefix: Poisson arrivals, 80% of prompts share one of 3 prefixes (LPM);
+    - chunked: prompts of 300-1200 tokens with chunked_prefill_size 256;
+    - retract: a KV pool of 1000 tokens, long outputs and a low initial new_token_ratio, so
+      decode runs out of memory and retract_decode fires several times;
+    - dfs-weight, lof, random: the other policies on small traces.
+    """
     shared = dict(num_prefixes=3, prefix_len=(64, 160), share_prob=0.8)
+    burst = make_trace(num_requests=24, seed=1, burst_at=10, prompt_len=(16, 128), output_len=(4, 32), **shared)
+    burst_cfg = {"num_kv_tokens": 16384, "chunked_prefill_size": 512, "max_prefill_tokens": 512}
     return {
-        "lpm-shared": (
-            make_trace(num_requests=40, seed=1, arrival_rate=2.0, **shared),
+        "lpm-burst": (burst, {"policy": "lpm", **burst_cfg}),
+        "fcfs-burst": (burst, {"policy": "fcfs", **burst_cfg}),
+        "lpm-burst-page16": (burst, {"policy": "lpm", **burst_cfg, "page_size": 16}),
+        "shared-prefix": (
+            make_trace(num_requests=40, seed=2, arrival_rate=2.0, **shared),
             {"policy": "lpm", "num_kv_tokens": 8192, "chunked_prefill_size": 1024},
-        ),
-        "fcfs-shared": (
-            make_trace(num_requests=40, seed=1, arrival_rate=2.0, **shared),
-            {"policy": "fcfs", "num_kv_tokens": 8192, "chunked_prefill_size": 1024},
-        ),
-        "lpm-burst": (
-            make_trace(num_requests=24, seed=2, arrival_rate=0.0, **shared),
-            {"policy": "lpm", "num_kv_tokens": 16384, "chunked_prefill_size": 4096, "max_prefill_tokens": 16384},
         ),
         "chunked": (
             make_trace(num_requests=12, seed=3, arrival_rate=0.5, prompt_len=(300, 1200), output_len=(4, 16)),
             {"policy": "fcfs", "num_kv_tokens": 16384, "chunked_prefill_size": 256, "max_prefill_tokens": 1024},
         ),
         "retract": (
-            make_trace(num_requests=32, seed=4, arrival_rate=0.0, prompt_len=(32, 96), output_len=(64, 200),
-                       early_stop_prob=0.5, **shared),
-            {"policy": "lpm", "num_kv_tokens": 1200, "chunked_prefill_size": 512, "max_running_requests": 32,
-             "init_new_token_ratio": 0.3, "new_token_ratio_decay_steps": 50},
+            make_trace(num_requests=60, seed=4, arrival_rate=1.0, prompt_len=(32, 96), output_len=(64, 200), **shared),
+            {"policy": "lpm", "num_kv_tokens": 1000, "chunked_prefill_size": 256, "max_running_requests": 32,
+             "init_new_token_ratio": 0.2, "new_token_ratio_decay_steps": 10},
         ),
         "dfs-weight": (
-            make_trace(num_requests=30, seed=5, arrival_rate=0.0, **shared),
-            {"policy": "dfs-weight", "num_kv_tokens": 4096, "chunked_prefill_size": 1024},
+            make_trace(num_requests=24, seed=5, burst_at=10, **shared),
+            {"policy": "dfs-weight", "num_kv_tokens": 16384, "chunked_prefill_size": 512, "max_prefill_tokens": 512},
         ),
         "lof": (
             make_trace(num_requests=20, seed=6, arrival_rate=0.0, output_len=(4, 80)),
-            {"policy": "lof", "num_kv_tokens": 4096},
+            {"policy": "lof", "num_kv_tokens": 4096, "max_prefill_tokens": 512, "chunked_prefill_size": 512},
         ),
         "random": (
-            make_trace(num_requests=20, seed=7, arrival_rate=1.0),
-            {"policy": "random", "num_kv_tokens": 4096, "random_seed": 7},
+            make_trace(num_requests=20, seed=7, arrival_rate=0.0),
+            {"policy": "random", "num_kv_tokens": 4096, "max_prefill_tokens": 512, "chunked_prefill_size": 512,
+             "random_seed": 7},
         ),
     }
 
