@@ -151,9 +151,8 @@ class Reference:
 
         params = SamplingParams(max_new_tokens=spec["max_new_tokens"], ignore_eos=False)
         params.normalize(None)
-        req = Req(spec["rid"], "", array("q", spec["prompt"]), params, vocab_size=VOCAB_SIZE,
-                  eos_token_ids={EOS_TOKEN_ID})
-        return req
+        return Req(spec["rid"], "", array("q", spec["prompt"]), params, vocab_size=VOCAB_SIZE,
+                   eos_token_ids={EOS_TOKEN_ID})
 
     def _add_request_to_queue(self, req: Any) -> None:
         """scheduler.py:Scheduler._add_request_to_queue (no disaggregation): append, stamp entry time."""
@@ -167,9 +166,8 @@ class Reference:
             if spec["arrival_step"] == self.step_no:
                 self._add_request_to_queue(self._make_req(spec))
         ratio_before = self.ratio.current
-        rec: dict[str, Any] = {"step": self.step_no, "mode": "idle", "admitted": [], "decode": [], "retracted": [],
-                               "finished": [], "ratio_used": ratio_before,
-                               "queue_order": []}
+        rec: dict[str, Any] = {"step": self.step_no, "mode": "idle", "queue_order": [], "admitted": [],
+                               "decode": [], "retracted": [], "finished": [], "ratio_used": ratio_before}
         batch = self._get_next_batch_to_run(rec)
         if batch is not None:
             self._run_and_process(batch, rec)
