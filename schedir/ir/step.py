@@ -407,11 +407,29 @@ class Step:
             self.append(new_op(SetStateOp, (), {"values": state_values_attr(values)}))
 
     def state_column(self, value: SSAValue, name: str, default: int) -> np.ndarray:
-        """Declared request state `name` for the requests of `value`; `default` for every request
-        when the queue does not carry the column (a hand-written step)."""
-        if self.root(value).properties["columns"].has(name):  # type: ignore[union-attr]
-            return self.column(value, name)
-        return np.full(len(self.ids(value)), default, dtype=np.int64)
+        """Declared request state `name` for the requests of `value`, as of this point in the
+        step: the queue's column with every earlier `req.set_state` of it applied (a pass that
+        updates state sees the new values in the passes after it); `default` where the queue
+        does not carry the column (a hand-written step)."""
+        root = self.root(value)
+        if root.properties["columns"].has(name):  # type: ignore[union-attr]
+            out = self.column(value, name)
+        else:
+            out = np.full(len(self.ids(value)), default, dtype=np.int64)
+        ids = None
+        op = self.block.first_op
+        while op is not None:
+            if type(op) is ReqSetStateOp:
+                cols = op.properties["columns"]
+                if cols.has(name) and self.root(_item(op._operands, 0)) is root:  # type: ignore[union-attr]
+                    if ids is None:
+                        ids = self.ids(value)
+                        out = out.copy()
+                    at = positions(ids, cols.get("id"))  # type: ignore[union-attr]
+                    found = at >= 0
+                    out[at[found]] = cols.get(name)[found]  # type: ignore[union-attr]
+            op = op._next_op
+        return out
 
     def set_request_state(self, value: SSAValue, ids: np.ndarray, **columns: np.ndarray) -> None:
         """New values of declared request state for `ids` (a `req.set_state`), kept from the next

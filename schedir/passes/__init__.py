@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from schedir.ir.pass_base import StepPass
 from schedir.passes.admit_greedy import AdmitGreedy
+from schedir.passes.mlfq_account import MlfqAccount
+from schedir.passes.mlfq_levels import MlfqLevels
+from schedir.passes.mlfq_order import MlfqOrder
 from schedir.passes.orca_admit import OrcaAdmit
 from schedir.passes.order_fcfs import OrderFcfs
 from schedir.passes.order_priority import OrderPriority
@@ -29,5 +32,5 @@ def register_pass(cls: type[StepPass]) -> type[StepPass]:
 
 
 for _cls in (RejectOversized, OrderFcfs, OrderPriority, ScheduleRunning, AdmitGreedy, VerifyStep, OrderVllm,
-             VllmScheduleRunning, VllmAdmit, OrcaAdmit):
+             VllmScheduleRunning, VllmAdmit, OrcaAdmit, MlfqLevels, MlfqOrder, MlfqAccount):
     register_pass(_cls)

@@ -12,6 +12,9 @@ PRESETS: dict[str, str] = {
     # Orca (OSDI '22, Algorithm 1): iteration-level batching, whole prompts under the token cap,
     # the whole KV of each request reserved at admission, so it never preempts.
     "orca": "reject-oversized,order-fcfs,schedule-running,orca-admit,verify-step",
+    # FastServe (Wu et al. 2023, §4.1): skip-join MLFQ, iteration-level preemption of lower levels,
+    # starvation promotion; KV of paused jobs given up by recompute when memory runs short (no swap yet).
+    "fastserve": "reject-oversized,mlfq-levels,mlfq-order,schedule-running,admit-greedy,mlfq-account,verify-step",
     # vLLM 0.32's v1 Scheduler.schedule(): same decisions, step by step (needs the step's mem.pool).
     "vllm": "reject-oversized,order-vllm,vllm-schedule-running,vllm-admit",
 }

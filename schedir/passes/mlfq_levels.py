@@ -1,0 +1,107 @@
+"""mlfq-levels: FastServe's skip-join placement, demotion by attained service, starvation promotion."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numba
+import numpy as np
+
+from schedir.ir.pass_base import StepPass
+from schedir.ir.step import Step
+from schedir.passes.mlfq_state import LAST_RUN, LEVEL, LEVEL_START, MLFQ_STATE, SERVED_DECODE, SERVED_PREFILL
+
+
+@numba.njit(cache=True, nogil=True)
+def place_levels(level: np.ndarray, start: np.ndarray, last_run: np.ndarray, prompt: np.ndarray,
+                 prefill: np.ndarray, decode: np.ndarray, step: int, quantum: int, ratio: int, levels: int,
+                 prefill_cost: int, starve_steps: int) -> np.ndarray:
+    """New (level, level_start, last_run) per request, as int64[3, n]; FastServe §4.1:
+
+    - skip-join: a job not placed yet joins the highest level whose quantum covers its first
+      iteration (its prefill, `ceil(prompt / prefill_cost)` units), not always the top one;
+    - demotion: a job that has used its level's quantum (quantum * ratio**level units of
+      service since it entered the level) moves down one level, repeatedly, to the last level;
+    - starvation: a job that has not run for `starve_steps` steps goes back to the top level.
+    """
+    n = level.size
+    out = np.empty((3, n), dtype=np.int64)
+    for i in range(n):
+        lv = level[i]
+        st = start[i]
+        last = last_run[i]
+        served = decode[i] + (prefill[i] + prefill_cost - 1) // prefill_cost
+        if lv < 0:  # skip-join
+            first = (prompt[i] + prefill_cost - 1) // prefill_cost
+            lv = 0
+            q = quantum
+            while lv < levels - 1 and q < first:
+                lv += 1
+                q *= ratio
+            st = served
+            last = step
+        else:
+            q = quantum
+            for _ in range(lv):
+                q *= ratio
+            while lv < levels - 1 and served - st >= q:  # demotion
+                st += q
+                lv += 1
+                q *= ratio
+            if lv > 0 and step - last >= starve_steps:  # starvation: promote to the top
+                lv = 0
+                st = served
+                last = step
+        out[0, i] = lv
+        out[1, i] = st
+        out[2, i] = last
+    return out
+
+
+@dataclass(frozen=True)
+class MlfqLevels(StepPass):
+    """Place, demote and promote every request among FastServe's MLFQ levels (state only).
+
+    Level i has a quantum of `quantum * quantum-ratio**i` iteration units (a decode token is
+    one unit, a prefill of t tokens ceil(t / prefill-cost) units). A new request skips to the
+    highest level whose quantum covers its prefill (skip-join); a request that used up its
+    level's quantum is demoted; one that has not run for `starve-steps` steps is promoted to
+    level 0 (FastServe's starvation rule, in steps so that a step replays alone). Writes the
+    changed levels with `req.set_state`; `mlfq-order` reads them in the same step.
+    """
+
+    name: ClassVar[str] = "mlfq-levels"
+    provides: ClassVar[frozenset[str]] = frozenset({"mlfq-levels"})
+    request_state = MLFQ_STATE
+
+    quantum: int = 8
+    quantum_ratio: int = 2
+    levels: int = 6
+    prefill_cost: int = 512
+    starve_steps: int = 400
+
+    def __post_init__(self) -> None:
+        for name in ("quantum", "levels", "prefill_cost", "starve_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if self.quantum_ratio < 1:
+            raise ValueError(f"quantum-ratio must be >= 1, got {self.quantum_ratio}")
+
+    def run(self, step: Step) -> None:
+        for queue in step.queues():
+            if not len(queue):
+                continue
+            value = queue.result
+            level = step.state_column(value, LEVEL.name, LEVEL.default)
+            start = step.state_column(value, LEVEL_START.name, LEVEL_START.default)
+            last = step.state_column(value, LAST_RUN.name, LAST_RUN.default)
+            placed = place_levels(level, start, last, step.column(value, "prompt"),
+                                  step.state_column(value, SERVED_PREFILL.name, 0),
+                                  step.state_column(value, SERVED_DECODE.name, 0), step.facts.step, self.quantum,
+                                  self.quantum_ratio, self.levels, self.prefill_cost, self.starve_steps)
+            changed = (placed[0] != level) | (placed[1] != start) | (placed[2] != last)
+            if changed.any():
+                ids = step.ids(value)
+                step.set_request_state(value, ids[changed], mlfq_level=placed[0][changed],
+                                       mlfq_level_start=placed[1][changed], mlfq_last_run=placed[2][changed])

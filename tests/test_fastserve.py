@@ -1,0 +1,103 @@
+"""The `fastserve` preset: skip-join MLFQ whose levels and service persist across steps as
+declared request state (mlfq-levels, mlfq-order, mlfq-account)."""
+
+from __future__ import annotations
+
+import pytest
+
+from schedir import Request, Scheduler, SchedulerConfig
+from schedir.ir.errors import PipelineError
+from schedir.ir.pipeline import PassManager
+
+
+def _step(s: Scheduler) -> tuple[list[str], frozenset[str], list[str]]:
+    out = s.schedule()
+    finished = s.update(out, {n: [7] for n in out.req_ids})
+    return out.req_ids, out.preempted_req_ids, finished
+
+
+def _levels(s: Scheduler, names) -> list[int]:
+    return [s.request_state(n)["mlfq_level"] for n in names]
+
+
+def test_skip_join_places_a_request_by_its_first_iteration() -> None:
+    s = Scheduler(SchedulerConfig(num_blocks=4000, max_num_batched_tokens=16384, max_model_len=16384,
+                                  pipeline="fastserve"))
+    for name, n in (("short", 100), ("mid", 5000), ("long", 9000)):
+        s.add_request(Request(name, [1 + len(name)] * n, max_tokens=4))
+    _step(s)
+    # quanta 8, 16, 32 units; prefills of 1, 10 and 18 units (512 prompt tokens a unit)
+    assert _levels(s, ("short", "mid", "long")) == [0, 1, 2]
+
+
+def test_a_long_decode_is_demoted_level_by_level() -> None:
+    s = Scheduler(SchedulerConfig(num_blocks=400, pipeline="fastserve"))
+    s.add_request(Request("a", [1, 2, 3], max_tokens=60))
+    seen = []
+    for _ in range(59):
+        _step(s)
+        seen.append(_levels(s, ["a"])[0])
+    # levels are decided at the start of a step from the service before it: k units after k
+    # steps (the 3-token prefill is one unit); level i is left after 8 * 2**i units
+    assert [seen.index(level) for level in (1, 2, 3)] == [8, 8 + 16, 8 + 16 + 32]
+
+
+def test_a_new_short_job_takes_the_seat_of_a_lower_level_one() -> None:
+    s = Scheduler(SchedulerConfig(num_blocks=400, block_size=4, max_num_seqs=2, pipeline="fastserve"))
+    s.add_request(Request("old1", [1] * 8, max_tokens=50, arrival_time=0.0))
+    s.add_request(Request("old2", [2] * 8, max_tokens=50, arrival_time=1.0))
+    for _ in range(12):
+        _step(s)
+    assert _levels(s, ("old1", "old2")) == [1, 1]
+    s.add_request(Request("new", [3] * 4, max_tokens=2, arrival_time=2.0))
+    ran, preempted, _ = _step(s)
+    assert preempted == {"old2"} and "new" in ran  # the later of the two lower-level jobs gives way
+    done = []
+    for _ in range(3):
+        done += _step(s)[2]
+    assert "new" in done
+    while s.has_requests():
+        _step(s)
+    assert s.pool.num_free == s.pool.usable_blocks
+
+
+def test_starvation_promotes_a_waiting_job_to_the_top_level() -> None:
+    spec = "reject-oversized,mlfq-levels{starve-steps=5},mlfq-order,schedule-running,admit-greedy,mlfq-account"
+    s = Scheduler(SchedulerConfig(num_blocks=400, block_size=4, max_num_seqs=1, pipeline=spec))
+    s.add_request(Request("runner", [1] * 4, max_tokens=40, arrival_time=0.0))
+    for _ in range(10):
+        _step(s)
+    s.add_request(Request("waiter", [2] * 4, max_tokens=40, arrival_time=1.0))
+    for _ in range(14):  # waiter joins level 0, preempts runner (level 1), then is demoted itself
+        _step(s)
+    levels = {n: s.request_state(n)["mlfq_level"] for n in ("runner", "waiter")}
+    waiting = [s.table.names[r] for r in s.waiting]
+    assert waiting and levels[waiting[0]] == 0  # promoted after 5 steps without service
+
+
+def test_short_jobs_finish_sooner_than_under_fcfs() -> None:
+    def finish_steps(pipeline: str) -> dict[str, int]:
+        s = Scheduler(SchedulerConfig(num_blocks=200, block_size=16, max_num_seqs=4, pipeline=pipeline))
+        for i in range(4):
+            s.add_request(Request(f"long{i}", [10 + i] * 64, max_tokens=200, arrival_time=float(i)))
+        when: dict[str, int] = {}
+        for step in range(2000):
+            if step == 5:
+                for i in range(4):
+                    s.add_request(Request(f"short{i}", [50 + i] * 16, max_tokens=4, arrival_time=10.0 + i))
+            for name in _step(s)[2]:
+                when[name] = step
+            if not s.has_requests():
+                break
+        return when
+
+    mlfq, fcfs = finish_steps("fastserve"), finish_steps("base")
+    assert max(mlfq[f"short{i}"] for i in range(4)) < 20 < min(fcfs[f"short{i}"] for i in range(4))
+    assert set(mlfq) == set(fcfs)  # everyone finishes under both
+
+
+def test_bad_options_are_refused() -> None:
+    with pytest.raises(PipelineError, match="pass 'mlfq-levels': bad option: quantum must be >= 1, got 0"):
+        PassManager.parse("reject-oversized,mlfq-levels{quantum=0},mlfq-order")
+    with pytest.raises(PipelineError, match="requires 'mlfq-levels'"):
+        PassManager.parse("reject-oversized,mlfq-order,schedule-running,admit-greedy").check()
