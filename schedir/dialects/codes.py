@@ -20,12 +20,13 @@ class Reason(IntEnum):
     IN_FLIGHT = 6  # scheduled by an earlier step whose update has not arrived
     TOO_LONG = 7  # longer than the model's max length (rejection)
     EXCEEDS_CACHE = 8  # needs more blocks than the whole KV cache (rejection)
+    SLO = 9  # predicted to miss its latency target (rejection by an SLO-aware pass)
 
 
 DEFER_REASONS = frozenset(
     {Reason.BUDGET, Reason.MAX_SEQS, Reason.MEMORY, Reason.BLOCKED, Reason.POLICY, Reason.IN_FLIGHT}
 )
-REJECT_REASONS = frozenset({Reason.TOO_LONG, Reason.EXCEEDS_CACHE})
+REJECT_REASONS = frozenset({Reason.TOO_LONG, Reason.EXCEEDS_CACHE, Reason.SLO})
 
 
 class Status(IntEnum):

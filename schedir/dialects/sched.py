@@ -27,6 +27,7 @@ from xdsl.ir import Attribute, Block, Dialect
 from xdsl.irdl import (
     IRDLOperation,
     irdl_op_definition,
+    opt_prop_def,
     prop_def,
     region_def,
     traits_def,
@@ -74,6 +75,7 @@ class StepFacts:
     max_model_len: int
     policy: str = "fcfs"
     facts: tuple[str, ...] = ()  # analysis facts when the step was built; live ones: Step.fact_set
+    now_us: int = -1  # the engine's clock when the step was built (µs, as `arrival`); -1: not given
 
 
 _INT_CACHE: dict[int, IntegerAttr] = {}
@@ -174,10 +176,11 @@ class StepOp(IRDLOperation):
     max_model_len = prop_def(IntegerAttr[I64])
     policy = prop_def(StringAttr)
     facts = prop_def(ArrayAttr[StringAttr])
+    now_us = opt_prop_def(IntegerAttr[I64])
     body = region_def("single_block")
     traits = traits_def(SingleBlockImplicitTerminator(YieldOp))
 
-    FACT_NAMES: ClassVar[tuple[str, ...]] = INT_FACTS + ("policy", "facts")
+    FACT_NAMES: ClassVar[tuple[str, ...]] = INT_FACTS + ("policy", "facts", "now_us")
 
     @staticmethod
     def build(facts: StepFacts, ops: Iterable[IRDLOperation] = ()) -> StepOp:
@@ -209,6 +212,8 @@ class StepOp(IRDLOperation):
             "free_blocks": i64_attr(facts.free_blocks), "cached_free_blocks": i64_attr(facts.cached_free_blocks),
             "total_blocks": total, "max_model_len": model_len, "policy": policy, "facts": facts_prop,
         }
+        if facts.now_us >= 0:
+            props["now_us"] = i64_attr(facts.now_us)
         self.properties = props
         if canonical:
             self._built = (facts, props["step"], props["free_blocks"], props["cached_free_blocks"], facts_prop)
@@ -226,10 +231,12 @@ class StepOp(IRDLOperation):
             if (props["step"] is built[1] and props["free_blocks"] is built[2]
                     and props["cached_free_blocks"] is built[3] and props["facts"] is built[4]):
                 return built[0]
+        now = self.properties.get("now_us")
         return StepFacts(
             step=self.step.value.data,
             policy=self.policy.data,
             facts=tuple(f.data for f in self.facts.data),
+            now_us=now.value.data if now is not None else -1,  # type: ignore[attr-defined]
             **{name: getattr(self, name).value.data for name in INT_FACTS},
         )
 
@@ -246,6 +253,9 @@ class StepOp(IRDLOperation):
         for name in ("token_budget", "max_seqs", "block_size", "max_model_len"):
             if getattr(self, name).value.data == 0:
                 raise VerifyException(f"sched.step: {name} must be positive")
+        now = self.properties.get("now_us")
+        if now is not None and now.value.data < 0:  # type: ignore[attr-defined]
+            raise VerifyException(f"sched.step: now_us = {now.value.data} is negative")  # type: ignore[attr-defined]
         free, cached, total = (getattr(self, n).value.data for n in ("free_blocks", "cached_free_blocks", "total_blocks"))
         if free > total:
             raise VerifyException(f"sched.step: free_blocks = {free} exceeds total_blocks = {total}")
@@ -269,7 +279,8 @@ class StepOp(IRDLOperation):
         f = self.read_facts()
         ints = ", ".join(f"{name} = {getattr(f, name)}" for name in INT_FACTS)
         facts = ", ".join(string_literal(fact) for fact in f.facts)
-        printer.print_string(f" {f.step} {{{ints}, policy = {string_literal(f.policy)}, facts = [{facts}]}}")
+        now = f", now_us = {f.now_us}" if f.now_us >= 0 else ""
+        printer.print_string(f" {f.step} {{{ints}{now}, policy = {string_literal(f.policy)}, facts = [{facts}]}}")
         print_attr_dict(printer, self)
         printer.print_string(" ")
         printer.print_region(self.body, print_entry_block_args=False, print_empty_block=False)

@@ -10,6 +10,7 @@ from schedir.passes.mlfq_order import MlfqOrder
 from schedir.passes.orca_admit import OrcaAdmit
 from schedir.passes.order_fcfs import OrderFcfs
 from schedir.passes.order_priority import OrderPriority
+from schedir.passes.order_slo import OrderSlo
 from schedir.passes.order_vllm import OrderVllm
 from schedir.passes.reject_oversized import RejectOversized
 from schedir.passes.schedule_running import ScheduleRunning
@@ -32,5 +33,6 @@ def register_pass(cls: type[StepPass]) -> type[StepPass]:
 
 
 for _cls in (RejectOversized, OrderFcfs, OrderPriority, ScheduleRunning, AdmitGreedy, VerifyStep, OrderVllm,
-             VllmScheduleRunning, VllmAdmit, OrcaAdmit, MlfqLevels, MlfqOrder, MlfqAccount):
+             VllmScheduleRunning, VllmAdmit, OrcaAdmit, MlfqLevels, MlfqOrder, MlfqAccount,
+             OrderSlo):
     register_pass(_cls)

@@ -15,6 +15,11 @@ PRESETS: dict[str, str] = {
     # FastServe (Wu et al. 2023, §4.1): skip-join MLFQ, iteration-level preemption of lower levels,
     # starvation promotion; KV of paused jobs given up by recompute when memory runs short (no swap yet).
     "fastserve": "reject-oversized,mlfq-levels,mlfq-order,schedule-running,admit-greedy,mlfq-account,verify-step",
+    # vLLM's step with a deadline-aware order: waiting requests that can still meet their TTFT
+    # target first, the hopeless ones behind them (goodput under overload; see order-slo).
+    "slo-aware": "reject-oversized,order-slo,vllm-schedule-running,vllm-admit",
+    # ... rejecting the hopeless ones at once (reason slo) instead of serving them last.
+    "slo-aware-reject": "reject-oversized,order-slo{hopeless=reject},vllm-schedule-running,vllm-admit",
     # vLLM 0.32's v1 Scheduler.schedule(): same decisions, step by step (needs the step's mem.pool).
     "vllm": "reject-oversized,order-vllm,vllm-schedule-running,vllm-admit",
 }

@@ -280,16 +280,24 @@ class Scheduler:
         self.metrics.record_arrival(arrival)
 
     def _initial_state(self, name: str, given: Mapping[str, int]) -> list[tuple[int, int]]:
-        """(state row, value) for each entry of a request's `state`; an undeclared name is refused."""
+        """(state row, value) for each entry of a request's `state`. A name this pipeline does not
+        declare is kept if some known pass declares it (an engine may tag every request, e.g. with
+        a TTFT target, whichever pipeline runs: a later `set_pipeline` finds the values); a name
+        no pass declares is refused (a typo would otherwise be ignored)."""
         out = []
+        table = self.table
         declared = self.declared_state.request_names
         for key, value in given.items():
-            if key not in declared:
-                raise ValueError(f"request '{name}': state '{key}' is not declared by pipeline '{self.config.pipeline}' "
-                                 f"(its request state: {', '.join(declared) or 'none'})")
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
                 raise ValueError(f"request '{name}': state '{key}' must be an integer, got {value!r}")
-            out.append((self.table.state_index[key], int(value)))
+            if key not in declared and key not in table.state_index:
+                known = _known_request_state()
+                if key not in known:
+                    raise ValueError(f"request '{name}': state '{key}' is declared by no pass (this pipeline's "
+                                     f"request state: {', '.join(declared) or 'none'}; every pass's: "
+                                     f"{', '.join(sorted(known)) or 'none'})")
+                table.declare_state(key, known[key])
+            out.append((table.state_index[key], int(value)))
         return out
 
     def _refresh_stops(self) -> None:
@@ -318,7 +326,7 @@ class Scheduler:
                           block_size=cfg.block_size, free_blocks=pool.num_free,
                           cached_free_blocks=pool.num_cached_free() if cfg.enable_prefix_caching else 0,
                           total_blocks=pool.usable_blocks, max_model_len=cfg.max_model_len, policy=cfg.policy,
-                          facts=self._initial_facts)
+                          facts=self._initial_facts, now_us=max(round(self.clock() * 1e6), 0))
         queues = {"running": self._queue_attr(running, True), "waiting": self._queue_attr(waiting, False)}
         state = {n: self.scheduler_state[n] for n in self._state_names} if self._state_names else None
         hits = None
@@ -664,6 +672,13 @@ class Scheduler:
         for name, index in self.table.state_index.items():
             out[name] = int(self.table.state[index, row])
         return out
+
+
+def _known_request_state() -> dict[str, int]:
+    """Every registered pass's request state: name -> default."""
+    from schedir.ir.pipeline import default_registry
+
+    return {st.name: st.default for cls in default_registry().values() for st in cls.request_state}
 
 
 def _root_queue(op: ScheduleOp) -> str:

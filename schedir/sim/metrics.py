@@ -33,6 +33,17 @@ def quantiles(values: np.ndarray) -> dict[str, float]:
             "count": int(values.size)}
 
 
+def met_slo(result: SimResult) -> np.ndarray:
+    """Per request: it finished with TTFT <= the TTFT SLO and mean TBT <= the TBT SLO."""
+    r = result.requests
+    finished = ~np.isnan(r.finish_s)
+    mean_tbt = np.where(r.tokens_out > 1, (r.last_token_s - r.first_token_s) / np.maximum(r.tokens_out - 1, 1), 0.0)
+    cfg = result.config
+    with np.errstate(invalid="ignore"):
+        return finished & (r.first_token_s - r.arrival_s <= float(cfg["ttft_slo_s"])) & (
+            mean_tbt <= float(cfg["tbt_slo_s"]))
+
+
 def summarize(result: SimResult) -> dict[str, Any]:
     """The metrics JSON of one run (the keys `schedir sim --json` writes and `schedir stats` reads)."""
     r = result.requests
@@ -46,9 +57,8 @@ def summarize(result: SimResult) -> dict[str, Any]:
     span = max(span_end - float(r.arrival_s.min()), 1e-9) if r.arrival_s.size else 1e-9
     out_tokens = int(r.tokens_out[finished].sum())
 
-    mean_tbt = np.where(r.tokens_out > 1, (r.last_token_s - r.first_token_s) / np.maximum(r.tokens_out - 1, 1), 0.0)
     cfg = result.config
-    good = finished & (r.first_token_s - r.arrival_s <= float(cfg["ttft_slo_s"])) & (mean_tbt <= float(cfg["tbt_slo_s"]))
+    good = met_slo(result)
 
     admitted = r.prefix_hit_tokens >= 0
     prompt_admitted = int(r.input_len[admitted].sum())
@@ -75,7 +85,8 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "throughput_req_s": float(finished.sum()) / span,
         "throughput_tok_s": out_tokens / span,
         "goodput_req_s": float(good.sum()) / span,
-        "slo_attainment": float(good.sum()) / max(int(finished.sum()), 1),
+        # over every request: a rejected or unfinished one missed its SLO too
+        "slo_attainment": float(good.sum()) / max(int(r.arrival_s.size), 1),
         "slo": {"ttft_s": float(cfg["ttft_slo_s"]), "tbt_s": float(cfg["tbt_slo_s"])},
         "prefix_hit_rate": hit_tokens / prompt_admitted if prompt_admitted else 0.0,
         "batch_efficiency": float((scheduled / budget).mean()) if scheduled.size else 0.0,

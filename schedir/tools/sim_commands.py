@@ -181,7 +181,9 @@ def simulate(config: SimConfig, workload: Workload, console: Console, quiet: boo
     if quiet:
         result = simulator.run(workload)
     else:
-        with Progress(TextColumn(f"[bold]{config.name}[/]"), BarColumn(), MofNCompleteColumn(),
+        # the label goes in as a task field: a pass option's braces (`order-slo{hopeless=reject}`) would
+        # otherwise be read as a format field, and its brackets as rich markup
+        with Progress(TextColumn("{task.description}", style="bold", markup=False), BarColumn(), MofNCompleteColumn(),
                       TextColumn("requests  sim {task.fields[sim]:.0f} s"), TimeElapsedColumn(),
                       console=console) as bar:
             task = bar.add_task(config.name, total=len(workload), sim=0.0)

@@ -264,6 +264,9 @@ class SchedirEngine:
         from schedir import Request, Scheduler, SchedulerConfig
 
         self._request_cls = Request
+        # a deterministic clock for clock-reading passes (order-slo): one second per schedule()
+        # call, never behind the latest arrival (arrival_time is the trace's step)
+        self._now = 0.0
         self._sched = Scheduler(
             SchedulerConfig(
                 num_blocks=cfg.num_blocks,
@@ -276,14 +279,19 @@ class SchedirEngine:
                 policy=cfg.policy,
                 long_prefill_token_threshold=cfg.long_prefill_token_threshold,
                 async_scheduling=cfg.async_scheduling,
-            )
+            ),
+            clock=self._clock,
         )
         self._out: object = None
         self._in_flight: deque[Any] = deque()  # outputs scheduled and not yet updated, oldest first
         self._tokens_left: dict[str, int] = {}
         self._finish_unreported = False
 
+    def _clock(self) -> float:
+        return self._now
+
     def add(self, req: TraceRequest) -> None:
+        self._now = max(self._now, float(req.arrival_step))
         self._tokens_left[req.req_id] = req.max_tokens
         self._sched.add_request(
             self._request_cls(
@@ -320,6 +328,7 @@ class SchedirEngine:
         return bool(self._sched.has_unfinished_requests()) or self._finish_unreported
 
     def schedule(self, step: int) -> tuple[StepRecord, list[Chunk]]:
+        self._now = max(self._now, float(step))
         out = self._sched.schedule()
         self._out = out
         self._in_flight.append(out)

@@ -85,6 +85,6 @@ sched.step 9 {token_budget = 80, max_seqs = 7, block_size = 16, free_blocks = 10
 
 // A pipeline whose requirements are not met is refused before anything runs
 // (exit code 2), with a hint.
-// MISSING: schedir: error: pass 'admit-greedy' (#1) requires 'order', which no earlier pass provides; add one of: {{.*}}order-fcfs, order-priority, order-vllm{{.*}} before it
+// MISSING: schedir: error: pass 'admit-greedy' (#1) requires 'order', which no earlier pass provides; add one of: {{.*}}order-fcfs, order-priority{{.*}} before it
 // EXIT: exit code 2
 // PRESET-OPTIONS: schedir: error: preset 'base' takes no options; give them to its passes instead

@@ -6,5 +6,5 @@ sched.step 0 {token_budget = 64, max_seqs = 4, block_size = 16, free_blocks = 10
   req.reject %w {id = [3], reason = [memory]}
 }
 
-// CHECK: schedir: error: {{.*}}req-reject-deferral-reason.mlir:6:3: req.reject: request 3 has reason 'memory', not a rejection reason (exceeds_cache, too_long)
+// CHECK: schedir: error: {{.*}}req-reject-deferral-reason.mlir:6:3: req.reject: request 3 has reason 'memory', not a rejection reason (exceeds_cache, slo, too_long)
 // CHECK-NOT: Traceback

@@ -7,5 +7,5 @@ sched.step 0 {token_budget = 64, max_seqs = 4, block_size = 16, free_blocks = 10
 }
 
 // CHECK: schedir: error: {{.*}}req-unknown-reason.mlir:6:{{(37|42)}}
-// CHECK: unknown reason 'bogus' (expected one of: budget, max_seqs, memory, blocked, policy, in_flight, too_long, exceeds_cache)
+// CHECK: unknown reason 'bogus' (expected one of: budget, max_seqs, memory, blocked, policy, in_flight, too_long, exceeds_cache, slo)
 // CHECK-NOT: Traceback

@@ -1,0 +1,106 @@
+"""order-slo: serve first the waiting requests that can still meet their TTFT target."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numba
+import numpy as np
+
+from schedir.dialects.codes import Reason
+from schedir.ir.errors import PassFailure
+from schedir.ir.pass_base import StepPass
+from schedir.ir.state import RequestState
+from schedir.ir.step import Step
+
+TTFT_SLO = RequestState("ttft_slo_ms", default=0, doc="this request's TTFT target in ms; 0: the pass's ttft-slo-ms")
+HOPELESS_MODES = ("last", "reject")
+_SLO = int(Reason.SLO)
+
+
+@numba.njit(cache=True, nogil=True)
+def feasible_first(arrival_us: np.ndarray, need: np.ndarray, slo_us: np.ndarray, now_us: int, backlog: int,
+                   tokens_per_us: float) -> np.ndarray:
+    """Walk the queue first come, first served, and keep a request when, served after the work
+    already ahead of it (the backlog and the requests kept before it), its first token would
+    come within its target: `now + (work + need) / rate - arrival <= slo`. A request that would
+    miss adds no work: the requests behind it do not wait for it. Returns 1 (feasible) or 0."""
+    n = arrival_us.size
+    ok = np.zeros(n, dtype=np.int64)
+    work = float(backlog)
+    for i in range(n):
+        done = now_us + (work + need[i]) / tokens_per_us
+        if done - arrival_us[i] <= slo_us[i]:
+            ok[i] = 1
+            work += need[i]
+    return ok
+
+
+@dataclass(frozen=True)
+class OrderSlo(StepPass):
+    """Order the waiting queue so that requests that can still meet their TTFT target go first.
+
+    Under overload, first-come-first-served makes every request late: the queue's head has
+    waited longest and misses its target anyway, while it delays everyone behind it. This pass
+    predicts each waiting request's first-token time if served now, in arrival order, from the
+    prefill work ahead of it (running requests' unfinished prompts, then the requests kept
+    before it) at `prefill-tokens-per-s` (schedir's cost model gives ~30k for Llama-3-8B on one
+    H100; the default leaves room for the decodes sharing each step). Requests that would meet
+    their target keep arrival order at the front; the others, `hopeless`, go behind them
+    (`last`: they run when capacity is left, so nobody is dropped) or are rejected at once with
+    reason `slo` (`reject`: the client learns now instead of after the timeout).
+
+    A request's target is its `ttft_slo_ms` request state (given as
+    `Request(state={"ttft_slo_ms": 500})`), else the `ttft-slo-ms` option. Needs the step's
+    clock (`now_us`, which the runtime records in every step). Deadline-aware admission is one
+    of the policies vLLM users ask for and vLLM lacks (issue 15, item 7).
+    """
+
+    name: ClassVar[str] = "order-slo"
+    requires: ClassVar[frozenset[str]] = frozenset({"admissible"})
+    provides: ClassVar[frozenset[str]] = frozenset({"order"})
+    request_state = (TTFT_SLO,)
+
+    ttft_slo_ms: int = 2000
+    prefill_tokens_per_s: int = 20000
+    hopeless: str = "last"
+    queue: str = "waiting"
+    running: str = "running"
+
+    def __post_init__(self) -> None:
+        if self.ttft_slo_ms < 1 or self.prefill_tokens_per_s < 1:
+            raise ValueError("ttft-slo-ms and prefill-tokens-per-s must be >= 1")
+        if self.hopeless not in HOPELESS_MODES:
+            raise ValueError(f"hopeless must be one of {', '.join(HOPELESS_MODES)}, got '{self.hopeless}'")
+
+    def run(self, step: Step) -> None:
+        pending = step.pending(self.queue)
+        if pending is None:
+            return
+        now = step.facts.now_us
+        if now < 0:
+            raise PassFailure(self.name, "the step has no clock (now_us): it predicts time to first token from "
+                              "now; give the step a now_us fact (the runtime records one in every step)")
+        ids = step.ids(pending)
+        arrival, computed, total = step.columns(pending, ("arrival", "computed", "total"))
+        fcfs = np.argsort(arrival, kind="stable")
+        slo = step.state_column(pending, TTFT_SLO.name, 0)[fcfs]
+        slo = np.where(slo > 0, slo, self.ttft_slo_ms) * 1000
+        backlog = 0
+        running = step.queue(self.running)
+        if running is not None and len(running):
+            prompt, done = running.columns.get("prompt"), running.columns.get("computed")
+            backlog = int(np.maximum(prompt - done, 0).sum())
+        ok = feasible_first(arrival[fcfs], (total - computed)[fcfs], slo, now, backlog,
+                            self.prefill_tokens_per_s / 1e6)
+        order = np.concatenate([fcfs[ok == 1], fcfs[ok == 0]])
+        if self.hopeless == "reject" and not ok.all():
+            bad = fcfs[ok == 0]
+            step.reject(pending, ids[bad], np.full(bad.size, _SLO, dtype=np.int64))
+            keep = fcfs[ok == 1]
+            if keep.size:  # the rest, in arrival order
+                step.keep(pending, ids[keep], picked=keep)
+            return
+        step.sort(pending, ("ttft-feasible desc", "arrival"), ids[order], picked=order)
+
