@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import numba as nb
 import numpy as np
-from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, ModuleOp, StringAttr, i64
+from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
 from xdsl.ir import Block, Operation, Region, SSAValue
 
 from schedir.dialects.cluster import (
@@ -35,6 +36,7 @@ from schedir.dialects.cluster import (
 )
 from schedir.dialects.codes import Role, Why
 from schedir.dialects.columns import ColumnsAttr
+from schedir.dialects.sched import i64_attr
 from schedir.ir.fastop import append_operand, insert_before, new_op, region_of
 from schedir.ir.step import positions
 
@@ -187,40 +189,36 @@ class RouteStep:
             return self._hits
         n = len(self.arrivals) if self.arrivals is not None else 0
         m = self.num_instances
-        hits = np.zeros((n, m), dtype=np.int64)
-        if n and m and self.prefix is not None and len(self.prefix.columns.get("id")):
-            p_id, p_hash = self.prefix.columns.get("id"), self.prefix.columns.get("hash")
-            rows = positions(self.arrivals.ids, p_id)  # type: ignore[union-attr]
-            order = np.argsort(rows, kind="stable")
-            rows, p_hash = rows[order], p_hash[order]
-            counts = np.bincount(rows, minlength=n)
-            starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-            k = np.arange(rows.size, dtype=np.int64) - starts[rows]  # position in the request's chain
-            held = np.zeros((rows.size, m), dtype=np.bool_)
+        if not (n and m and self.prefix is not None and len(self.prefix.columns.get("id"))):
+            hits = np.zeros((n, m), dtype=np.int64)
+        else:
+            fleet_ids = self.fleet_col("id")
+            p_rows = positions(self.arrivals.ids, self.prefix.columns.get("id"))  # type: ignore[union-attr]
+            p_hash = self.prefix.columns.get("hash")
             if self.digest is not None and len(self.digest.columns.get("id")):
-                d_inst = positions(self.fleet_col("id"), self.digest.columns.get("id"))
-                uniq, inverse = np.unique(self.digest.columns.get("hash"), return_inverse=True)
-                table = np.zeros((uniq.size, m), dtype=np.bool_)
-                table[inverse, d_inst] = True
-                at = np.minimum(np.searchsorted(uniq, p_hash), uniq.size - 1)
-                found = uniq[at] == p_hash
-                held[found] = table[at[found]]
-            for op in moves:  # chains moved this step, in order
-                cols = op.columns  # type: ignore[attr-defined]
-                src = positions(self.fleet_col("id"), cols.get("src"))
-                dst = positions(self.fleet_col("id"), cols.get("dst"))
-                for h, s, d in zip(cols.get("hash").tolist(), src.tolist(), dst.tolist(), strict=True):
-                    at_h = np.flatnonzero(p_hash == h)
-                    for i in at_h.tolist():  # the chain up to h, on the rows of that request
-                        lo = i - int(k[i])
-                        held[lo: i + 1, d] = True
-                        if type(op) is MigrateOp:
-                            held[lo: i + 1, s] = False
-            miss_at = np.where(held, np.iinfo(np.int64).max, k[:, None])
-            nonempty = counts > 0
-            first_miss = np.minimum.reduceat(miss_at, starts[nonempty], axis=0)
-            lengths = counts[nonempty][:, None]
-            hits[nonempty] = np.minimum(first_miss, lengths)
+                d_col = positions(fleet_ids, self.digest.columns.get("id"))
+                d_hash = self.digest.columns.get("hash")
+            else:
+                d_col, d_hash = EMPTY, EMPTY
+            if moves:  # chains moved this step: their target holds every block up to the hash
+                extra_col, extra_hash = [d_col], [d_hash]
+                for op in moves:
+                    cols = op.columns  # type: ignore[attr-defined]
+                    for h, dst in zip(cols.get("hash").tolist(), cols.get("dst").tolist(), strict=True):
+                        chain = _chain_to(p_rows, p_hash, h)
+                        extra_col.append(np.full(chain.size, positions(fleet_ids, np.array([dst]))[0], np.int64))
+                        extra_hash.append(chain)
+                d_col, d_hash = np.concatenate(extra_col), np.concatenate(extra_hash)
+                migrated = [(h, s) for op in moves if type(op) is MigrateOp  # type: ignore[attr-defined]
+                            for h, s in zip(op.columns.get("hash").tolist(), op.columns.get("src").tolist(),  # type: ignore[attr-defined]
+                                            strict=True)]
+                if migrated:  # a migrated chain leaves its source
+                    src_row = positions(fleet_ids, np.array([s for _, s in migrated], np.int64))
+                    drop = np.zeros(d_col.size, dtype=np.bool_)
+                    for (h, _), row in zip(migrated, src_row.tolist(), strict=True):
+                        drop |= (d_col == row) & np.isin(d_hash, _chain_to(p_rows, p_hash, h))
+                    d_col, d_hash = d_col[~drop], d_hash[~drop]
+            hits = prefix_hit_kernel(n, m, p_rows, p_hash, d_col, d_hash)
         self._hits, self._hits_key = hits, key
         return hits
 
@@ -275,6 +273,55 @@ class RouteStep:
                          {"hash": hashes, "src": src, "dst": dst, "bytes": nbytes, "benefit_us": benefit_us})
 
 
+def _chain_to(p_rows: np.ndarray, p_hash: np.ndarray, h: int) -> np.ndarray:
+    """The hashes of the chain ending at `h`, from the first request whose prefix holds it."""
+    at = np.flatnonzero(p_hash == h)
+    if at.size == 0:
+        return np.array([h], dtype=np.int64)
+    i = int(at[0])
+    mine = np.flatnonzero(p_rows == p_rows[i])
+    return p_hash[mine[mine <= i]]
+
+
+@nb.njit(cache=True)
+def prefix_hit_kernel(n: int, m: int, p_rows: np.ndarray, p_hash: np.ndarray, d_col: np.ndarray,
+                      d_hash: np.ndarray) -> np.ndarray:
+    """Leading blocks of each request's chain (pairs `p_rows`, `p_hash`, in chain order per
+    request) that each instance column holds (pairs `d_col`, `d_hash`): int64[n, m]."""
+    hits = np.zeros((n, m), dtype=np.int64)
+    order = np.argsort(d_hash)
+    sorted_hash = d_hash[order]
+    alive = np.zeros(m, dtype=np.bool_)
+    held = np.zeros(m, dtype=np.bool_)
+    seen = np.zeros(n, dtype=np.int64)  # blocks of each request walked so far
+    dead = np.zeros(n, dtype=np.bool_)  # a request whose every instance missed already
+    # per request, which instances still hold every block so far (a row of `hits` equal to `seen`)
+    for i in range(p_rows.size):
+        r = p_rows[i]
+        if r < 0 or dead[r]:
+            continue
+        k = seen[r]
+        seen[r] = k + 1
+        h = p_hash[i]
+        lo = np.searchsorted(sorted_hash, h)
+        held[:] = False
+        j = lo
+        while j < sorted_hash.size and sorted_hash[j] == h:
+            c = d_col[order[j]]
+            if c >= 0:
+                held[c] = True
+            j += 1
+        any_alive = False
+        for c in range(m):
+            alive[c] = hits[r, c] == k
+            if alive[c] and held[c]:
+                hits[r, c] = k + 1
+                any_alive = True
+        if not any_alive:
+            dead[r] = True
+    return hits
+
+
 def route_steps_of(module: Operation) -> list[RouteStepOp]:
     """The `cluster.route_step` ops at the top of a module."""
     return [op for op in module.regions[0].block.ops if isinstance(op, RouteStepOp)]
@@ -300,6 +347,6 @@ def build_route_step(step: int, now_us: int, fleet: Mapping[str, np.ndarray], ar
             {"id": prefix[0], "hash": prefix[1]})}))
     ops.append(new_op(YieldOp, (), {}))
     region: Region = region_of(ops)
-    step_op = new_op(RouteStepOp, (), {"step": IntegerAttr(step, i64), "now_us": IntegerAttr(now_us, i64),
+    step_op = new_op(RouteStepOp, (), {"step": i64_attr(step), "now_us": i64_attr(now_us),
                                        "facts": _facts_attr(frozenset())}, (), (region,))
-    return ModuleOp([step_op])
+    return new_op(ModuleOp, (), {}, (), (region_of((step_op,)),))

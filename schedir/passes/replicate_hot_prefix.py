@@ -49,34 +49,37 @@ class ReplicateHotPrefix(LinkOptions):
         least = np.flatnonzero(eligible)[np.argmin(load[eligible])]
         overloaded = load > self.overload_ratio * load[least] + self.overload_slack
         hits = route.prefix_hits()
-        blocks = route.prefix_blocks()
-        starts = np.concatenate(([0], np.cumsum(blocks)[:-1]))
+        # per pending request, the depth of its deepest hot block (0: none); pairs in chain order
         order = np.argsort(p_rows, kind="stable")
-        chain_hash = route.prefix.columns.get("hash")[order]
+        p_sorted, chain_hash = p_rows[order], route.prefix.columns.get("hash")[order]
+        starts = np.concatenate(([0], np.cumsum(route.prefix_blocks())[:-1]))
+        k = np.arange(p_sorted.size, dtype=np.int64) - starts[p_sorted]
+        depth = np.zeros(hits.shape[0], dtype=np.int64)
+        is_hot = np.isin(chain_hash, hot) & np.isin(p_sorted, rows)
+        np.maximum.at(depth, p_sorted[is_hot], k[is_hot] + 1)
+        cand = rows[depth[rows] > 0]
+        if cand.size == 0:
+            return
+        d = depth[cand]
+        holders = (hits[cand] >= d[:, None]) & eligible[None, :]
+        ok = holders.any(axis=1) & (hits[cand, least] < d) & ~(holders & ~overloaded[None, :]).any(axis=1)
+        if not ok.any():
+            return
+        cand, d, holders = cand[ok], d[ok], holders[ok]
         position = route.fleet_col("position")
         fleet_ids = route.fleet_col("id")
+        last = chain_hash[starts[cand] + d - 1]
+        last, first = np.unique(last, return_index=True)  # one copy per chain
+        d, holders = d[first], holders[first]
+        dist = np.where(holders, np.abs(position[None, :] - position[least]), np.iinfo(np.int64).max)
+        src = np.argmin(dist, axis=1)
+        nbytes = d * self.block_tokens * self.kv_bytes_per_token
+        move = self.move_us(position[src], np.full(src.size, position[least]), nbytes)
+        share = counts[np.searchsorted(hashes, last)]
         prefill_per_us, _, _ = self.rates()
-        out: dict[int, tuple[int, int, int, int]] = {}
-        for r in rows.tolist():  # per pending request: its deepest hot block
-            chain = chain_hash[starts[r]: starts[r] + blocks[r]]
-            is_hot = np.isin(chain, hot)
-            if not is_hot.any():
-                continue
-            depth = int(np.flatnonzero(is_hot)[-1]) + 1
-            holders = np.flatnonzero((hits[r] >= depth) & eligible)
-            if holders.size == 0 or hits[r, least] >= depth or not overloaded[holders].all():
-                continue
-            h = int(chain[depth - 1])
-            if h in out:
-                continue
-            src = holders[np.argmin(np.abs(position[holders] - position[least]))]
-            nbytes = depth * self.block_tokens * self.kv_bytes_per_token
-            share = int(counts[np.searchsorted(hashes, h)])
-            move = float(self.move_us(position[src: src + 1], position[least: least + 1], np.array([nbytes]))[0])
-            benefit = share * depth * self.block_tokens / prefill_per_us - move
-            if benefit > 0:
-                out[h] = (int(fleet_ids[src]), int(fleet_ids[least]), nbytes, round(benefit))
-        if out:
-            cols = np.array(list(out.values()), dtype=np.int64)
-            route.move_prefix(ReplicateOp, np.array(list(out), dtype=np.int64), cols[:, 0], cols[:, 1], cols[:, 2],
-                              cols[:, 3])
+        benefit = share * d * self.block_tokens / prefill_per_us - move
+        good = benefit > 0
+        if good.any():
+            route.move_prefix(ReplicateOp, last[good], fleet_ids[src[good]], np.full(int(good.sum()), fleet_ids[least]),
+                              nbytes[good].astype(np.int64), np.round(benefit[good]).astype(np.int64))
+
