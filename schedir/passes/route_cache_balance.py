@@ -10,6 +10,7 @@ import numpy as np
 from schedir.dialects.codes import Why
 from schedir.ir.route_pass import RoutePass
 from schedir.ir.route_step import RouteStep
+from schedir.ir.step import positions
 from schedir.passes.route_kernels import cache_balance_kernel
 
 
@@ -24,7 +25,9 @@ class RouteCacheBalance(RoutePass):
     `balance-abs-threshold` and max load > `balance-rel-threshold` x min load; then the least
     loaded instance wins. Otherwise the instance with the best prefix match wins if its
     match rate (matched / prompt tokens) exceeds `cache-threshold`, else the instance with the
-    most free cache (the router's "smallest tree"). Load is requests queued and running."""
+    smallest tree: the fewest prefix blocks in its digest (the fleet's `digest_blocks` column
+    when present, else the pairs of `cluster.digest`), ties to the least loaded. Load is
+    requests queued and running."""
 
     name: ClassVar[str] = "route-cache-balance"
     provides: ClassVar[frozenset[str]] = frozenset({"routed"})
@@ -46,9 +49,20 @@ class RouteCacheBalance(RoutePass):
             return
         hits = np.ascontiguousarray(route.prefix_hits()[rows])
         pick, by_cache = cache_balance_kernel(hits, route.arrival_col("prompt")[rows], route.load(),
-                                              route.fleet_col("free_blocks"), route.serves_whole(),
+                                              tree_sizes(route), route.serves_whole(),
                                               self.block_tokens, self.cache_threshold,
                                               self.balance_abs_threshold, self.balance_rel_threshold)
         ok = pick >= 0
         why = np.where(by_cache[ok] == 1, int(Why.CACHE), int(Why.LEAST_LOAD))
         route.route(rows[ok], pick[ok], why, hit_blocks=hits[ok, pick[ok]] if ok.any() else None)
+
+
+def tree_sizes(route: RouteStep) -> np.ndarray:
+    """Prefix blocks each instance caches: the fleet's `digest_blocks`, else its digest pairs."""
+    if route.fleet.columns.has("digest_blocks"):  # type: ignore[union-attr]
+        return route.fleet_col("digest_blocks").copy()
+    m = route.num_instances
+    if route.digest is None or len(route.digest.columns.get("id")) == 0:
+        return np.zeros(m, dtype=np.int64)
+    rows = positions(route.fleet_col("id"), route.digest.columns.get("id"))
+    return np.bincount(rows, minlength=m).astype(np.int64)

@@ -74,13 +74,14 @@ def cache_aware_kernel(hits: np.ndarray, prompt: np.ndarray, load: np.ndarray, e
 
 
 @nb.njit(cache=True)
-def cache_balance_kernel(hits: np.ndarray, prompt: np.ndarray, load: np.ndarray, free: np.ndarray,
+def cache_balance_kernel(hits: np.ndarray, prompt: np.ndarray, load: np.ndarray, tree: np.ndarray,
                          eligible: np.ndarray, block_tokens: int, cache_threshold: float, abs_threshold: float,
                          rel_threshold: float) -> tuple[np.ndarray, np.ndarray]:
     """The SGLang router's cache-aware rule per request, in order: when the fleet is
     imbalanced (max load - min load > abs and max load > rel x min load) the least loaded
     instance; else the best prefix match if its match rate exceeds `cache_threshold`; else
-    the instance with the most free cache (its "smallest tree"). Returns (row, 1 if by cache)."""
+    the instance with the smallest tree (`tree`: cached prefix blocks; ties: the least loaded).
+    Returns (row, 1 if by cache)."""
     n = hits.shape[0]
     out = np.full(n, -1, dtype=np.int64)
     by_cache = np.zeros(n, dtype=np.int64)
@@ -99,7 +100,7 @@ def cache_balance_kernel(hits: np.ndarray, prompt: np.ndarray, load: np.ndarray,
                 most = j
             if best < 0 or hits[i, j] > hits[i, best] or (hits[i, j] == hits[i, best] and load[j] < load[best]):
                 best = j
-            if roomy < 0 or free[j] > free[roomy]:
+            if roomy < 0 or tree[j] < tree[roomy] or (tree[j] == tree[roomy] and load[j] < load[roomy]):
                 roomy = j
         if least < 0:
             continue
@@ -115,6 +116,7 @@ def cache_balance_kernel(hits: np.ndarray, prompt: np.ndarray, load: np.ndarray,
                 pick = roomy
         out[i] = pick
         load[pick] += 1
+        tree[pick] += prompt[i] // block_tokens
     return out, by_cache
 
 

@@ -40,7 +40,8 @@ ROWS: tuple[tuple[str, Callable[[Metrics], object], str], ...] = (
     ("GPU busy per instance (s, min-max)", _busy_spread, "{}"),
     ("prefix replicas / pulls", lambda m: m["fleet"]["replicas"], "{:.0f}"),
     ("re-routed (instance removed)", lambda m: m["fleet"]["rerouted"], "{:.0f}"),
-    ("router µs per request", lambda m: m["fleet"]["route_us_per_request"], "{:.1f}"),
+    ("router µs per request (all)", lambda m: m["fleet"]["route_us_per_request"], "{:.1f}"),
+    ("routing pipeline µs per request", lambda m: m["fleet"]["pipeline_us_per_request"], "{:.1f}"),
     ("simulator wall (s)", lambda m: m["sim_wall_s"], "{:.1f}"),
 )
 
