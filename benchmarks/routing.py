@@ -3,6 +3,7 @@
     python benchmarks/routing.py                         # both parts
     python benchmarks/routing.py --part cost             # µs per routed request at 8 and 64 instances
     python benchmarks/routing.py --part compare --num-requests 3000   # a prefix of the trace
+    python benchmarks/routing.py --part compare --num-requests 4000 --rate 10   # near saturation
 
 Part 1 (cost) builds a `cluster.route_step` over a synthetic fleet (queues, running
 requests, a digest of the instances' cached prefix blocks) and a batch of arrivals with
@@ -102,7 +103,10 @@ def compare(console: Console, args: argparse.Namespace) -> list[dict]:
     workload = load_trace(TRACE)
     if args.num_requests:
         workload = workload.head(args.num_requests)
-    console.print(f"[bold]router comparison[/]: {len(workload)} requests of {TRACE.name} at its own rate "
+    if args.rate:
+        workload = workload.with_rate(args.rate)
+    console.print(f"[bold]router comparison[/]: {len(workload)} requests of {TRACE.name} at "
+                  f"{'its own rate' if not args.rate else 'a rescaled rate'} "
                   f"({len(workload) / workload.duration_s:.2f} req/s), {args.instances} x H100, Llama-3-8B, vllm preset")
     runs = []
     for router in args.routers.split(","):
@@ -129,6 +133,7 @@ def main() -> None:
     parser.add_argument("--part", choices=("cost", "compare", "all"), default="all")
     parser.add_argument("--reps", type=int, default=200, help="routing steps timed per configuration")
     parser.add_argument("--num-requests", type=int, help="replay only the trace's first N requests")
+    parser.add_argument("--rate", type=float, help="rescale the trace's arrivals to R req/s (default: its own)")
     parser.add_argument("--instances", type=int, default=8)
     parser.add_argument("--routers", default=",".join(ROUTERS))
     parser.add_argument("--json", type=Path, help="write the figures here")

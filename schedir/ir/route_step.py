@@ -70,7 +70,7 @@ class RouteStep:
         self.arrivals: ArrivalsOp | None = None
         self.digest: DigestOp | None = None
         self.prefix: PrefixOp | None = None
-        for child in self.block.ops:
+        for child in self._ops():
             kind = type(child)
             if kind is FleetOp:
                 self.fleet = child  # type: ignore[assignment]
@@ -85,6 +85,19 @@ class RouteStep:
         self._fact_set: frozenset[str] | None = None
         self._hits: np.ndarray | None = None
         self._hits_key: int = -1
+        self._chains: tuple[np.ndarray, np.ndarray] | None = None
+
+    def _ops(self) -> list[Operation]:
+        """The step's ops in order (a linked-list walk: xDSL's `block.ops` iterator costs more)."""
+        out = []
+        op = self.block.first_op
+        while op is not None:
+            out.append(op)
+            op = op._next_op
+        return out
+
+    def _decisions(self, *kinds: type[Operation]) -> list[Operation]:
+        return [op for op in self._ops() if type(op) in kinds]
 
     # ------------------------------------------------------------ facts (the pass manager's protocol)
     @property
@@ -148,7 +161,7 @@ class RouteStep:
         """Rows (into the arrivals' columns) of requests no decision covers yet, in arrival order."""
         if self.arrivals is None or len(self.arrivals) == 0:
             return EMPTY
-        decided = [op.ids for op in self.block.ops if type(op) in (RouteOp, RejectOp)]  # type: ignore[attr-defined]
+        decided = [op.ids for op in self._decisions(RouteOp, RejectOp)]  # type: ignore[attr-defined]
         n = len(self.arrivals)
         if not decided:
             return np.arange(n, dtype=np.int64)
@@ -157,7 +170,7 @@ class RouteStep:
 
     def routed(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(ids, instance, decode) over every `cluster.route` so far."""
-        ops = [op for op in self.block.ops if type(op) is RouteOp]
+        ops = self._decisions(RouteOp)
         if not ops:
             return EMPTY, EMPTY, EMPTY
         if len(ops) == 1:
@@ -166,7 +179,7 @@ class RouteStep:
         return tuple(np.concatenate([op.col(c) for op in ops]) for c in ("id", "instance", "decode"))  # type: ignore
 
     def route_ops(self) -> list[RouteOp]:
-        return [op for op in self.block.ops if type(op) is RouteOp]  # type: ignore[misc]
+        return self._decisions(RouteOp)  # type: ignore[return-value]
 
     def prefix_blocks(self) -> np.ndarray:
         """Prefix block hashes per arrival (how many `cluster.prefix` pairs each has)."""
@@ -176,6 +189,22 @@ class RouteStep:
         rows = positions(self.arrivals.ids, self.prefix.columns.get("id"))  # type: ignore[union-attr]
         return np.bincount(rows, minlength=n).astype(np.int64)
 
+    def chains(self) -> tuple[np.ndarray, np.ndarray]:
+        """(hashes in chain order grouped by arrival row, start of each row's chain in it)."""
+        if self._chains is None:
+            n = len(self.arrivals) if self.arrivals is not None else 0
+            if self.prefix is None or n == 0:
+                self._chains = (EMPTY, np.zeros(n, dtype=np.int64))
+            else:
+                rows = positions(self.arrivals.ids, self.prefix.columns.get("id"))  # type: ignore[union-attr]
+                hashes = self.prefix.columns.get("hash")
+                if rows.size > 1 and (np.diff(rows) < 0).any():
+                    order = np.argsort(rows, kind="stable")
+                    rows, hashes = rows[order], hashes[order]
+                counts = np.bincount(rows, minlength=n)
+                self._chains = (hashes, np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64))
+        return self._chains
+
     def prefix_hits(self) -> np.ndarray:
         """Leading prefix blocks each instance holds, per arrival: int64[arrivals, instances].
 
@@ -183,7 +212,7 @@ class RouteStep:
         hashes: block k's hash names the whole prefix up to k, so "leading" is the first miss),
         or if a `cluster.replicate` / `cluster.migrate` earlier in this step moved the chain
         up to that hash there (its source keeps it on a replicate, loses it on a migrate)."""
-        moves = [op for op in self.block.ops if type(op) in (ReplicateOp, MigrateOp)]
+        moves = self._decisions(ReplicateOp, MigrateOp)
         key = len(moves)
         if self._hits is not None and self._hits_key == key:
             return self._hits

@@ -49,10 +49,9 @@ class ReplicateHotPrefix(LinkOptions):
         least = np.flatnonzero(eligible)[np.argmin(load[eligible])]
         overloaded = load > self.overload_ratio * load[least] + self.overload_slack
         hits = route.prefix_hits()
-        # per pending request, the depth of its deepest hot block (0: none); pairs in chain order
-        order = np.argsort(p_rows, kind="stable")
-        p_sorted, chain_hash = p_rows[order], route.prefix.columns.get("hash")[order]
-        starts = np.concatenate(([0], np.cumsum(route.prefix_blocks())[:-1]))
+        # per pending request, the depth of its deepest hot block (0: none)
+        chain_hash, starts = route.chains()
+        p_sorted = np.repeat(np.arange(starts.size), route.prefix_blocks())
         k = np.arange(p_sorted.size, dtype=np.int64) - starts[p_sorted]
         depth = np.zeros(hits.shape[0], dtype=np.int64)
         is_hot = np.isin(chain_hash, hot) & np.isin(p_sorted, rows)

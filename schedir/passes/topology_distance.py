@@ -10,6 +10,7 @@ import numpy as np
 from schedir.dialects.cluster import ReplicateOp
 from schedir.dialects.codes import Why
 from schedir.ir.route_step import RouteStep
+from schedir.ir.step import positions
 from schedir.passes.route_kernels import LinkOptions
 
 
@@ -33,17 +34,19 @@ class TopologyDistance(LinkOptions):
         routed_ids, inst_ids, _ = route.routed()
         if routed_ids.size == 0 or route.prefix is None:
             return
-        from schedir.ir.step import positions
-
         rows = positions(route.arrival_col("id"), routed_ids)
         fleet_ids = route.fleet_col("id")
         inst = positions(fleet_ids, inst_ids)
         hits = route.prefix_hits()[rows]
-        have = hits[np.arange(rows.size), inst]
+        pick = np.arange(rows.size)
+        have = hits[pick, inst]
         best = hits.max(axis=1)
         want = np.flatnonzero(best > have)
+        if want.size == 0:
+            return
         # disaggregated requests move their KV anyway (cluster.transfer): leave them
-        whys = np.concatenate([op.col("why") for op in route.route_ops()])
+        ops = route.route_ops()
+        whys = ops[0].col("why") if len(ops) == 1 else np.concatenate([op.col("why") for op in ops])
         want = want[whys[want] != int(Why.DISAGGREGATED)]
         if want.size == 0:
             return
@@ -56,19 +59,20 @@ class TopologyDistance(LinkOptions):
         nbytes = extra * self.block_tokens * self.kv_bytes_per_token
         move_us = self.move_us(position[src], position[inst[want]], nbytes)
         prefill_per_us, _, _ = self.rates()
-        recompute_us = extra * self.block_tokens / prefill_per_us
-        gain = recompute_us - move_us
+        gain = extra * self.block_tokens / prefill_per_us - move_us
         keep = gain > 0
         if not keep.any():
             return
         want, src, nbytes, gain = want[keep], src[keep], nbytes[keep], gain[keep]
-        # the hash ending the moved chain: block best-1 of the request's prefix
-        p_id, p_hash = route.prefix.columns.get("id"), route.prefix.columns.get("hash")
-        order = np.argsort(positions(route.arrival_col("id"), p_id), kind="stable")
-        starts = np.concatenate(([0], np.cumsum(route.prefix_blocks())[:-1]))
-        last = p_hash[order][starts[rows[want]] + best[want] - 1]
+        chain, starts = route.chains()
+        last = chain[starts[rows[want]] + best[want] - 1]  # the hash ending the moved chain
         dst = inst[want]
-        _, first = np.unique(np.stack([last, dst]), axis=1, return_index=True)  # one move per (chain, instance)
-        first.sort()
-        route.move_prefix(ReplicateOp, last[first], fleet_ids[src[first]], fleet_ids[dst[first]],
-                          nbytes[first].astype(np.int64), np.round(gain[first]).astype(np.int64))
+        seen: set[tuple[int, int]] = set()
+        first = []
+        for j, key in enumerate(zip(last.tolist(), dst.tolist(), strict=True)):  # one move per (chain, target)
+            if key not in seen:
+                seen.add(key)
+                first.append(j)
+        at = np.asarray(first, dtype=np.int64)
+        route.move_prefix(ReplicateOp, last[at], fleet_ids[src[at]], fleet_ids[dst[at]],
+                          nbytes[at].astype(np.int64), np.round(gain[at]).astype(np.int64))
