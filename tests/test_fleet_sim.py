@@ -133,3 +133,22 @@ def test_parse_removal():
     assert parse_removal("3@120") == Removal(120.0, 3)
     with pytest.raises(ValueError, match="INSTANCE@SECONDS"):
         parse_removal("3")
+
+
+def test_pd_disaggregation_moves_requests_to_decode_instances_with_their_kv(workload):
+    fleet = FleetConfig(instances=3, router="mooncake-pd", prefill_instances=1)
+    roomy = SimConfig(num_blocks=40000)  # room for every prompt's KV on the decode instances
+    out = FleetSimulator(roomy, fleet).run(workload.head(30))
+    assert_conserved(out, 30)
+    r = out.result.requests
+    finished = ~np.isnan(r.finish_s)
+    assert (out.instance_of[finished & (r.output_len > 1)] >= 1).all()  # ended on a decode instance
+    assert out.fleet["transfers"] >= finished.sum()
+    # the decode instances received the prompts' KV: the fleet computed each prompt once (less
+    # its prefix hits), plus a partial block and a token per request on the decode side
+    assert out.result.steps.column("prefill_tokens").sum() <= r.input_len[finished].sum() + 17 * finished.sum()
+
+
+def test_pd_needs_a_disaggregating_router():
+    with pytest.raises(ValueError, match="needs pd-disaggregate"):
+        FleetSimulator(ENGINE, FleetConfig(instances=3, router="mooncake", prefill_instances=1))

@@ -12,12 +12,14 @@ The router's prefix digest is its own approximate index, as the SGLang router ke
 each instance holds the block chains of the requests routed to it, least recently routed
 evicted first beyond the instance's KV capacity. `cluster.replicate` / `cluster.migrate`
 decisions are recorded with their bytes and link time (their KV is not copied into the
-target's pool: see the report's notes); P/D disaggregation is decided by the passes but not
-simulated here (every instance serves prefill and decode).
+target's pool). With P/D roles (`prefill_instances`), a disaggregated request runs its
+prefill and first token on its prefill instance, then, after the `cluster.transfer`'s link
+time, continues on its decode instance, whose prefix cache receives the prompt's KV.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 import time
 from collections import OrderedDict
@@ -33,6 +35,7 @@ from schedir.ir.errors import PipelineError
 from schedir.ir.fastop import dispose
 from schedir.ir.pipeline import PassManager
 from schedir.ir.route_step import build_route_step
+from schedir.lowering.kv_pool import allocate, cache_full_blocks, free_row
 from schedir.runtime import table as T
 from schedir.sim.config import SimConfig
 from schedir.sim.engine import Engine, StepStatus, engine_sizes
@@ -71,6 +74,7 @@ class FleetConfig:
     instances: int = 8
     router: str = "round-robin"  # a router preset or a routing pass list
     instances_per_position: int = 8  # instances sharing one topology position (one node)
+    prefill_instances: int = 0  # P/D: the first K instances prefill, the others decode (0: all do both)
     removals: tuple[Removal, ...] = ()
     label: str | None = None
 
@@ -87,6 +91,18 @@ class FleetConfig:
             raise ValueError("--remove-instance: an instance is removed twice")
         if len(self.removals) >= self.instances:
             raise ValueError("--remove-instance: at least one instance must stay in the fleet")
+        if not 0 <= self.prefill_instances < self.instances:
+            raise ValueError(f"--prefill-instances must lie in 0..{self.instances - 1} (some instances must "
+                             f"decode), got {self.prefill_instances}")
+        if self.prefill_instances and self.removals:
+            raise ValueError("--remove-instance is not simulated with P/D disaggregation (--prefill-instances)")
+
+    def roles(self) -> np.ndarray:
+        roles = np.full(self.instances, int(Role.BOTH), dtype=np.int64)
+        if self.prefill_instances:
+            roles[: self.prefill_instances] = int(Role.PREFILL)
+            roles[self.prefill_instances:] = int(Role.DECODE)
+        return roles
 
     @property
     def name(self) -> str:
@@ -188,6 +204,9 @@ class FleetSimulator:
         if not self.manager.passes or any(getattr(p, "over", "") != "cluster.route_step" for p in self.manager.passes):
             raise ValueError(f"--router {fleet.router!r}: a router is a router preset (round-robin, least-load, "
                              "mooncake, sglang-router) or a list of routing passes")
+        if fleet.prefill_instances and not any(p.name == "pd-disaggregate" for p in self.manager.passes):
+            raise ValueError(f"--router {fleet.router!r}: with prefill and decode instances the router needs "
+                             "pd-disaggregate (e.g. --router mooncake-pd)")
 
     def run(self, workload: Workload, progress: Progress | None = None, progress_every: int = 500) -> FleetResult:
         cfg, fc = self.engine_config, self.fleet_config
@@ -203,6 +222,9 @@ class FleetSimulator:
         hashes = chain_hashes(np.ascontiguousarray(workload.block_ids), np.ascontiguousarray(workload.block_offsets))
         offsets = workload.block_offsets
         position = np.arange(m, dtype=np.int64) // fc.instances_per_position
+        roles = fc.roles()
+        handoff: dict[int, tuple[int, float]] = {}  # P/D: request -> (decode instance, transfer seconds)
+        arriving: list[tuple[float, int, int]] = []  # P/D: (KV lands, request, decode instance), a heap
         alive = np.ones(m, dtype=bool)
         next_t = np.full(m, math.inf)
         instance_of = np.full(n, -1, dtype=np.int64)
@@ -239,7 +261,7 @@ class FleetSimulator:
             queued_tokens = np.array([int((e.sched.table.data[T.PROMPT, e.sched.waiting]
                                            - e.sched.table.data[T.COMPUTED, e.sched.waiting]).sum())
                                       if e.sched.waiting.size else 0 for e in d], dtype=np.int64)
-            fleet = {"id": live, "role": np.full(live.size, int(Role.BOTH), np.int64), "queued": queued,
+            fleet = {"id": live, "role": roles[live], "queued": queued,
                      "running": running, "free_blocks": np.array([e.sched.pool.num_free for e in d], np.int64),
                      "total_blocks": np.array([e.sched.pool.usable_blocks for e in d], np.int64),
                      "position": position[live], "queued_tokens": queued_tokens,
@@ -265,11 +287,16 @@ class FleetSimulator:
             for op in module.body.block.first_op.body.block.ops:  # type: ignore[union-attr]
                 kind = type(op)
                 if kind is RouteOp:
-                    rid, inst, why = op.ids, op.col("instance"), op.col("why")  # type: ignore[attr-defined]
+                    rid, inst, dec, why = (op.ids, op.col("instance"), op.col("decode"),  # type: ignore[attr-defined]
+                                           op.col("why"))  # type: ignore[attr-defined]
                     decided = np.concatenate([decided, rid])
-                    for r, i, w in zip(rid.tolist(), inst.tolist(), why.tolist(), strict=True):
+                    for r, i, j, w in zip(rid.tolist(), inst.tolist(), dec.tolist(), why.tolist(), strict=True):
                         e = engines[i]
-                        e.add(r, workload.prompt_tokens(r, vocab), max_tokens[r], priority[r], arrival_at[r])
+                        split = j != i and max_tokens[r] > 1
+                        e.add(r, workload.prompt_tokens(r, vocab), 1 if split else max_tokens[r], priority[r],
+                              arrival_at[r])
+                        if split:
+                            handoff[r] = (j, 0.0)
                         if next_t[i] == math.inf:
                             e.now = max(e.now, at)
                             next_t[i] = e.now
@@ -290,6 +317,10 @@ class FleetSimulator:
                     stats["replica_bytes"] += int(op.col("bytes").sum())  # type: ignore[attr-defined, operator]
                 elif kind is TransferOp:
                     stats["transfers"] += len(op)  # type: ignore[arg-type, operator]
+                    for r, j, lat in zip(op.ids.tolist(), op.col("dst").tolist(),  # type: ignore[attr-defined]
+                                         op.col("latency_us").tolist(), strict=True):  # type: ignore[attr-defined]
+                        if r in handoff:
+                            handoff[r] = (j, lat * 1e-6)
             left = ids[~np.isin(ids, decided)]
             for r in left.tolist():  # no pass decided it: no instance can serve it
                 reject_why[r] = reqs.rejected[r] = "router: no_instance"
@@ -302,11 +333,24 @@ class FleetSimulator:
         while True:
             t_arr = arrival_at[nxt] if nxt < n else math.inf
             t_rm = removals[ri].at_s if ri < len(removals) else math.inf
+            t_kv = arriving[0][0] if arriving else math.inf
             i = int(np.argmin(next_t))
             t_inst = next_t[i]
-            t = min(t_arr, t_rm, t_inst)
+            t = min(t_arr, t_rm, t_inst, t_kv)
             if t == math.inf:
                 break
+            if t_kv == t:  # P/D: a request's KV reached its decode instance, which takes it from here
+                _, r, j = heapq.heappop(arriving)
+                e = engines[j]
+                first = (r * 7919 + int(input_len[r])) % vocab  # the token the prefill sampled (account_step's)
+                prompt = np.append(workload.prompt_tokens(r, vocab), np.int32(first))
+                e.add(r, prompt, max_tokens[r] - 1, priority[r], arrival_at[r])
+                receive_kv(e, str(r), int(input_len[r]))
+                instance_of[r] = j
+                if next_t[j] == math.inf:
+                    e.now = max(e.now, t_kv)
+                    next_t[j] = e.now
+                continue
             if t_rm == t:
                 victim = removals[ri].instance
                 ri += 1
@@ -338,9 +382,20 @@ class FleetSimulator:
                 continue
             e = engines[i]
             status = e.step()
-            for r in e.finished:
+            finished = e.finished
+            if handoff and finished:
+                kept = []
+                for r in finished:
+                    if r in handoff:  # prefilled: not finished, its KV goes to the decode instance
+                        j, seconds = handoff.pop(r)
+                        reqs.finish_s[r] = math.nan
+                        heapq.heappush(arriving, (e.now + seconds, r, j))
+                    else:
+                        kept.append(r)
+                finished = kept
+            for r in finished:
                 finish_count[r] += 1
-            done += len(e.rejected) + len(e.finished)
+            done += len(e.rejected) + len(finished)
             for r in e.rejected:
                 reject_why[r] = reqs.rejected[r]
             if status is StepStatus.IDLE or not e.busy:
@@ -385,6 +440,25 @@ class FleetSimulator:
                       "rerouted": stats["rerouted"], "why": stats["why"], "per_instance": per_instance}
         return FleetResult(result=result, fleet=fleet_info, instance_of=instance_of, finish_count=finish_count,
                            reject_why=reject_why)
+
+
+def receive_kv(engine: Engine, name: str, tokens: int) -> int:
+    """The KV of a request's first `tokens` prompt tokens lands in `engine`'s prefix cache
+    (P/D: the transfer from its prefill instance), as blocks registered under the request's
+    chained hashes and left free-but-cached, so its first step there finds them as prefix hits.
+    Returns the blocks received (0 when the pool has no room: the decode instance recomputes)."""
+    pool = engine.sched.pool
+    row = engine.sched.table.row_of[name]
+    full = min(tokens // pool.block_size, int(pool.nhash[row]), pool.width)
+    if full <= 0 or full > pool.num_free:
+        return 0
+    allocate(row, full, pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache, pool.table,
+             pool.nblk)
+    cache_full_blocks(row, full * pool.block_size, pool.bhash, pool.dup_next, pool.cache, pool.meta, pool.table,
+                      pool.ncached, pool.rhash, pool.nhash)
+    free_row(row, pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache, pool.table,
+             pool.nblk, pool.ncached)
+    return full
 
 
 def _merge(logs: Sequence[StepLog]) -> StepLog:

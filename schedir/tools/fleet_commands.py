@@ -12,7 +12,6 @@ import argparse
 import json
 from typing import Any
 
-import attrs
 from rich.console import Console
 
 from schedir.sim.fleet import FleetConfig, FleetSimulator, parse_removal
@@ -34,6 +33,9 @@ def add_fleet_arguments(p: argparse.ArgumentParser, bench: bool) -> None:
                             "or routing passes")
         p.add_argument("--remove-instance", action="append", default=[], metavar="ID@S",
                        help="with --instances: remove instance ID at S simulated seconds (repeatable)")
+    p.add_argument("--prefill-instances", type=int, default=0, metavar="K",
+                   help="with --instances: P/D disaggregation, the first K instances prefill, the rest decode "
+                        "(the router must use pd-disaggregate, e.g. mooncake-pd)")
     p.add_argument("--instances-per-node", type=int, default=8, metavar="K",
                    help="with --instances: instances sharing one topology position (default 8)")
 
@@ -44,7 +46,7 @@ def fleet_run(args: argparse.Namespace, console: Console, router: str, workload:
 
     engine = base_config(args, args.preset if hasattr(args, "preset") else "vllm")
     fleet = FleetConfig(instances=args.instances, router=router, instances_per_position=args.instances_per_node,
-                        removals=removals)
+                        prefill_instances=args.prefill_instances, removals=removals)
     simulator = FleetSimulator(engine, fleet)
     if not args.quiet:
         console.print(f"[bold]{router}[/]: {len(workload)} requests over {args.instances} instances ...")
@@ -67,7 +69,8 @@ def cmd_fleet_sim(args: argparse.Namespace, console: Console) -> int:
 
     check_fleet_args(args)
     removals = tuple(parse_removal(text) for text in args.remove_instance)
-    FleetConfig(instances=args.instances, router=args.router, removals=removals)  # refuse bad options before loading
+    FleetConfig(instances=args.instances, router=args.router, removals=removals,  # refuse bad options before loading
+                prefill_instances=args.prefill_instances)
     workload = load_workload(args, console)
     m = fleet_run(args, console, args.router, workload, removals)
     console.print(fleet_comparison_table([m]))
@@ -86,7 +89,8 @@ def cmd_fleet_bench(args: argparse.Namespace, console: Console) -> int:
     if len(set(routers)) != len(routers):
         raise ValueError(f"--routers {args.routers!r}: the same router twice")
     for r in routers:
-        FleetSimulator(attrs.evolve(_engine(args)), FleetConfig(instances=args.instances, router=r))
+        FleetSimulator(_engine(args), FleetConfig(instances=args.instances, router=r,
+                                                  prefill_instances=args.prefill_instances))
     workload = load_workload(args, console)
     runs = [fleet_run(args, console, r, workload) for r in routers]
     console.print(fleet_comparison_table(runs))
