@@ -9,7 +9,6 @@ import numpy as np
 
 from schedir.dialects.cluster import ReplicateOp
 from schedir.ir.route_step import RouteStep
-from schedir.ir.step import positions
 from schedir.passes.route_kernels import LinkOptions
 
 
@@ -39,22 +38,26 @@ class ReplicateHotPrefix(LinkOptions):
         eligible = route.serves_whole()
         if eligible.sum() < 2:
             return
-        p_rows = positions(route.arrival_col("id"), route.prefix.columns.get("id"))
-        mine = np.isin(p_rows, rows)
-        hashes, counts = np.unique(route.prefix.columns.get("hash")[mine], return_counts=True)
-        hot = hashes[counts >= self.min_requests]
-        if hot.size == 0:
-            return
         load = route.load()
         least = np.flatnonzero(eligible)[np.argmin(load[eligible])]
         overloaded = load > self.overload_ratio * load[least] + self.overload_slack
+        if not (overloaded & eligible).any():
+            return  # no holder to relieve
+        chain_hash, starts = route.chains()
+        blocks = route.prefix_blocks()
+        pending = np.zeros(blocks.size, dtype=np.bool_)
+        pending[rows] = True
+        p_sorted = np.repeat(np.arange(starts.size), blocks)
+        mine = pending[p_sorted]
+        hashes, counts = np.unique(chain_hash[mine], return_counts=True)
+        if counts.max(initial=0) < self.min_requests:
+            return
         hits = route.prefix_hits()
         # per pending request, the depth of its deepest hot block (0: none)
-        chain_hash, starts = route.chains()
-        p_sorted = np.repeat(np.arange(starts.size), route.prefix_blocks())
         k = np.arange(p_sorted.size, dtype=np.int64) - starts[p_sorted]
+        at = np.minimum(np.searchsorted(hashes, chain_hash), hashes.size - 1)
+        is_hot = mine & (hashes[at] == chain_hash) & (counts[at] >= self.min_requests)
         depth = np.zeros(hits.shape[0], dtype=np.int64)
-        is_hot = np.isin(chain_hash, hot) & np.isin(p_sorted, rows)
         np.maximum.at(depth, p_sorted[is_hot], k[is_hot] + 1)
         cand = rows[depth[rows] > 0]
         if cand.size == 0:
