@@ -124,9 +124,11 @@ def test_cli_sim_and_bench_print_the_fleet(capsys, tmp_path):
     m = json.loads(out_json.read_text())
     assert m["fleet"]["instances"] == 2 and m["requests"]["finished"] + m["requests"]["rejected"] == 20
     code = main(["bench", "--workload", "conversation", "--num-requests", "20", "--instances", "2", "--routers",
-                 "round-robin,least-load", "--quiet", "--num-blocks", "4000"])
+                 "round-robin,least-load", "--quiet", "--num-blocks", "4000", "--plots", str(tmp_path / "plots")])
     out = capsys.readouterr().out
     assert code == EXIT_OK and "round-robin" in out and "least-load" in out and "prefix-hit rate" in out
+    for name in ("round-robin-load.png", "round-robin-routing.png", "least-load-load.png"):
+        assert (tmp_path / "plots" / name).stat().st_size > 0
 
 
 def test_parse_removal():

@@ -429,6 +429,15 @@ class FleetSimulator:
                                  "steps": int(log.size), "gpu_busy_s": busy,
                                  "mean_running": float(log.column("num_reqs").mean()) if log.size else 0.0})
         rs = int(stats["route_steps"])  # type: ignore[arg-type]
+        load_t, load_running = [], []
+        for log in logs:  # each instance's batch size over time, in at most 200 bins
+            if log.size:
+                t, running = _binned(log.column("start_s"), log.column("num_reqs"))
+            else:
+                t, running = [], []
+            load_t.append(t)
+            load_running.append(running)
+        routed_at = np.where(finish_count > 0, instance_of, -1)
         fleet_info = {"router": fc.router, "pipeline": manager.spec, "instances": m,
                       "route_steps": rs, "routed": stats["routed"],
                       # the whole router (fleet state, IR, pipeline, queueing on the instances) and
@@ -437,7 +446,10 @@ class FleetSimulator:
                       "pipeline_us_per_request": float(stats["pipeline_wall_s"]) * 1e6 / max(int(stats["routed"]), 1),  # type: ignore[arg-type]
                       "replicas": stats["replicas"], "migrations": stats["migrations"],
                       "replica_bytes": stats["replica_bytes"], "transfers": stats["transfers"],
-                      "rerouted": stats["rerouted"], "why": stats["why"], "per_instance": per_instance}
+                      "rerouted": stats["rerouted"], "why": stats["why"], "per_instance": per_instance,
+                      "series": {"load_t_s": load_t, "load_running": load_running,
+                                 "arrival_s": [round(float(x), 3) for x in arrivals.tolist()],
+                                 "instance": routed_at.tolist()}}
         return FleetResult(result=result, fleet=fleet_info, instance_of=instance_of, finish_count=finish_count,
                            reject_why=reject_why)
 
@@ -459,6 +471,16 @@ def receive_kv(engine: Engine, name: str, tokens: int) -> int:
     free_row(row, pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache, pool.table,
              pool.nblk, pool.ncached)
     return full
+
+
+def _binned(t: np.ndarray, values: np.ndarray, bins: int = 200) -> tuple[list[float], list[float]]:
+    edges = np.linspace(t[0], t[-1] + 1e-9, bins + 1)
+    which = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, bins - 1)
+    count = np.bincount(which, minlength=bins)
+    keep = count > 0
+    mean = np.bincount(which, weights=values, minlength=bins)[keep] / count[keep]
+    mid = ((edges[:-1] + edges[1:]) / 2)[keep]
+    return [round(float(x), 3) for x in mid], [round(float(x), 2) for x in mean]
 
 
 def _merge(logs: Sequence[StepLog]) -> StepLog:

@@ -107,6 +107,12 @@ def _engine(args: argparse.Namespace):  # noqa: ANN202
 
 
 def _write_json(args: argparse.Namespace, runs: list[dict[str, Any]], console: Console, single: bool) -> None:
+    if args.plots:
+        from schedir.sim.fleet_plots import write_fleet_plots  # matplotlib only when plots are asked for
+
+        for m in runs:
+            for path in write_fleet_plots(m, args.plots):
+                console.print(f"wrote {path}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(runs[0] if single else {"runs": runs}, indent=1, default=str))
