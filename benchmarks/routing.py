@@ -107,7 +107,8 @@ def compare(console: Console, args: argparse.Namespace) -> list[dict]:
         workload = workload.with_rate(args.rate)
     console.print(f"[bold]router comparison[/]: {len(workload)} requests of {TRACE.name} at "
                   f"{'its own rate' if not args.rate else 'a rescaled rate'} "
-                  f"({len(workload) / workload.duration_s:.2f} req/s), {args.instances} x H100, Llama-3-8B, vllm preset")
+                  f"({len(workload) / workload.duration_s:.2f} req/s), {args.instances} x H100, Llama-3-8B, "
+                  "vllm preset")
     runs = []
     for router in args.routers.split(","):
         sim = FleetSimulator(SimConfig(), FleetConfig(instances=args.instances, router=router))

@@ -236,8 +236,8 @@ class PassManager:
         route_views = self._route_views(module, bool(steps))
         if route_views is None and not steps:
             raise PipelineError("the input holds no sched.step op")
-        if (route_views is None and len(steps) == 1 and self._named_queues == [] and not self.verify_each and self.instrument is None
-                and on_pass is None):
+        if (route_views is None and len(steps) == 1 and self._named_queues == [] and not self.verify_each
+                and self.instrument is None and on_pass is None):
             self._run_one(Step(steps[0]), marks)
             return
         views = route_views if route_views is not None else [Step(op) for op in steps]

@@ -238,9 +238,9 @@ class RouteStep:
                         extra_col.append(np.full(chain.size, positions(fleet_ids, np.array([dst]))[0], np.int64))
                         extra_hash.append(chain)
                 d_col, d_hash = np.concatenate(extra_col), np.concatenate(extra_hash)
-                migrated = [(h, s) for op in moves if type(op) is MigrateOp  # type: ignore[attr-defined]
-                            for h, s in zip(op.columns.get("hash").tolist(), op.columns.get("src").tolist(),  # type: ignore[attr-defined]
-                                            strict=True)]
+                migrated = [(h, s) for op in moves if type(op) is MigrateOp
+                            for h, s in zip(op.columns.get("hash").tolist(),  # type: ignore[attr-defined]
+                                            op.columns.get("src").tolist(), strict=True)]  # type: ignore[attr-defined]
                 if migrated:  # a migrated chain leaves its source
                     src_row = positions(fleet_ids, np.array([s for _, s in migrated], np.int64))
                     drop = np.zeros(d_col.size, dtype=np.bool_)
@@ -274,7 +274,8 @@ class RouteStep:
         inst = fleet_ids[instance]
         dec = inst if decode is None else fleet_ids[decode]
         if hit_blocks is None:
-            hit_blocks = self.prefix_hits()[rows, instance] if self.prefix is not None else np.zeros(rows.size, np.int64)
+            hit_blocks = (self.prefix_hits()[rows, instance] if self.prefix is not None
+                          else np.zeros(rows.size, np.int64))
         whys = np.full(rows.size, int(why), dtype=np.int64) if np.isscalar(why) else np.asarray(why, np.int64)
         op = self._append(RouteOp, self.arrivals.results[0],  # type: ignore[union-attr]
                           {"id": self.arrivals.ids[rows], "instance": inst, "decode": dec,  # type: ignore[union-attr]

@@ -239,7 +239,8 @@ class FleetSimulator:
         ttft_ms = round(cfg.ttft_slo_s * 1e3)
         tbt_ms = round(cfg.tbt_slo_s * 1e3)
         removals = sorted(fc.removals, key=lambda r: r.at_s)
-        stats = {"route_steps": 0, "routed": 0, "route_wall_s": 0.0, "pipeline_wall_s": 0.0, "replicas": 0, "replica_bytes": 0,
+        stats = {"route_steps": 0, "routed": 0, "route_wall_s": 0.0, "pipeline_wall_s": 0.0, "replicas": 0,
+                 "replica_bytes": 0,
                  "migrations": 0, "transfers": 0, "rerouted": 0, "why": {}}
         manager = self.manager
         route_step_no = 0
@@ -429,6 +430,7 @@ class FleetSimulator:
                                  "steps": int(log.size), "gpu_busy_s": busy,
                                  "mean_running": float(log.column("num_reqs").mean()) if log.size else 0.0})
         rs = int(stats["route_steps"])  # type: ignore[arg-type]
+        routed = max(int(stats["routed"]), 1)  # type: ignore[arg-type]
         load_t, load_running = [], []
         for log in logs:  # each instance's batch size over time, in at most 200 bins
             if log.size:
@@ -442,8 +444,8 @@ class FleetSimulator:
                       "route_steps": rs, "routed": stats["routed"],
                       # the whole router (fleet state, IR, pipeline, queueing on the instances) and
                       # the routing step alone (IR built and run), per routed request
-                      "route_us_per_request": float(stats["route_wall_s"]) * 1e6 / max(int(stats["routed"]), 1),  # type: ignore[arg-type]
-                      "pipeline_us_per_request": float(stats["pipeline_wall_s"]) * 1e6 / max(int(stats["routed"]), 1),  # type: ignore[arg-type]
+                      "route_us_per_request": float(stats["route_wall_s"]) * 1e6 / routed,  # type: ignore[arg-type]
+                      "pipeline_us_per_request": float(stats["pipeline_wall_s"]) * 1e6 / routed,  # type: ignore[arg-type]
                       "replicas": stats["replicas"], "migrations": stats["migrations"],
                       "replica_bytes": stats["replica_bytes"], "transfers": stats["transfers"],
                       "rerouted": stats["rerouted"], "why": stats["why"], "per_instance": per_instance,
