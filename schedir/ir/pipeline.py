@@ -245,13 +245,14 @@ class PassManager:
         marks = self._marks
         marks.clear()
         steps = steps_of(module)
-        if not steps:
+        route_views = self._route_views(module, bool(steps))
+        if route_views is None and not steps:
             raise PipelineError("the input holds no sched.step op")
-        if (len(steps) == 1 and self._named_queues == [] and not self.verify_each and self.instrument is None
-                and on_pass is None):
+        if (route_views is None and len(steps) == 1 and self._named_queues == [] and not self.verify_each
+                and self.instrument is None and on_pass is None):
             self._run_one(Step(steps[0]), marks)
             return
-        views = [Step(op) for op in steps]
+        views = route_views if route_views is not None else [Step(op) for op in steps]
         for view in views:
             self.check(view.fact_set)
         if self.state:
@@ -287,6 +288,29 @@ class PassManager:
         if not observe:
             for view in views:
                 view.write_facts()
+
+    def _route_views(self, module: ModuleOp, has_steps: bool) -> list | None:
+        """`RouteStep` views when the pipeline routes (`cluster.route_step` input), else None;
+        a pipeline mixing routing and step passes, or one that does not fit the input, is refused."""
+        routing = [p.name for p in self.passes if getattr(p, "over", "") == "cluster.route_step"]
+        if not routing:
+            if not has_steps and self.passes:
+                from schedir.ir.route_step import route_steps_of
+
+                if route_steps_of(module):
+                    raise PipelineError(f"pass '{self.passes[0].name}' runs on sched.step, but the input holds "
+                                        "cluster.route_step ops: use routing passes or a router preset")
+            return None
+        if len(routing) != len(self.passes):
+            other = next(p.name for p in self.passes if p.name not in routing)
+            raise PipelineError(f"pass '{other}' runs on sched.step and '{routing[0]}' on cluster.route_step: "
+                                "a pipeline cannot mix them")
+        from schedir.ir.route_step import RouteStep, route_steps_of
+
+        ops = route_steps_of(module)
+        if not ops:
+            raise PipelineError(f"pass '{routing[0]}' routes, but the input holds no cluster.route_step op")
+        return [RouteStep(op) for op in ops]
 
     def _run_one(self, view: Step, marks: list[float]) -> None:
         """`run` for one step, unobserved, with no queue named by an option (the runtime's path):

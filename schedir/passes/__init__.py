@@ -36,3 +36,17 @@ for _cls in (RejectOversized, OrderFcfs, OrderPriority, ScheduleRunning, AdmitGr
              VllmScheduleRunning, VllmAdmit, OrcaAdmit, MlfqLevels, MlfqOrder, MlfqAccount,
              OrderSlo):
     register_pass(_cls)
+
+# Routing passes (cluster dialect): run on a cluster.route_step.
+from schedir.passes.pd_disaggregate import PdDisaggregate  # noqa: E402
+from schedir.passes.replicate_hot_prefix import ReplicateHotPrefix  # noqa: E402
+from schedir.passes.route_cache_aware import RouteCacheAware  # noqa: E402
+from schedir.passes.route_cache_balance import RouteCacheBalance  # noqa: E402
+from schedir.passes.route_least_load import RouteLeastLoad  # noqa: E402
+from schedir.passes.route_round_robin import RouteRoundRobin  # noqa: E402
+from schedir.passes.slo_early_reject import SloEarlyReject  # noqa: E402
+from schedir.passes.topology_distance import TopologyDistance  # noqa: E402
+
+for _cls in (RouteRoundRobin, RouteLeastLoad, RouteCacheAware, RouteCacheBalance, TopologyDistance,
+             ReplicateHotPrefix, PdDisaggregate, SloEarlyReject):
+    register_pass(_cls)

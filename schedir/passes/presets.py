@@ -23,3 +23,8 @@ PRESETS: dict[str, str] = {
     # vLLM 0.32's v1 Scheduler.schedule(): same decisions, step by step (needs the step's mem.pool).
     "vllm": "reject-oversized,order-vllm,vllm-schedule-running,vllm-admit",
 }
+
+# Routers: pipelines of the cluster dialect's passes (run on a cluster.route_step).
+from schedir.passes.route_presets import ROUTER_PRESETS  # noqa: E402
+
+PRESETS.update(ROUTER_PRESETS)

@@ -29,6 +29,7 @@ from schedir.sim.report import comparison_table, print_notes, run_table
 from schedir.sim.runspec import parse_configs
 from schedir.sim.simulator import Simulator
 from schedir.sim.workloads import BUILTIN_WORKLOADS, Workload, builtin_workload, load_trace
+from schedir.tools.fleet_commands import add_fleet_arguments, cmd_fleet_bench, cmd_fleet_sim
 
 DEFAULT_BENCH_CONFIGS = "vllm,vllm@enable_prefix_caching=false,vllm@max_num_batched_tokens=2048"
 DEFAULT_BENCH_REQUESTS = 600
@@ -89,6 +90,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     sim.add_argument("--dump-dir", type=Path, metavar="DIR", help="where --dump-steps writes")
     sim.add_argument("--requests-csv", type=Path, metavar="OUT",
                      help="write one row per request: queueing, TTFT, mean TBT, E2E, preemptions, prefix hit")
+    add_fleet_arguments(sim, bench=False)
 
     bench = sub.add_parser("bench", help="run several presets or pipelines on one workload, side by side")
     add_workload_arguments(bench, DEFAULT_BENCH_REQUESTS)
@@ -97,6 +99,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                             f"overrides (default: {DEFAULT_BENCH_CONFIGS})")
     add_deployment_arguments(bench)
     bench.set_defaults(plots=Path("bench-plots"), builtin_rate=DEFAULT_BENCH_RATE)
+    add_fleet_arguments(bench, bench=True)
 
     stats = sub.add_parser("stats", help="print a saved run (schedir sim/bench --json)")
     stats.add_argument("run", type=Path, help="the JSON a sim or bench wrote")
@@ -192,6 +195,8 @@ def simulate(config: SimConfig, workload: Workload, console: Console, quiet: boo
 
 
 def cmd_sim(args: argparse.Namespace, console: Console) -> int:
+    if args.instances is not None:
+        return cmd_fleet_sim(args, console)
     if args.dump_steps and args.dump_dir is None:
         raise ValueError("--dump-steps needs --dump-dir (where to write the IR)")
     workload = load_workload(args, console)
@@ -236,6 +241,8 @@ def warm_up(configs: Sequence[SimConfig], workload: Workload) -> None:
 
 
 def cmd_bench(args: argparse.Namespace, console: Console) -> int:
+    if args.instances is not None:
+        return cmd_fleet_bench(args, console)
     configs = parse_configs(args.configs, base_config(args, "vllm"))
     workload = load_workload(args, console)
     if not args.quiet:

@@ -40,10 +40,11 @@ class InvariantViolation(AssertionError):
 
 
 def preset_names() -> list[str]:
-    """Every preset `schedir passes` lists."""
+    """Every step preset `schedir passes` lists (router presets run on a cluster.route_step)."""
     from schedir.passes.presets import PRESETS
+    from schedir.passes.route_presets import ROUTER_PRESETS
 
-    return sorted(PRESETS)
+    return sorted(set(PRESETS) - set(ROUTER_PRESETS))
 
 
 def config_for(case: FuzzCase, preset: str) -> Any:

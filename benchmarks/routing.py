@@ -1,0 +1,154 @@
+"""Routing over a fleet: the cost of a routing step, and routers compared on the Mooncake trace.
+
+    python benchmarks/routing.py                         # both parts
+    python benchmarks/routing.py --part cost             # µs per routed request at 8 and 64 instances
+    python benchmarks/routing.py --part compare --num-requests 3000   # a prefix of the trace
+    python benchmarks/routing.py --part compare --num-requests 4000 --rate 10   # near saturation
+
+Part 1 (cost) builds a `cluster.route_step` over a synthetic fleet (queues, running
+requests, a digest of the instances' cached prefix blocks) and a batch of arrivals with
+Mooncake-sized chains (24 blocks of 512 tokens), runs each router preset over it and reports
+the median µs per step and per routed request, at 8 and 64 instances and batches of 1, 8
+and 32 arrivals (issue 17's target: <= 20 µs per request at 64 instances). The step holds a
+handful of ops whatever the number of requests in flight; per-request work is numpy/Numba.
+
+Part 2 (compare) replays the Mooncake conversation trace at its own rate through 8
+simulated H100s serving Llama-3-8B (the vllm preset on each) behind each router, and prints
+goodput (TTFT <= 2 s and mean TBT <= 100 ms per request), prefix-hit rate, TTFT/TBT
+percentiles and the load each instance carried. The trace is read from ../shared/data/traces
+(not shipped); without it, part 2 is skipped with a message.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("NUMBA_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+
+from schedir.ir.fastop import dispose
+from schedir.ir.pipeline import PassManager
+from schedir.ir.route_step import build_route_step
+from schedir.sim.config import SimConfig
+from schedir.sim.fleet import FleetConfig, FleetSimulator
+from schedir.sim.fleet_report import fleet_comparison_table, instance_table
+from schedir.sim.metrics import summarize
+from schedir.sim.workloads import load_trace
+
+TRACE = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "mooncake" / "conversation_trace.jsonl"
+ROUTERS = ("round-robin", "least-load", "mooncake", "sglang-router")
+CHAIN = 24  # prefix blocks per request (12k-token prompts, the trace's mean)
+
+
+def synthetic_step(rng: np.random.Generator, m: int, k: int, step: int):
+    """Fleet state, k arrivals and their chains, and a digest in which each chain's first
+    blocks are cached on a few instances (so the cache-aware rules have something to find)."""
+    fleet = {"id": np.arange(m), "role": np.zeros(m, np.int64), "queued": rng.integers(0, 8, m),
+             "running": rng.integers(0, 40, m), "free_blocks": rng.integers(0, 20000, m),
+             "total_blocks": np.full(m, 20000), "position": np.arange(m) // 8,
+             "queued_tokens": rng.integers(0, 60000, m), "digest_blocks": rng.integers(0, 3000, m)}
+    ids = np.arange(step * k, (step + 1) * k)
+    arrivals = {"id": ids, "prompt": np.full(k, CHAIN * 512 - 100), "output": np.full(k, 350),
+                "ttft_slo_ms": np.full(k, 2000), "tbt_slo_ms": np.full(k, 100)}
+    sessions = rng.integers(0, 64, k)  # chains share their first blocks within a session
+    p_hash = (sessions[:, None] * 1000 + np.arange(CHAIN)[None, :] + 1).ravel()
+    p_id = np.repeat(ids, CHAIN)
+    held = np.unique(p_hash)
+    holders = rng.integers(0, m, held.size)
+    cached = (held % 1000) < rng.integers(4, CHAIN, held.size)  # a prefix of each chain
+    digest = (holders[cached], held[cached])
+    return fleet, arrivals, digest, (p_id, p_hash)
+
+
+def routing_cost(console: Console, reps: int) -> list[dict]:
+    rows = []
+    console.print("[bold]routing step cost[/] (median over steps; build + pipeline, no verify)")
+    console.print(f"{'router':16s} {'instances':>9s} {'batch':>5s} {'µs/step':>9s} {'µs/request':>11s}")
+    for router in ROUTERS:
+        manager = PassManager.parse(router)
+        for m in (8, 64):
+            for k in (1, 8, 32):
+                rng = np.random.default_rng(0)
+                times = []
+                for step in range(reps + 20):
+                    fleet, arrivals, digest, prefix = synthetic_step(rng, m, k, step)
+                    t0 = time.perf_counter()
+                    module = build_route_step(step, step * 1000, fleet, arrivals, digest, prefix)
+                    manager.run(module)
+                    t1 = time.perf_counter()
+                    dispose(module)
+                    if step >= 20:  # the first steps compile / load Numba kernels
+                        times.append(t1 - t0)
+                us = float(np.median(times)) * 1e6
+                rows.append({"router": router, "instances": m, "batch": k, "us_per_step": us,
+                             "us_per_request": us / k})
+                console.print(f"{router:16s} {m:9d} {k:5d} {us:9.1f} {us / k:11.1f}")
+    return rows
+
+
+def compare(console: Console, args: argparse.Namespace) -> list[dict]:
+    if not TRACE.exists():
+        console.print(f"[yellow]skipped the router comparison: {TRACE} is absent "
+                      "(the Mooncake trace is read from ../shared/data, never shipped)[/]")
+        return []
+    workload = load_trace(TRACE)
+    if args.num_requests:
+        workload = workload.head(args.num_requests)
+    if args.rate:
+        workload = workload.with_rate(args.rate)
+    console.print(f"[bold]router comparison[/]: {len(workload)} requests of {TRACE.name} at "
+                  f"{'its own rate' if not args.rate else 'a rescaled rate'} "
+                  f"({len(workload) / workload.duration_s:.2f} req/s), {args.instances} x H100, Llama-3-8B, "
+                  "vllm preset")
+    runs = []
+    for router in args.routers.split(","):
+        sim = FleetSimulator(SimConfig(), FleetConfig(instances=args.instances, router=router))
+        t0 = time.perf_counter()
+        out = sim.run(workload)
+        m = summarize(out.result)
+        m["fleet"] = out.fleet
+        del m["series"]
+        console.print(f"  {router}: goodput {m['goodput_req_s']:.3f} req/s, prefix hit {m['prefix_hit_rate']:.1%}, "
+                      f"wall {time.perf_counter() - t0:.0f} s")
+        runs.append(m)
+    console.print(fleet_comparison_table(runs))
+    for m in runs:
+        console.print(instance_table(m))
+    base = runs[0]["goodput_req_s"]
+    for m in runs[1:]:
+        console.print(f"{m['config']}: {m['goodput_req_s'] / base:.2f}x {runs[0]['config']}'s goodput")
+    return runs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--part", choices=("cost", "compare", "all"), default="all")
+    parser.add_argument("--reps", type=int, default=200, help="routing steps timed per configuration")
+    parser.add_argument("--num-requests", type=int, help="replay only the trace's first N requests")
+    parser.add_argument("--rate", type=float, help="rescale the trace's arrivals to R req/s (default: its own)")
+    parser.add_argument("--instances", type=int, default=8)
+    parser.add_argument("--routers", default=",".join(ROUTERS))
+    parser.add_argument("--json", type=Path, help="write the figures here")
+    args = parser.parse_args()
+    console = Console(width=200)
+    out: dict[str, object] = {}
+    if args.part in ("cost", "all"):
+        out["cost"] = routing_cost(console, args.reps)
+    if args.part in ("compare", "all"):
+        out["compare"] = compare(console, args)
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1, default=str))
+        console.print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,382 @@
+"""`RouteStep`: a routing pass's view of one `cluster.route_step`: read the fleet and the
+arrivals, append decisions.
+
+The counterpart of `Step` for the `cluster` dialect. A routing step holds a fixed handful
+of ops (fleet, arrivals, digest, prefix, then decisions), so every lookup is a loop over
+them and per-request work is numpy over columns. The *pending* arrivals are those no
+`cluster.route` or `cluster.reject` has decided yet: passes run in order, each deciding
+some of what is left (an early-reject pass before a routing pass, say).
+
+`build_route_step` is the builder the fleet simulator (and the tests) use: the fleet's
+columns, the arrivals' columns and the (id, hash) pairs in, a module out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numba as nb
+import numpy as np
+from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
+from xdsl.ir import Block, Operation, Region, SSAValue
+
+from schedir.dialects.cluster import (
+    IDS,
+    ArrivalsOp,
+    DigestOp,
+    FleetOp,
+    MigrateOp,
+    PrefixOp,
+    RejectOp,
+    ReplicateOp,
+    RouteOp,
+    RouteStepOp,
+    TransferOp,
+    YieldOp,
+)
+from schedir.dialects.codes import Role, Why
+from schedir.dialects.columns import ColumnsAttr
+from schedir.dialects.sched import i64_attr
+from schedir.ir.fastop import append_operand, insert_before, new_op, region_of
+from schedir.ir.step import positions
+
+EMPTY = np.zeros(0, dtype=np.int64)
+_FACTS: dict[frozenset[str], ArrayAttr[StringAttr]] = {}
+
+
+def _facts_attr(facts: frozenset[str]) -> ArrayAttr[StringAttr]:
+    attr = _FACTS.get(facts)
+    if attr is None:
+        attr = _FACTS[facts] = ArrayAttr([StringAttr(f) for f in sorted(facts)])
+    return attr
+
+
+class _RouteFacts:
+    """What `PassManager._check_queues` asks of a step's facts (its index only)."""
+
+    __slots__ = ("step",)
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+
+class RouteStep:
+    """Read and extend one `cluster.route_step` op."""
+
+    def __init__(self, op: RouteStepOp) -> None:
+        self.op = op
+        self.block: Block = op.body.block
+        self.fleet: FleetOp | None = None
+        self.arrivals: ArrivalsOp | None = None
+        self.digest: DigestOp | None = None
+        self.prefix: PrefixOp | None = None
+        for child in self._ops():
+            kind = type(child)
+            if kind is FleetOp:
+                self.fleet = child  # type: ignore[assignment]
+            elif kind is ArrivalsOp:
+                self.arrivals = child  # type: ignore[assignment]
+            elif kind is DigestOp:
+                self.digest = child  # type: ignore[assignment]
+            elif kind is PrefixOp:
+                self.prefix = child  # type: ignore[assignment]
+        if self.fleet is None:
+            raise ValueError("a cluster.route_step needs a cluster.fleet")
+        self._fact_set: frozenset[str] | None = None
+        self._hits: np.ndarray | None = None
+        self._hits_key: int = -1
+        self._chains: tuple[np.ndarray, np.ndarray] | None = None
+
+    def _ops(self) -> list[Operation]:
+        """The step's ops in order (a linked-list walk: xDSL's `block.ops` iterator costs more)."""
+        out = []
+        op = self.block.first_op
+        while op is not None:
+            out.append(op)
+            op = op._next_op
+        return out
+
+    def _decisions(self, *kinds: type[Operation]) -> list[Operation]:
+        return [op for op in self._ops() if type(op) in kinds]
+
+    # ------------------------------------------------------------ facts (the pass manager's protocol)
+    @property
+    def facts(self) -> _RouteFacts:
+        return _RouteFacts(self.op.step.value.data)
+
+    @property
+    def fact_set(self) -> frozenset[str]:
+        if self._fact_set is None:
+            self._fact_set = frozenset(f.data for f in self.op.facts.data)
+        return self._fact_set
+
+    def set_facts(self, facts: frozenset[str], *, write: bool = True) -> None:
+        self._fact_set = facts
+        if write:
+            self.write_facts()
+
+    def write_facts(self) -> None:
+        if self._fact_set is not None:
+            self.op.properties["facts"] = _facts_attr(self._fact_set)
+
+    def queues(self) -> list[Operation]:
+        return []  # a routing step has no request queues (no queue options apply)
+
+    @property
+    def now_us(self) -> int:
+        return self.op.now_us.value.data
+
+    # ------------------------------------------------------------ the fleet
+    @property
+    def num_instances(self) -> int:
+        return len(self.fleet)  # type: ignore[arg-type]
+
+    def fleet_col(self, name: str) -> np.ndarray:
+        return self.fleet.col(name)  # type: ignore[union-attr]
+
+    def fleet_col_or(self, name: str, default: int) -> np.ndarray:
+        cols = self.fleet.columns  # type: ignore[union-attr]
+        return cols.get(name) if cols.has(name) else np.full(len(cols), default, dtype=np.int64)
+
+    def load(self) -> np.ndarray:
+        """Requests queued and running per instance, plus those routed to it so far this step."""
+        load = self.fleet_col("queued") + self.fleet_col("running")
+        ids, inst, _ = self.routed()
+        if ids.size:
+            at = positions(self.fleet_col("id"), inst)
+            load = load + np.bincount(at, minlength=load.size)
+        return load
+
+    def serves_whole(self) -> np.ndarray:
+        """Instances that serve prefill and decode (role `both`)."""
+        return self.fleet_col("role") == int(Role.BOTH)
+
+    # ------------------------------------------------------------ the arrivals
+    def arrival_col(self, name: str) -> np.ndarray:
+        if self.arrivals is None:
+            return EMPTY
+        return self.arrivals.col(name)
+
+    def pending(self) -> np.ndarray:
+        """Rows (into the arrivals' columns) of requests no decision covers yet, in arrival order."""
+        if self.arrivals is None or len(self.arrivals) == 0:
+            return EMPTY
+        decided = [op.ids for op in self._decisions(RouteOp, RejectOp)]  # type: ignore[attr-defined]
+        n = len(self.arrivals)
+        if not decided:
+            return np.arange(n, dtype=np.int64)
+        done = np.isin(self.arrivals.ids, np.concatenate(decided))
+        return np.flatnonzero(~done)
+
+    def routed(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(ids, instance, decode) over every `cluster.route` so far."""
+        ops = self._decisions(RouteOp)
+        if not ops:
+            return EMPTY, EMPTY, EMPTY
+        if len(ops) == 1:
+            op = ops[0]
+            return op.ids, op.col("instance"), op.col("decode")  # type: ignore[attr-defined]
+        return tuple(np.concatenate([op.col(c) for op in ops]) for c in ("id", "instance", "decode"))  # type: ignore
+
+    def route_ops(self) -> list[RouteOp]:
+        return self._decisions(RouteOp)  # type: ignore[return-value]
+
+    def prefix_blocks(self) -> np.ndarray:
+        """Prefix block hashes per arrival (how many `cluster.prefix` pairs each has)."""
+        n = len(self.arrivals) if self.arrivals is not None else 0
+        if self.prefix is None or n == 0 or len(self.prefix.columns.get("id")) == 0:
+            return np.zeros(n, dtype=np.int64)
+        rows = positions(self.arrivals.ids, self.prefix.columns.get("id"))  # type: ignore[union-attr]
+        return np.bincount(rows, minlength=n).astype(np.int64)
+
+    def chains(self) -> tuple[np.ndarray, np.ndarray]:
+        """(hashes in chain order grouped by arrival row, start of each row's chain in it)."""
+        if self._chains is None:
+            n = len(self.arrivals) if self.arrivals is not None else 0
+            if self.prefix is None or n == 0:
+                self._chains = (EMPTY, np.zeros(n, dtype=np.int64))
+            else:
+                rows = positions(self.arrivals.ids, self.prefix.columns.get("id"))  # type: ignore[union-attr]
+                hashes = self.prefix.columns.get("hash")
+                if rows.size > 1 and (np.diff(rows) < 0).any():
+                    order = np.argsort(rows, kind="stable")
+                    rows, hashes = rows[order], hashes[order]
+                counts = np.bincount(rows, minlength=n)
+                self._chains = (hashes, np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64))
+        return self._chains
+
+    def prefix_hits(self) -> np.ndarray:
+        """Leading prefix blocks each instance holds, per arrival: int64[arrivals, instances].
+
+        An instance holds block k of a request's chain if the digest lists its hash (chained
+        hashes: block k's hash names the whole prefix up to k, so "leading" is the first miss),
+        or if a `cluster.replicate` / `cluster.migrate` earlier in this step moved the chain
+        up to that hash there (its source keeps it on a replicate, loses it on a migrate)."""
+        moves = self._decisions(ReplicateOp, MigrateOp)
+        key = len(moves)
+        if self._hits is not None and self._hits_key == key:
+            return self._hits
+        n = len(self.arrivals) if self.arrivals is not None else 0
+        m = self.num_instances
+        if not (n and m and self.prefix is not None and len(self.prefix.columns.get("id"))):
+            hits = np.zeros((n, m), dtype=np.int64)
+        else:
+            fleet_ids = self.fleet_col("id")
+            p_rows = positions(self.arrivals.ids, self.prefix.columns.get("id"))  # type: ignore[union-attr]
+            p_hash = self.prefix.columns.get("hash")
+            if self.digest is not None and len(self.digest.columns.get("id")):
+                d_col = positions(fleet_ids, self.digest.columns.get("id"))
+                d_hash = self.digest.columns.get("hash")
+            else:
+                d_col, d_hash = EMPTY, EMPTY
+            if moves:  # chains moved this step: their target holds every block up to the hash
+                extra_col, extra_hash = [d_col], [d_hash]
+                for op in moves:
+                    cols = op.columns  # type: ignore[attr-defined]
+                    for h, dst in zip(cols.get("hash").tolist(), cols.get("dst").tolist(), strict=True):
+                        chain = _chain_to(p_rows, p_hash, h)
+                        extra_col.append(np.full(chain.size, positions(fleet_ids, np.array([dst]))[0], np.int64))
+                        extra_hash.append(chain)
+                d_col, d_hash = np.concatenate(extra_col), np.concatenate(extra_hash)
+                migrated = [(h, s) for op in moves if type(op) is MigrateOp
+                            for h, s in zip(op.columns.get("hash").tolist(),  # type: ignore[attr-defined]
+                                            op.columns.get("src").tolist(), strict=True)]  # type: ignore[attr-defined]
+                if migrated:  # a migrated chain leaves its source
+                    src_row = positions(fleet_ids, np.array([s for _, s in migrated], np.int64))
+                    drop = np.zeros(d_col.size, dtype=np.bool_)
+                    for (h, _), row in zip(migrated, src_row.tolist(), strict=True):
+                        drop |= (d_col == row) & np.isin(d_hash, _chain_to(p_rows, p_hash, h))
+                    d_col, d_hash = d_col[~drop], d_hash[~drop]
+            hits = prefix_hit_kernel(n, m, p_rows, p_hash, d_col, d_hash)
+        self._hits, self._hits_key = hits, key
+        return hits
+
+    # ------------------------------------------------------------ appending decisions
+    @property
+    def terminator(self) -> YieldOp:
+        last = self.block.last_op
+        if type(last) is not YieldOp:
+            raise ValueError("a cluster.route_step block must end with cluster.yield")
+        return last  # type: ignore[return-value]
+
+    def _append(self, kind: type[Operation], operand: SSAValue, cols: Mapping[str, np.ndarray],
+                results: int = 0) -> Operation:
+        op = new_op(kind, (operand,), {"columns": ColumnsAttr.of(cols)}, (IDS,) * results)
+        insert_before(self.block, op, self.terminator)
+        return op
+
+    def route(self, rows: np.ndarray, instance: np.ndarray, why: np.ndarray | int,
+              decode: np.ndarray | None = None, hit_blocks: np.ndarray | None = None) -> SSAValue | None:
+        """Route arrivals `rows` to fleet rows `instance` (decode on `decode`, default the same)."""
+        if rows.size == 0:
+            return None
+        fleet_ids = self.fleet_col("id")
+        inst = fleet_ids[instance]
+        dec = inst if decode is None else fleet_ids[decode]
+        if hit_blocks is None:
+            hit_blocks = (self.prefix_hits()[rows, instance] if self.prefix is not None
+                          else np.zeros(rows.size, np.int64))
+        whys = np.full(rows.size, int(why), dtype=np.int64) if np.isscalar(why) else np.asarray(why, np.int64)
+        op = self._append(RouteOp, self.arrivals.results[0],  # type: ignore[union-attr]
+                          {"id": self.arrivals.ids[rows], "instance": inst, "decode": dec,  # type: ignore[union-attr]
+                           "hit_blocks": np.asarray(hit_blocks, np.int64), "why": whys}, results=1)
+        append_operand(self.terminator, op.results[0])
+        return op.results[0]
+
+    def reject(self, rows: np.ndarray, why: Why) -> None:
+        if rows.size:
+            self._append(RejectOp, self.arrivals.results[0],  # type: ignore[union-attr]
+                         {"id": self.arrivals.ids[rows], "why": np.full(rows.size, int(why), np.int64)})  # type: ignore
+
+    def transfer(self, routed: SSAValue, ids: np.ndarray, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray,
+                 latency_us: np.ndarray) -> None:
+        """KV from prefill to decode instance (instance ids, not rows)."""
+        if ids.size:
+            self._append(TransferOp, routed, {"id": ids, "src": src, "dst": dst, "bytes": nbytes,
+                                              "latency_us": latency_us})
+
+    def move_prefix(self, kind: type[ReplicateOp] | type[MigrateOp], hashes: np.ndarray, src: np.ndarray,
+                    dst: np.ndarray, nbytes: np.ndarray, benefit_us: np.ndarray) -> None:
+        """A `cluster.replicate` / `cluster.migrate` of chains ending at `hashes` (instance ids)."""
+        if hashes.size:
+            self._append(kind, self.fleet.results[0],  # type: ignore[union-attr]
+                         {"hash": hashes, "src": src, "dst": dst, "bytes": nbytes, "benefit_us": benefit_us})
+
+
+def _chain_to(p_rows: np.ndarray, p_hash: np.ndarray, h: int) -> np.ndarray:
+    """The hashes of the chain ending at `h`, from the first request whose prefix holds it."""
+    at = np.flatnonzero(p_hash == h)
+    if at.size == 0:
+        return np.array([h], dtype=np.int64)
+    i = int(at[0])
+    mine = np.flatnonzero(p_rows == p_rows[i])
+    return p_hash[mine[mine <= i]]
+
+
+@nb.njit(cache=True)
+def prefix_hit_kernel(n: int, m: int, p_rows: np.ndarray, p_hash: np.ndarray, d_col: np.ndarray,
+                      d_hash: np.ndarray) -> np.ndarray:
+    """Leading blocks of each request's chain (pairs `p_rows`, `p_hash`, in chain order per
+    request) that each instance column holds (pairs `d_col`, `d_hash`): int64[n, m]."""
+    hits = np.zeros((n, m), dtype=np.int64)
+    order = np.argsort(d_hash)
+    sorted_hash = d_hash[order]
+    alive = np.zeros(m, dtype=np.bool_)
+    held = np.zeros(m, dtype=np.bool_)
+    seen = np.zeros(n, dtype=np.int64)  # blocks of each request walked so far
+    dead = np.zeros(n, dtype=np.bool_)  # a request whose every instance missed already
+    # per request, which instances still hold every block so far (a row of `hits` equal to `seen`)
+    for i in range(p_rows.size):
+        r = p_rows[i]
+        if r < 0 or dead[r]:
+            continue
+        k = seen[r]
+        seen[r] = k + 1
+        h = p_hash[i]
+        lo = np.searchsorted(sorted_hash, h)
+        held[:] = False
+        j = lo
+        while j < sorted_hash.size and sorted_hash[j] == h:
+            c = d_col[order[j]]
+            if c >= 0:
+                held[c] = True
+            j += 1
+        any_alive = False
+        for c in range(m):
+            alive[c] = hits[r, c] == k
+            if alive[c] and held[c]:
+                hits[r, c] = k + 1
+                any_alive = True
+        if not any_alive:
+            dead[r] = True
+    return hits
+
+
+def route_steps_of(module: Operation) -> list[RouteStepOp]:
+    """The `cluster.route_step` ops at the top of a module."""
+    return [op for op in module.regions[0].block.ops if isinstance(op, RouteStepOp)]
+
+
+FLEET_COLUMNS = FleetOp.REQUIRED_COLUMNS
+ARRIVAL_COLUMNS = ArrivalsOp.REQUIRED_COLUMNS
+
+
+def build_route_step(step: int, now_us: int, fleet: Mapping[str, np.ndarray], arrivals: Mapping[str, np.ndarray],
+                     digest: tuple[np.ndarray, np.ndarray] | None = None,
+                     prefix: tuple[np.ndarray, np.ndarray] | None = None) -> ModuleOp:
+    """A module holding one routing step (no decisions yet): the fleet's and the arrivals'
+    columns, and the (instance, hash) / (request, hash) pairs when given."""
+    fleet_op = new_op(FleetOp, (), {"columns": ColumnsAttr.of(fleet)}, (IDS,))
+    arrivals_op = new_op(ArrivalsOp, (), {"columns": ColumnsAttr.of(arrivals)}, (IDS,))
+    ops: list[Operation] = [fleet_op, arrivals_op]
+    if digest is not None:
+        ops.append(new_op(DigestOp, (fleet_op.results[0],), {"columns": ColumnsAttr.of(
+            {"id": digest[0], "hash": digest[1]})}))
+    if prefix is not None:
+        ops.append(new_op(PrefixOp, (arrivals_op.results[0],), {"columns": ColumnsAttr.of(
+            {"id": prefix[0], "hash": prefix[1]})}))
+    ops.append(new_op(YieldOp, (), {}))
+    region: Region = region_of(ops)
+    step_op = new_op(RouteStepOp, (), {"step": i64_attr(step), "now_us": i64_attr(now_us),
+                                       "facts": _facts_attr(frozenset())}, (), (region,))
+    return new_op(ModuleOp, (), {}, (), (region_of((step_op,)),))

@@ -1,0 +1,182 @@
+"""What the routing passes share: sequential choice kernels, the link model, cost estimates.
+
+Routing a batch of arrivals is sequential in one respect only: a request routed to an
+instance adds to its load before the next one is placed. The kernels below do that loop in
+Numba over plain arrays (one pass over the batch, one scan over the instances per request),
+so a routing step costs the same few numpy calls whatever the batch size.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numba as nb
+import numpy as np
+
+from schedir.ir.route_pass import RoutePass
+from schedir.ir.route_step import RouteStep
+
+# Llama-3-8B in fp16: 2 (K and V) x 32 layers x 8 KV heads x 128 dims x 2 bytes
+LLAMA3_8B_KV_BYTES_PER_TOKEN = 131072
+
+
+@nb.njit(cache=True)
+def least_load_kernel(load: np.ndarray, eligible: np.ndarray, count: int) -> np.ndarray:
+    """For `count` requests in order: the eligible instance with the least load (ties: the
+    first), which then carries one more request. -1 when no instance is eligible."""
+    out = np.full(count, -1, dtype=np.int64)
+    load = load.copy()
+    for i in range(count):
+        best = -1
+        for j in range(load.size):
+            if eligible[j] and (best < 0 or load[j] < load[best]):
+                best = j
+        out[i] = best
+        if best >= 0:
+            load[best] += 1
+    return out
+
+
+@nb.njit(cache=True)
+def cache_aware_kernel(hits: np.ndarray, prompt: np.ndarray, load: np.ndarray, eligible: np.ndarray,
+                       block_tokens: int, hit_threshold: float, overload_ratio: float,
+                       overload_slack: float) -> tuple[np.ndarray, np.ndarray]:
+    """Mooncake Conductor's choice per request, in order: the instance holding the longest
+    cached prefix (ties: the least loaded) if that prefix covers at least `hit_threshold` of
+    the prompt and the instance is not overloaded (load <= ratio x least load + slack), else
+    the least loaded instance. Returns (instance row, 1 if chosen for its cache)."""
+    n = hits.shape[0]
+    out = np.full(n, -1, dtype=np.int64)
+    by_cache = np.zeros(n, dtype=np.int64)
+    load = load.copy()
+    for i in range(n):
+        best = -1
+        least = -1
+        for j in range(load.size):
+            if not eligible[j]:
+                continue
+            if least < 0 or load[j] < load[least]:
+                least = j
+            if best < 0 or hits[i, j] > hits[i, best] or (hits[i, j] == hits[i, best] and load[j] < load[best]):
+                best = j
+        if least < 0:
+            continue
+        pick = least
+        if hits[i, best] > 0:
+            ratio = min(1.0, hits[i, best] * block_tokens / max(prompt[i], 1))
+            if ratio >= hit_threshold and load[best] <= overload_ratio * load[least] + overload_slack:
+                pick = best
+                by_cache[i] = 1
+        out[i] = pick
+        load[pick] += 1
+    return out, by_cache
+
+
+@nb.njit(cache=True)
+def cache_balance_kernel(hits: np.ndarray, prompt: np.ndarray, load: np.ndarray, tree: np.ndarray,
+                         eligible: np.ndarray, block_tokens: int, cache_threshold: float, abs_threshold: float,
+                         rel_threshold: float) -> tuple[np.ndarray, np.ndarray]:
+    """The SGLang router's cache-aware rule per request, in order: when the fleet is
+    imbalanced (max load - min load > abs and max load > rel x min load) the least loaded
+    instance; else the best prefix match if its match rate exceeds `cache_threshold`; else
+    the instance with the smallest tree (`tree`: cached prefix blocks; ties: the least loaded).
+    Returns (row, 1 if by cache)."""
+    n = hits.shape[0]
+    out = np.full(n, -1, dtype=np.int64)
+    by_cache = np.zeros(n, dtype=np.int64)
+    load = load.copy()
+    for i in range(n):
+        least = -1
+        most = -1
+        best = -1
+        roomy = -1
+        for j in range(load.size):
+            if not eligible[j]:
+                continue
+            if least < 0 or load[j] < load[least]:
+                least = j
+            if most < 0 or load[j] > load[most]:
+                most = j
+            if best < 0 or hits[i, j] > hits[i, best] or (hits[i, j] == hits[i, best] and load[j] < load[best]):
+                best = j
+            if roomy < 0 or tree[j] < tree[roomy] or (tree[j] == tree[roomy] and load[j] < load[roomy]):
+                roomy = j
+        if least < 0:
+            continue
+        imbalanced = (load[most] - load[least] > abs_threshold) and (load[most] > rel_threshold * load[least])
+        if imbalanced:
+            pick = least
+        else:
+            rate = min(1.0, hits[i, best] * block_tokens / max(prompt[i], 1))
+            if hits[i, best] > 0 and rate > cache_threshold:
+                pick = best
+                by_cache[i] = 1
+            else:
+                pick = roomy
+        out[i] = pick
+        load[pick] += 1
+        tree[pick] += prompt[i] // block_tokens
+    return out, by_cache
+
+
+@dataclass(frozen=True)
+class CostOptions(RoutePass):
+    """Options of the passes that estimate engine time: the model and GPU of the cost model."""
+
+    model: str = "llama-3-8b"
+    gpu: str = "h100"
+    tp: int = 1
+
+    def rates(self) -> tuple[float, float, float]:
+        try:
+            return engine_rates(self.model, self.gpu, self.tp)
+        except (KeyError, ValueError) as e:
+            raise ValueError(f"pass '{self.name}': {e}") from None
+
+    def run(self, route: RouteStep) -> None:  # pragma: no cover - abstract helper base
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class LinkOptions(CostOptions):
+    """Options of the passes that move KV between instances: the link model.
+
+    Instances at one topology `position` share a fast link (NVLink / one node); others
+    go over the network, `inter-latency-us` per position apart."""
+
+    intra_gbs: float = 100.0  # GB/s between instances at one position
+    inter_gbs: float = 25.0  # GB/s across positions (200 Gb/s RDMA)
+    intra_latency_us: float = 10.0
+    inter_latency_us: float = 50.0
+    kv_bytes_per_token: int = LLAMA3_8B_KV_BYTES_PER_TOKEN
+    block_tokens: int = 512  # tokens per prefix hash of `cluster.prefix` / `cluster.digest`
+
+    def move_us(self, src_pos: np.ndarray, dst_pos: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
+        """Microseconds to move `nbytes` of KV between instances at these positions."""
+        return link_us(src_pos, dst_pos, nbytes, self.intra_gbs, self.inter_gbs, self.intra_latency_us,
+                       self.inter_latency_us)
+
+
+def link_us(src_pos: np.ndarray, dst_pos: np.ndarray, nbytes: np.ndarray, intra_gbs: float, inter_gbs: float,
+            intra_latency_us: float, inter_latency_us: float) -> np.ndarray:
+    """The link model: latency (intra, or inter x positions apart) + bytes / bandwidth."""
+    dist = np.abs(np.asarray(src_pos, np.int64) - np.asarray(dst_pos, np.int64))
+    same = dist == 0
+    latency = np.where(same, intra_latency_us, inter_latency_us * np.maximum(dist, 1))
+    bandwidth = np.where(same, intra_gbs, inter_gbs) * 1e3  # bytes per µs
+    return latency + np.asarray(nbytes, np.float64) / bandwidth
+
+
+@functools.lru_cache(maxsize=16)
+def engine_rates(model: str, gpu: str, tp: int) -> tuple[float, float, float]:
+    """(prefill tokens per µs, decode step µs at batch 1, extra decode µs per running request),
+    from the simulator's cost model: what an early-reject or a cost/benefit test needs."""
+    from schedir.sim.cost_model import CostModel
+
+    cost = CostModel.create(model, gpu, tp)
+    chunk = 8192
+    prefill_s = cost.step_time(np.array([chunk], np.int64), np.array([0], np.int64))
+    one = cost.step_time(np.ones(1, np.int64), np.full(1, 2048, np.int64))
+    many = cost.step_time(np.ones(128, np.int64), np.full(128, 2048, np.int64))
+    return chunk / (prefill_s * 1e6), one * 1e6, (many - one) * 1e6 / 127

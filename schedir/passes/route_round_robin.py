@@ -1,0 +1,32 @@
+"""route-round-robin: each request to the next instance in turn."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from schedir.dialects.codes import Why
+from schedir.ir.route_pass import RoutePass
+from schedir.ir.route_step import RouteStep
+
+
+@dataclass(frozen=True)
+class RouteRoundRobin(RoutePass):
+    """Route each pending request to the next instance in turn (request id modulo the instances).
+
+    Request ids are issued in arrival order, so `id mod n` over the instances serving whole
+    requests is the turn order, with no router state outside the IR: a dumped step re-runs
+    to the same decisions."""
+
+    name: ClassVar[str] = "route-round-robin"
+    provides: ClassVar[frozenset[str]] = frozenset({"routed"})
+
+    def run(self, route: RouteStep) -> None:
+        rows = route.pending()
+        eligible = np.flatnonzero(route.serves_whole())
+        if rows.size == 0 or eligible.size == 0:
+            return
+        ids = route.arrival_col("id")[rows]
+        route.route(rows, eligible[ids % eligible.size], Why.ROUND_ROBIN)

@@ -1,0 +1,52 @@
+"""slo-early-reject: refuse now the requests the fleet cannot serve within their SLO."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from schedir.dialects.codes import Role, Why
+from schedir.ir.route_step import RouteStep
+from schedir.passes.route_kernels import CostOptions
+
+
+@dataclass(frozen=True)
+class SloEarlyReject(CostOptions):
+    """Reject requests whose predicted TTFT or TBT misses their SLO on every instance.
+
+    Mooncake's early rejection (FAST '25, section 6): refusing at arrival a request that would
+    miss its SLO anyway saves the prefill it would waste. Per instance the prediction is
+    TTFT = (prefill tokens queued + the request's uncached tokens) / prefill rate, and TBT =
+    a decode step at its running batch + 1, both from the cost model (`model`, `gpu`, `tp`);
+    tokens queued come from the fleet's `queued_tokens` column when present, else queued
+    requests x the step's mean prompt. A request is kept if some instance that can prefill it
+    meets both targets (`slack` x SLO); an SLO of 0 is none."""
+
+    name: ClassVar[str] = "slo-early-reject"
+    provides: ClassVar[frozenset[str]] = frozenset({"slo-checked"})
+
+    slack: float = 1.0
+    block_tokens: int = 512
+
+    def run(self, route: RouteStep) -> None:
+        rows = route.pending()
+        if rows.size == 0:
+            return
+        prefill_per_us, decode_us, per_running_us = self.rates()
+        role = route.fleet_col("role")
+        can_prefill = role != int(Role.DECODE)
+        can_decode = role != int(Role.PREFILL)
+        prompt = route.arrival_col("prompt")[rows]
+        queued_tokens = route.fleet_col("queued_tokens") if route.fleet.columns.has("queued_tokens") else \
+            route.fleet_col("queued") * int(route.arrival_col("prompt").mean())  # type: ignore[union-attr]
+        uncached = np.maximum(prompt[:, None] - route.prefix_hits()[rows] * self.block_tokens, 1)
+        ttft_ms = (queued_tokens[None, :] + uncached) / prefill_per_us / 1e3
+        ttft_ms = np.where(can_prefill[None, :], ttft_ms, np.inf).min(axis=1)
+        tbt_ms = (decode_us + per_running_us * (route.fleet_col("running") + 1)) / 1e3
+        tbt_ms = float(np.where(can_decode, tbt_ms, np.inf).min()) if tbt_ms.size else np.inf
+        ttft_slo = route.arrival_col("ttft_slo_ms")[rows].astype(np.float64) * self.slack
+        tbt_slo = route.arrival_col("tbt_slo_ms")[rows].astype(np.float64) * self.slack
+        miss = ((ttft_slo > 0) & (ttft_ms > ttft_slo)) | ((tbt_slo > 0) & (tbt_ms > tbt_slo))
+        route.reject(rows[miss], Why.SLO)

@@ -1,0 +1,78 @@
+"""topology-distance: pull a longer cached prefix from a nearby instance when moving beats recomputing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from schedir.dialects.cluster import ReplicateOp
+from schedir.dialects.codes import Why
+from schedir.ir.route_step import RouteStep
+from schedir.ir.step import positions
+from schedir.passes.route_kernels import LinkOptions
+
+
+@dataclass(frozen=True)
+class TopologyDistance(LinkOptions):
+    """For each routed request, fetch the longer prefix another instance caches if the link is cheaper.
+
+    Mooncake's Conductor weighs where a prefix's KV lives against where the request runs:
+    moving KV costs latency + bytes / bandwidth over the link between their topology
+    positions (a fast link within a position, the network across), recomputing it costs
+    prefill time (the cost model). For a request routed where it hits fewer blocks than on
+    some other instance, the nearest instance with the longest hit is the source; when moving
+    the extra blocks is cheaper than recomputing them, a `cluster.replicate` copies the chain
+    to the chosen instance, with the time saved as its benefit."""
+
+    name: ClassVar[str] = "topology-distance"
+    requires: ClassVar[frozenset[str]] = frozenset({"routed"})
+    provides: ClassVar[frozenset[str]] = frozenset({"kv-moves"})
+
+    def run(self, route: RouteStep) -> None:
+        routed_ids, inst_ids, _ = route.routed()
+        if routed_ids.size == 0 or route.prefix is None:
+            return
+        rows = positions(route.arrival_col("id"), routed_ids)
+        fleet_ids = route.fleet_col("id")
+        inst = positions(fleet_ids, inst_ids)
+        hits = route.prefix_hits()[rows]
+        pick = np.arange(rows.size)
+        have = hits[pick, inst]
+        best = hits.max(axis=1)
+        want = np.flatnonzero(best > have)
+        if want.size == 0:
+            return
+        # disaggregated requests move their KV anyway (cluster.transfer): leave them
+        ops = route.route_ops()
+        whys = ops[0].col("why") if len(ops) == 1 else np.concatenate([op.col("why") for op in ops])
+        want = want[whys[want] != int(Why.DISAGGREGATED)]
+        if want.size == 0:
+            return
+        position = route.fleet_col("position")
+        dist = np.abs(position[None, :] - position[inst[want], None])
+        # the nearest instance among those with the longest hit
+        score = np.where(hits[want] == best[want, None], dist, np.iinfo(np.int64).max)
+        src = np.argmin(score, axis=1)
+        extra = best[want] - have[want]
+        nbytes = extra * self.block_tokens * self.kv_bytes_per_token
+        move_us = self.move_us(position[src], position[inst[want]], nbytes)
+        prefill_per_us, _, _ = self.rates()
+        gain = extra * self.block_tokens / prefill_per_us - move_us
+        keep = gain > 0
+        if not keep.any():
+            return
+        want, src, nbytes, gain = want[keep], src[keep], nbytes[keep], gain[keep]
+        chain, starts = route.chains()
+        last = chain[starts[rows[want]] + best[want] - 1]  # the hash ending the moved chain
+        dst = inst[want]
+        seen: set[tuple[int, int]] = set()
+        first = []
+        for j, key in enumerate(zip(last.tolist(), dst.tolist(), strict=True)):  # one move per (chain, target)
+            if key not in seen:
+                seen.add(key)
+                first.append(j)
+        at = np.asarray(first, dtype=np.int64)
+        route.move_prefix(ReplicateOp, last[at], fleet_ids[src[at]], fleet_ids[dst[at]],
+                          nbytes[at].astype(np.int64), np.round(gain[at]).astype(np.int64))

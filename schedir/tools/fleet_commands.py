@@ -1,0 +1,119 @@
+"""`schedir sim --instances N --router R` and `schedir bench --instances N --routers A,B`: a fleet.
+
+Every instance runs the engine settings of the command line (`--preset`, `--model`, ...);
+the router is a router preset or a list of routing passes. Bad fleet options (an unknown
+router, a step pass given as a router, an instance removed that does not exist) are a
+ValueError: one message, exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from rich.console import Console
+
+from schedir.sim.fleet import FleetConfig, FleetSimulator, parse_removal
+from schedir.sim.fleet_report import fleet_comparison_table, instance_table
+from schedir.sim.metrics import summarize
+
+DEFAULT_ROUTERS = "round-robin,least-load,mooncake,sglang-router"
+
+
+def add_fleet_arguments(p: argparse.ArgumentParser, bench: bool) -> None:
+    p.add_argument("--instances", type=int, metavar="N", help="simulate a fleet of N engine instances behind a router")
+    if bench:
+        p.add_argument("--routers", default=DEFAULT_ROUTERS, metavar="A,B",
+                       help=f"with --instances: routers to compare (default {DEFAULT_ROUTERS}); "
+                            "a pass list joins passes with +")
+    else:
+        p.add_argument("--router", default="round-robin", metavar="NAME",
+                       help="with --instances: a router preset (round-robin, least-load, mooncake, sglang-router) "
+                            "or routing passes")
+        p.add_argument("--remove-instance", action="append", default=[], metavar="ID@S",
+                       help="with --instances: remove instance ID at S simulated seconds (repeatable)")
+    p.add_argument("--prefill-instances", type=int, default=0, metavar="K",
+                   help="with --instances: P/D disaggregation, the first K instances prefill, the rest decode "
+                        "(the router must use pd-disaggregate, e.g. mooncake-pd)")
+    p.add_argument("--instances-per-node", type=int, default=8, metavar="K",
+                   help="with --instances: instances sharing one topology position (default 8)")
+
+
+def fleet_run(args: argparse.Namespace, console: Console, router: str, workload: Any, removals: tuple = ()) \
+        -> dict[str, Any]:
+    from schedir.tools.sim_commands import base_config
+
+    engine = base_config(args, args.preset if hasattr(args, "preset") else "vllm")
+    fleet = FleetConfig(instances=args.instances, router=router, instances_per_position=args.instances_per_node,
+                        prefill_instances=args.prefill_instances, removals=removals)
+    simulator = FleetSimulator(engine, fleet)
+    if not args.quiet:
+        console.print(f"[bold]{router}[/]: {len(workload)} requests over {args.instances} instances ...")
+    run = simulator.run(workload)
+    metrics = summarize(run.result)
+    metrics["fleet"] = run.fleet
+    del metrics["series"]["timeline"]
+    return metrics
+
+
+def check_fleet_args(args: argparse.Namespace) -> None:
+    if args.instances is not None and args.instances < 1:
+        raise ValueError(f"--instances must be >= 1, got {args.instances}")
+    if args.instances_per_node < 1:
+        raise ValueError(f"--instances-per-node must be >= 1, got {args.instances_per_node}")
+
+
+def cmd_fleet_sim(args: argparse.Namespace, console: Console) -> int:
+    from schedir.tools.sim_commands import load_workload
+
+    check_fleet_args(args)
+    removals = tuple(parse_removal(text) for text in args.remove_instance)
+    FleetConfig(instances=args.instances, router=args.router, removals=removals,  # refuse bad options before loading
+                prefill_instances=args.prefill_instances)
+    workload = load_workload(args, console)
+    m = fleet_run(args, console, args.router, workload, removals)
+    console.print(fleet_comparison_table([m]))
+    console.print(instance_table(m))
+    _write_json(args, [m], console, single=True)
+    return 1 if m["stalled"] else 0
+
+
+def cmd_fleet_bench(args: argparse.Namespace, console: Console) -> int:
+    from schedir.tools.sim_commands import load_workload
+
+    check_fleet_args(args)
+    routers = [r.strip().replace("+", ",") for r in args.routers.split(",")]
+    if not routers or any(not r for r in routers):
+        raise ValueError(f"--routers {args.routers!r}: empty item (write e.g. 'round-robin,mooncake')")
+    if len(set(routers)) != len(routers):
+        raise ValueError(f"--routers {args.routers!r}: the same router twice")
+    for r in routers:
+        FleetSimulator(_engine(args), FleetConfig(instances=args.instances, router=r,
+                                                  prefill_instances=args.prefill_instances))
+    workload = load_workload(args, console)
+    runs = [fleet_run(args, console, r, workload) for r in routers]
+    console.print(fleet_comparison_table(runs))
+    for m in runs:
+        console.print(instance_table(m))
+    _write_json(args, runs, console, single=False)
+    return 0
+
+
+def _engine(args: argparse.Namespace):  # noqa: ANN202
+    from schedir.tools.sim_commands import base_config
+
+    return base_config(args, getattr(args, "preset", "vllm"))
+
+
+def _write_json(args: argparse.Namespace, runs: list[dict[str, Any]], console: Console, single: bool) -> None:
+    if args.plots:
+        from schedir.sim.fleet_plots import write_fleet_plots  # matplotlib only when plots are asked for
+
+        for m in runs:
+            for path in write_fleet_plots(m, args.plots):
+                console.print(f"wrote {path}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(runs[0] if single else {"runs": runs}, indent=1, default=str))
+        console.print(f"wrote {args.json}")

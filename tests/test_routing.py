@@ -1,0 +1,170 @@
+"""Routing passes over `cluster.route_step`: behaviour, the IR they leave, the pipeline checks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from schedir.dialects.cluster import RejectOp, ReplicateOp, RouteOp, TransferOp
+from schedir.dialects.codes import Role, Why
+from schedir.ir.errors import PipelineError
+from schedir.ir.pipeline import PassManager
+from schedir.ir.route_step import RouteStep, build_route_step, route_steps_of
+from schedir.ir.textio import parse_step_text, print_ir
+from schedir.tools.cli import EXIT_BAD_INPUT, EXIT_OK, main
+
+
+def fleet(m: int, *, queued=None, running=None, free=None, role=None, position=None, **extra) -> dict:
+    cols = {"id": np.arange(m), "role": np.asarray(role if role is not None else [0] * m),
+            "queued": np.asarray(queued if queued is not None else [0] * m),
+            "running": np.asarray(running if running is not None else [0] * m),
+            "free_blocks": np.asarray(free if free is not None else [100] * m), "total_blocks": np.full(m, 100),
+            "position": np.asarray(position if position is not None else [0] * m)}
+    cols.update({k: np.asarray(v) for k, v in extra.items()})
+    return cols
+
+
+def arrivals(ids, prompt=1024, ttft_ms=0, tbt_ms=0) -> dict:
+    ids = np.asarray(ids)
+    k = ids.size
+    return {"id": ids, "prompt": np.broadcast_to(np.asarray(prompt), (k,)).copy(), "output": np.full(k, 16),
+            "ttft_slo_ms": np.full(k, ttft_ms), "tbt_slo_ms": np.full(k, tbt_ms)}
+
+
+def route(pipeline: str, f: dict, a: dict, digest=None, prefix=None):
+    module = build_route_step(0, 0, f, a, digest, prefix)
+    PassManager.parse(pipeline, verify_each=True).run(module)
+    module.verify()
+    return module, RouteStep(route_steps_of(module)[0])
+
+
+def decisions(module, kind):
+    return [op for op in route_steps_of(module)[0].body.block.ops if type(op) is kind]
+
+
+def routed(module) -> dict[int, int]:
+    out = {}
+    for op in decisions(module, RouteOp):
+        out.update(zip(op.ids.tolist(), op.col("instance").tolist(), strict=True))
+    return out
+
+
+def test_round_robin_spreads_evenly():
+    module, _ = route("round-robin", fleet(8), arrivals(range(80)))
+    counts = np.bincount(list(routed(module).values()), minlength=8)
+    assert counts.tolist() == [10] * 8
+    assert set(decisions(module, RouteOp)[0].col("why").tolist()) == {int(Why.ROUND_ROBIN)}
+
+
+def test_round_robin_skips_prefill_and_decode_only_instances():
+    roles = [Role.BOTH, Role.PREFILL, Role.DECODE, Role.BOTH]
+    module, _ = route("round-robin", fleet(4, role=[int(r) for r in roles]), arrivals(range(10)))
+    assert set(routed(module).values()) == {0, 3}
+
+
+def test_least_load_picks_the_emptiest_and_counts_what_it_placed():
+    module, _ = route("least-load", fleet(4, queued=[5, 0, 3, 2], running=[5, 1, 0, 2]), arrivals([7]))
+    assert routed(module) == {7: 1}
+    # four arrivals: 1 (load 1 -> 2), then 1/... ties go to the lowest row
+    module, _ = route("least-load", fleet(3, queued=[0, 0, 0], running=[4, 0, 1]), arrivals([1, 2, 3, 4]))
+    assert list(routed(module).values()) == [1, 1, 2, 1]
+
+
+def test_cache_aware_picks_the_instance_holding_the_prefix():
+    digest = (np.array([2, 2, 2, 0]), np.array([11, 12, 13, 11]))
+    prefix = (np.array([5, 5, 5]), np.array([11, 12, 13]))
+    module, view = route("route-cache-aware", fleet(4, running=[0, 0, 3, 0]), arrivals([5], prompt=1536), digest,
+                         prefix)
+    assert routed(module) == {5: 2}
+    op = decisions(module, RouteOp)[0]
+    assert op.col("why").tolist() == [int(Why.CACHE)] and op.col("hit_blocks").tolist() == [3]
+    assert view.prefix_hits().tolist() == [[1, 0, 3, 0]]
+
+
+def test_cache_aware_falls_back_to_least_load_when_overloaded_or_a_small_hit():
+    digest = (np.array([2]), np.array([11]))
+    prefix = (np.array([5, 5, 5, 5]), np.array([11, 12, 13, 14]))
+    busy = fleet(3, running=[20, 0, 40])
+    module, _ = route("route-cache-aware", busy, arrivals([5], prompt=2048), digest, prefix)
+    assert routed(module) == {5: 1}
+    assert decisions(module, RouteOp)[0].col("why").tolist() == [int(Why.LEAST_LOAD)]
+    module, _ = route("route-cache-aware{hit-threshold=0.5}", fleet(3), arrivals([5], prompt=2048), digest, prefix)
+    assert routed(module) == {5: 0}  # 1 of 4 blocks: below the threshold, all loads equal
+
+
+def test_sglang_router_balances_when_imbalanced():
+    digest = (np.array([0, 0]), np.array([11, 12]))
+    prefix = (np.array([5, 5]), np.array([11, 12]))
+    module, _ = route("sglang-router", fleet(2, running=[3, 0]), arrivals([5], prompt=1024), digest, prefix)
+    assert routed(module) == {5: 0}
+    module, _ = route("sglang-router", fleet(2, running=[200, 0]), arrivals([5], prompt=1024), digest, prefix)
+    assert routed(module) == {5: 1}
+
+
+def test_slo_early_reject_fires_with_reason_slo():
+    f = fleet(2, queued=[50, 50], running=[8, 8], queued_tokens=[500000, 500000])
+    module, view = route("slo-early-reject,route-least-load", f, arrivals([1, 2], ttft_ms=[1000, 0]) |
+                         {"ttft_slo_ms": np.array([1000, 0])})
+    rejects = decisions(module, RejectOp)
+    assert rejects[0].ids.tolist() == [1] and rejects[0].col("why").tolist() == [int(Why.SLO)]
+    assert routed(module) == {2: 0}
+    assert view.pending().size == 0
+
+
+def test_pd_disaggregate_accounts_the_transfer():
+    roles = [int(Role.PREFILL), int(Role.DECODE), int(Role.DECODE)]
+    module, _ = route("pd-disaggregate", fleet(3, role=roles, position=[0, 1, 0], running=[0, 0, 5]),
+                      arrivals([9], prompt=1000))
+    op = decisions(module, RouteOp)[0]
+    assert op.col("instance").tolist() == [0] and op.col("decode").tolist() == [1]
+    t = decisions(module, TransferOp)[0]
+    assert t.col("bytes").tolist() == [1000 * 131072]
+    # across positions: 50 µs + 131 MB at 25 GB/s
+    assert t.col("latency_us").tolist() == [int(np.ceil(50 + 1000 * 131072 / 25e3))]
+
+
+def test_replicate_hot_prefix_then_route_to_the_replica():
+    digest = (np.array([0, 0]), np.array([11, 12]))
+    prefix = (np.repeat([1, 2, 3], 3), np.array([11, 12, 21, 11, 12, 22, 11, 12, 23]))
+    module, _ = route("replicate-hot-prefix,route-cache-aware", fleet(3, running=[40, 10, 0]),
+                      arrivals([1, 2, 3], prompt=1100), digest, prefix)
+    rep = decisions(module, ReplicateOp)[0]
+    assert rep.col("hash").tolist() == [12] and rep.col("dst").tolist() == [2]
+    assert set(routed(module).values()) == {2}
+
+
+def test_routed_step_prints_and_reparses():
+    digest = (np.array([1]), np.array([11]))
+    prefix = (np.array([3, 3]), np.array([11, 12]))
+    module, _ = route("mooncake", fleet(3, running=[10, 0, 0]), arrivals([3, 4], ttft_ms=2000, tbt_ms=100),
+                      digest, prefix)
+    text = print_ir(module)
+    again = parse_step_text(text)
+    assert print_ir(again) == text
+
+
+def test_pipeline_refuses_mixing_and_order():
+    module = build_route_step(0, 0, fleet(2), arrivals([1]))
+    with pytest.raises(PipelineError, match="cannot mix"):
+        PassManager.parse("route-least-load,order-fcfs").run(module)
+    with pytest.raises(PipelineError, match="requires 'routed'"):
+        PassManager.parse("topology-distance").run(module)
+
+
+def test_cli_lists_routing_passes_and_presets(capsys):
+    assert main(["passes"]) == EXIT_OK
+    out = capsys.readouterr().out
+    for name in ("route-round-robin", "route-least-load", "route-cache-aware", "route-cache-balance",
+                 "topology-distance", "replicate-hot-prefix", "pd-disaggregate", "slo-early-reject"):
+        assert f"\n{name}\n" in out
+    for preset in ("round-robin:", "least-load:", "mooncake:", "sglang-router:"):
+        assert preset in out
+
+
+def test_cli_opt_runs_a_router_preset_and_refuses_bad_options(capsys, tmp_path):
+    path = tmp_path / "route.mlir"
+    path.write_text(print_ir(build_route_step(1, 5, fleet(2, running=[3, 0]), arrivals([1, 2]))))
+    assert main(["opt", str(path), "-p", "least-load"]) == EXIT_OK
+    assert "cluster.route %req {id = [1, 2], instance = [1, 1]" in capsys.readouterr().out.replace("%1", "%req")
+    assert main(["opt", str(path), "-p", "route-cache-aware{hit-threshold=3.0}"]) == EXIT_BAD_INPUT
+    assert "hit-threshold must lie in [0, 1]" in capsys.readouterr().err
