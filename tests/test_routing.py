@@ -168,3 +168,12 @@ def test_cli_opt_runs_a_router_preset_and_refuses_bad_options(capsys, tmp_path):
     assert "cluster.route %req {id = [1, 2], instance = [1, 1]" in capsys.readouterr().out.replace("%1", "%req")
     assert main(["opt", str(path), "-p", "route-cache-aware{hit-threshold=3.0}"]) == EXIT_BAD_INPUT
     assert "hit-threshold must lie in [0, 1]" in capsys.readouterr().err
+
+
+def test_a_router_preset_is_refused_as_an_engine_pipeline() -> None:
+    from schedir import Scheduler, SchedulerConfig
+    from schedir.ir.errors import PipelineError
+
+    with pytest.raises(PipelineError, match=r"pipeline 'mooncake' routes requests over a fleet .* "
+                                            r"schedir sim --instances N --router mooncake"):
+        Scheduler(SchedulerConfig(pipeline="mooncake"))

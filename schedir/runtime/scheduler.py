@@ -138,6 +138,11 @@ class Scheduler:
         check fails)."""
         spec = pipeline_spec(cfg)
         manager = PassManager.parse(spec, verify_each=cfg.verify_each)
+        routing = [p.name for p in manager.passes if getattr(p, "over", "") == "cluster.route_step"]
+        if routing:
+            raise PipelineError(f"pipeline '{cfg.pipeline}' routes requests over a fleet ({', '.join(routing)}): an "
+                                "engine's scheduler runs step passes; use it as a router (schedir sim --instances N "
+                                f"--router {cfg.pipeline})")
         if not any("admissible" in p.provides for p in manager.passes):
             raise PipelineError(f"pipeline '{spec}' has no pass that rejects requests longer than the model or "
                                 "the whole KV cache (reject-oversized provides 'admissible'): such a request would be "
