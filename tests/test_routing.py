@@ -174,6 +174,6 @@ def test_a_router_preset_is_refused_as_an_engine_pipeline() -> None:
     from schedir import Scheduler, SchedulerConfig
     from schedir.ir.errors import PipelineError
 
-    with pytest.raises(PipelineError, match=r"pipeline 'mooncake' routes requests over a fleet .* "
+    with pytest.raises(PipelineError, match=r"pipeline 'mooncake' routes requests over a fleet .*"
                                             r"schedir sim --instances N --router mooncake"):
         Scheduler(SchedulerConfig(pipeline="mooncake"))
