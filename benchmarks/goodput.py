@@ -9,7 +9,8 @@ attainment over all requests (rejected ones count as misses), and the worst clas
 attainment, classes being the prompt-length terciles (short, medium, long prompts), so a policy
 that wins by starving long prompts shows it.
 
-    python benchmarks/goodput.py                       # chat-short and conversation, 1500 requests
+    python benchmarks/goodput.py                       # chat-short, 1500 requests
+    python benchmarks/goodput.py --workloads conversation --num-requests 600
     python benchmarks/goodput.py --workloads chat-short --num-requests 600 --loads 2
 
 Simulated figures: the same on any machine (no wall-clock time is reported).
@@ -29,7 +30,7 @@ from schedir.sim.runspec import parse_configs
 from schedir.sim.simulator import Simulator
 from schedir.sim.workloads import builtin_workload
 
-PRESETS = "vllm,slo-aware,slo-aware-reject,fastserve,orca@max_model_len=8192,base"
+PRESETS = "vllm,slo-aware,slo-aware-reject,sarathi,fastserve,orca@max_model_len=8192,base"
 SATURATING_RATE = 200.0  # req/s: far past what one H100 serves of either workload
 CLASSES = ("short", "medium", "long")
 
@@ -49,7 +50,7 @@ def worst_class(good: np.ndarray, prompt: np.ndarray) -> tuple[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workloads", default="chat-short,conversation")
+    parser.add_argument("--workloads", default="chat-short")
     parser.add_argument("--num-requests", type=int, default=1500)
     parser.add_argument("--loads", default="1.5,2,3", help="multiples of the sustained rate")
     parser.add_argument("--configs", default=PRESETS, help="presets or pass lists as `schedir bench --configs` takes them (first: the peer)")

@@ -161,6 +161,12 @@ class Step:
                     _FACT_SETS[id(attr)] = (attr, self._fact_set)  # holds attr: its id stays unique
         return self._fact_set
 
+    def set_token_budget(self, tokens: int) -> None:
+        """Lower (or set) the step's `token_budget` fact for the passes after this one."""
+        self.op.properties["token_budget"] = i64_attr(int(tokens))
+        self.op._built = None  # read_facts' cache keys on other properties
+        self._facts = None
+
     def has_fact(self, fact: str) -> bool:
         return fact in self.fact_set
 

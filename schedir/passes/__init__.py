@@ -8,11 +8,13 @@ from schedir.passes.mlfq_account import MlfqAccount
 from schedir.passes.mlfq_levels import MlfqLevels
 from schedir.passes.mlfq_order import MlfqOrder
 from schedir.passes.orca_admit import OrcaAdmit
+from schedir.passes.order_decodes_first import OrderDecodesFirst
 from schedir.passes.order_fcfs import OrderFcfs
 from schedir.passes.order_priority import OrderPriority
 from schedir.passes.order_slo import OrderSlo
 from schedir.passes.order_vllm import OrderVllm
 from schedir.passes.reject_oversized import RejectOversized
+from schedir.passes.sarathi_budget import SarathiBudget
 from schedir.passes.schedule_running import ScheduleRunning
 from schedir.passes.verify_step import VerifyStep
 from schedir.passes.vllm_admit import VllmAdmit
@@ -34,7 +36,7 @@ def register_pass(cls: type[StepPass]) -> type[StepPass]:
 
 for _cls in (RejectOversized, OrderFcfs, OrderPriority, ScheduleRunning, AdmitGreedy, VerifyStep, OrderVllm,
              VllmScheduleRunning, VllmAdmit, OrcaAdmit, MlfqLevels, MlfqOrder, MlfqAccount,
-             OrderSlo):
+             OrderSlo, SarathiBudget, OrderDecodesFirst):
     register_pass(_cls)
 
 # Routing passes (cluster dialect): run on a cluster.route_step.

@@ -20,6 +20,9 @@ PRESETS: dict[str, str] = {
     "slo-aware": "reject-oversized,order-slo,vllm-schedule-running,vllm-admit",
     # ... rejecting the hopeless ones at once (reason slo) instead of serving them last.
     "slo-aware-reject": "reject-oversized,order-slo{hopeless=reject},vllm-schedule-running,vllm-admit",
+    # Sarathi-Serve (OSDI '24): stall-free batching (decodes, then partial prefills, then new
+    # ones, chunked) under a token budget derived from a TBT target; vLLM's mechanics otherwise.
+    "sarathi": "reject-oversized,sarathi-budget,order-vllm,order-decodes-first,vllm-schedule-running,vllm-admit",
     # vLLM 0.32's v1 Scheduler.schedule(): same decisions, step by step (needs the step's mem.pool).
     "vllm": "reject-oversized,order-vllm,vllm-schedule-running,vllm-admit",
 }
