@@ -160,7 +160,9 @@ def test_requirement_nothing_before_provides_lists_providers():
     message = refused("schedule-running,admit-greedy")
     assert "pass 'admit-greedy' (#2) requires 'order'" in message
     assert "which no earlier pass provides" in message
-    assert "add one of: order-fcfs, order-priority, order-vllm before it" in message
+    providers = message.split("add one of: ")[1].split(" before it")[0].split(", ")
+    assert {"order-fcfs", "order-priority", "order-vllm", "order-slo", "mlfq-order"} <= set(providers)
+    assert providers == sorted(providers)
 
 
 def test_requirement_no_pass_provides(registry):
