@@ -329,23 +329,26 @@ class StepOp(IRDLOperation):
 
 
 class _StateValuesOp(IRDLOperation):
-    """Shared by `sched.state` and `sched.set_state`: named float values, `{name = 0.7, ...}`."""
+    """Shared by `sched.state` and `sched.set_state`: named numbers or vectors of numbers,
+    `{name = 0.7, counters = [0.0, 12.5]}`."""
 
     values = prop_def(DictionaryAttr)
 
     @classmethod
-    def of(cls, values: Mapping[str, float]) -> _StateValuesOp:
+    def of(cls, values: Mapping[str, StateValue]) -> _StateValuesOp:
         from schedir.ir.fastop import new_op
 
         return new_op(cls, (), {"values": state_values_attr(values)})
 
-    def as_dict(self) -> dict[str, float]:
-        return {k: v.value.data for k, v in self.properties["values"].data.items()}  # type: ignore[attr-defined]
+    def as_dict(self) -> dict[str, StateValue]:
+        return {k: _value_of(v) for k, v in self.properties["values"].data.items()}  # type: ignore[attr-defined]
 
     def verify_(self) -> None:
         for key, value in self.values.data.items():
-            if not isinstance(value, FloatAttr):
-                raise VerifyException(f"{self.name}: value of '{key}' must be a number")
+            ok = isinstance(value, FloatAttr) or (
+                isinstance(value, ArrayAttr) and all(isinstance(v, FloatAttr) for v in value.data))
+            if not ok:
+                raise VerifyException(f"{self.name}: value of '{key}' must be a number or a list of numbers")
         if not isinstance(self.parent_op(), StepOp):
             raise VerifyException(f"{self.name} must be inside a sched.step")
 
@@ -356,7 +359,7 @@ class _StateValuesOp(IRDLOperation):
 
     @classmethod
     def parse(cls, parser: Parser) -> _StateValuesOp:
-        values: dict[str, float] = {}
+        values: dict[str, StateValue] = {}
 
         def parse_entry() -> None:
             at = parser._current_token.span
@@ -364,25 +367,46 @@ class _StateValuesOp(IRDLOperation):
             if key in values:
                 parser.raise_error(f"state '{key}' given twice", at)
             parser.parse_punctuation("=")
-            values[key] = float(parser.parse_number(context_msg=f" (the value of state '{key}')"))
+            context = f" (the value of state '{key}')"
+            if parser._current_token.text == "[":
+                values[key] = np.array(parser.parse_comma_separated_list(
+                    parser.Delimiter.SQUARE, lambda: float(parser.parse_number(context_msg=context)), context),
+                    dtype=np.float64)
+            else:
+                values[key] = float(parser.parse_number(context_msg=context))
 
         parser.parse_comma_separated_list(parser.Delimiter.BRACES, parse_entry, " (state values)")
         return cls.create(properties={"values": state_values_attr(values)}, attributes=parse_attr_dict(parser))
 
 
-def _number_text(value: float) -> str:
+StateValue = float | np.ndarray
+"""A scheduler-level state value: a number, or a vector of numbers (e.g. one per tenant)."""
+
+
+def _value_of(attr: Attribute) -> StateValue:
+    if isinstance(attr, ArrayAttr):
+        return np.array([v.value.data for v in attr.data], dtype=np.float64)  # type: ignore[attr-defined]
+    return attr.value.data  # type: ignore[attr-defined]
+
+
+def _number_text(value: StateValue) -> str:
+    if isinstance(value, np.ndarray):
+        return "[" + ", ".join(repr(float(v)) for v in value) + "]"
     return repr(float(value))
 
 
-_STATE_ATTRS: dict[tuple[tuple[str, float], ...], DictionaryAttr] = {}
+_STATE_ATTRS: dict[tuple, DictionaryAttr] = {}
 
 
-def state_values_attr(values: Mapping[str, float]) -> DictionaryAttr:
-    """A cached `{name = value : f64}` dictionary (most steps repeat the last values)."""
-    key = tuple((k, float(v)) for k, v in values.items())
+def state_values_attr(values: Mapping[str, StateValue]) -> DictionaryAttr:
+    """A cached `{name = value : f64}` dictionary (most steps repeat the last values); a vector
+    value becomes an array of f64 numbers."""
+    key = tuple((k, tuple(float(x) for x in v) if isinstance(v, (np.ndarray, list, tuple)) else float(v))
+                for k, v in values.items())
     attr = _STATE_ATTRS.get(key)
     if attr is None:
-        attr = DictionaryAttr({k: FloatAttr(v, f64) for k, v in key})
+        attr = DictionaryAttr({k: ArrayAttr([FloatAttr(x, f64) for x in v]) if isinstance(v, tuple) else FloatAttr(v, f64)
+                               for k, v in key})
         if len(_STATE_ATTRS) < 4096:
             _STATE_ATTRS[key] = attr
     return attr

@@ -216,7 +216,7 @@ class PassManager:
             raise PipelineError(str(err)) from None
 
     def _state_defaults(self) -> tuple[dict[str, float], dict[str, int]]:
-        return ({s.name: s.default for s in self.state.scheduler}, {s.name: s.default for s in self.state.requests})
+        return ({s.name: s.initial() for s in self.state.scheduler}, {s.name: s.default for s in self.state.requests})
 
     @property
     def timings(self) -> list[PassTiming]:

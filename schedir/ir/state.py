@@ -32,6 +32,7 @@ import re
 from collections.abc import Iterable, Sequence
 
 import attrs
+import numpy as np
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 RESERVED_COLUMNS = frozenset({
@@ -54,10 +55,18 @@ class RequestState:
     name: str = attrs.field(validator=_state_name)
     default: int = 0
     doc: str = ""
+    bounds: tuple[int, int] | None = None
+    """(lowest, highest) value an engine may give in `Request.state` (checked at add_request)."""
 
     def __attrs_post_init__(self) -> None:
         if self.name in RESERVED_COLUMNS:
             raise ValueError(f"request state '{self.name}' would shadow the runtime's column of that name")
+
+    def check(self, value: int) -> str | None:
+        """Why `value` is not acceptable for this state, or None."""
+        if self.bounds is not None and not self.bounds[0] <= value <= self.bounds[1]:
+            return f"must be in {self.bounds[0]}..{self.bounds[1]}, got {value}"
+        return None
 
     def describe(self) -> str:
         return f"{self.name} (per request, starts at {self.default})" + (f": {self.doc}" if self.doc else "")
@@ -65,14 +74,24 @@ class RequestState:
 
 @attrs.frozen
 class SchedulerState:
-    """A float the scheduler keeps from step to step (e.g. SGLang's new_token_ratio)."""
+    """A number the scheduler keeps from step to step (e.g. SGLang's new_token_ratio), or, with
+    `size` > 1, a vector of them (e.g. a counter per tenant), every entry starting at `default`."""
 
     name: str = attrs.field(validator=_state_name)
     default: float = attrs.field(default=0.0, converter=float)
     doc: str = ""
+    size: int = 1
+
+    def __attrs_post_init__(self) -> None:
+        if self.size < 1:
+            raise ValueError(f"scheduler state '{self.name}': size must be >= 1, got {self.size}")
+
+    def initial(self) -> float | np.ndarray:
+        return self.default if self.size == 1 else np.full(self.size, self.default, dtype=np.float64)
 
     def describe(self) -> str:
-        return f"{self.name} (scheduler, starts at {self.default:g})" + (f": {self.doc}" if self.doc else "")
+        shape = "scheduler" if self.size == 1 else f"scheduler, {self.size} entries"
+        return f"{self.name} ({shape}, starts at {self.default:g})" + (f": {self.doc}" if self.doc else "")
 
 
 @attrs.frozen
@@ -120,6 +139,12 @@ def _merge(into: dict, declared: Sequence, pass_name: str, kind: str) -> None:
         seen = into.get(s.name)
         if seen is None:
             into[s.name] = (s, pass_name)
-        elif seen[0].default != s.default:
+        elif seen[0] != s and (seen[0].default != s.default or getattr(seen[0], "size", 1) != getattr(s, "size", 1)):
             raise StateConflict(f"{kind} state '{s.name}' is declared by pass '{seen[1]}' with default "
-                                f"{seen[0].default} and by pass '{pass_name}' with default {s.default}")
+                                f"{seen[0].default}{_size(seen[0])} and by pass '{pass_name}' with default "
+                                f"{s.default}{_size(s)}")
+
+
+def _size(s: object) -> str:
+    size = getattr(s, "size", 1)
+    return f" (size {size})" if size != 1 else ""

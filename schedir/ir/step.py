@@ -43,6 +43,7 @@ from schedir.dialects.sched import (
     i64_attr,
     state_values_attr,
 )
+from schedir.dialects.sched import _value_of as _state_value
 from schedir.ir.fastop import append_operand, insert_before, new_op
 from schedir.lowering.kv_pool import KVPool
 
@@ -181,7 +182,7 @@ class Step:
             self.op.facts = facts_attr(self._fact_set)
 
     # ------------------------------------------------------------ finding ops
-    def ensure_state(self, scheduler: dict[str, float], requests: dict[str, int]) -> None:
+    def ensure_state(self, scheduler: dict[str, float | np.ndarray], requests: dict[str, int]) -> None:
         """Give the step every declared state it lacks, at its default: a `sched.state` listing
         the `scheduler` values, and the `requests` columns on each `req.queue` (a hand-written or
         older step run by a pipeline that declares state). A runtime-built step has them all."""
@@ -196,7 +197,7 @@ class Step:
                     self.forget()
         if not scheduler:
             return
-        present: dict[str, float] = {}
+        present: dict[str, float | np.ndarray] = {}
         existing = None
         for op in self.ops_of(StateOp):
             existing = op
@@ -386,18 +387,18 @@ class Step:
         return hit, cached_free, np.arange(ids.size, dtype=np.int64)
 
     # ------------------------------------------------------------ pass-declared state (schedir.ir.state)
-    def state(self, name: str, default: float | None = None) -> float:
+    def state(self, name: str, default: float | np.ndarray | None = None) -> float | np.ndarray:
         """Scheduler-level state `name` as this step sees it: the last `sched.set_state` so far,
         else the step's `sched.state`; `default` when the step carries neither (a hand-written
         step), else an error."""
-        found: float | None = None
+        found: float | np.ndarray | None = None
         op = self.block.first_op
         while op is not None:
             kind = type(op)
             if kind is StateOp or kind is SetStateOp:
                 value = op.properties["values"].data.get(name)  # type: ignore[union-attr]
                 if value is not None:
-                    found = value.value.data
+                    found = _state_value(value)
             op = op._next_op
         if found is not None:
             return found
@@ -406,7 +407,7 @@ class Step:
                              "pipeline declares in a sched.state op)")
         return default
 
-    def set_state(self, **values: float) -> None:
+    def set_state(self, **values: float | np.ndarray) -> None:
         """New scheduler-level values, kept from the next step on (a `sched.set_state`; the pass
         manager gives a step without `sched.state` one with the declared defaults)."""
         if values:

@@ -17,6 +17,8 @@ from schedir.passes.reject_oversized import RejectOversized
 from schedir.passes.sarathi_budget import SarathiBudget
 from schedir.passes.schedule_running import ScheduleRunning
 from schedir.passes.verify_step import VerifyStep
+from schedir.passes.vtc_account import VtcAccount
+from schedir.passes.vtc_order import VtcOrder
 from schedir.passes.vllm_admit import VllmAdmit
 from schedir.passes.vllm_schedule_running import VllmScheduleRunning
 
@@ -36,7 +38,7 @@ def register_pass(cls: type[StepPass]) -> type[StepPass]:
 
 for _cls in (RejectOversized, OrderFcfs, OrderPriority, ScheduleRunning, AdmitGreedy, VerifyStep, OrderVllm,
              VllmScheduleRunning, VllmAdmit, OrcaAdmit, MlfqLevels, MlfqOrder, MlfqAccount,
-             OrderSlo, SarathiBudget, OrderDecodesFirst):
+             OrderSlo, SarathiBudget, OrderDecodesFirst, VtcOrder, VtcAccount):
     register_pass(_cls)
 
 # Routing passes (cluster dialect): run on a cluster.route_step.

@@ -23,6 +23,9 @@ PRESETS: dict[str, str] = {
     # Sarathi-Serve (OSDI '24): stall-free batching (decodes, then partial prefills, then new
     # ones, chunked) under a token budget derived from a TBT target; vLLM's mechanics otherwise.
     "sarathi": "reject-oversized,sarathi-budget,order-vllm,order-decodes-first,vllm-schedule-running,vllm-admit",
+    # Virtual Token Counter (Sheng et al., OSDI '24): tenants served in order of their weighted
+    # service so far; vLLM's mechanics otherwise. Requests carry a tenant (Request.state).
+    "vtc": "reject-oversized,vtc-order,vllm-schedule-running,vllm-admit,vtc-account",
     # vLLM 0.32's v1 Scheduler.schedule(): same decisions, step by step (needs the step's mem.pool).
     "vllm": "reject-oversized,order-vllm,vllm-schedule-running,vllm-admit",
 }

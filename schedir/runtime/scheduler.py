@@ -35,6 +35,7 @@ from schedir.ir.builder import RecycledStep, build_step
 from schedir.ir.errors import PassFailure, PipelineError
 from schedir.ir.fastop import dispose
 from schedir.ir.pipeline import Instrumentation, PassManager
+from schedir.ir.state import RequestState
 from schedir.ir.step import root_queue, steps_of
 from schedir.lowering.batch_plan import POSITIONS, SLOTS
 from schedir.lowering.hashing import extend_hashes
@@ -185,8 +186,8 @@ class Scheduler:
             self._queue_names, np.zeros((len(self._queue_names), 0), dtype=np.int64))
         values = getattr(self, "scheduler_state", {})
         for s in declared.scheduler:
-            values.setdefault(s.name, s.default)
-        self.scheduler_state: dict[str, float] = values
+            values.setdefault(s.name, s.initial())
+        self.scheduler_state: dict[str, float | np.ndarray] = values
         self._state_names = declared.scheduler_names
 
     def _queue_attr(self, rows: np.ndarray, running: bool) -> ColumnsAttr:
@@ -291,19 +292,23 @@ class Scheduler:
         no pass declares is refused (a typo would otherwise be ignored)."""
         out = []
         table = self.table
-        declared = self.declared_state.request_names
+        declared = {st.name: st for st in self.declared_state.requests}
         for key, value in given.items():
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
                 raise ValueError(f"request '{name}': state '{key}' must be an integer, got {value!r}")
-            if key not in declared and key not in table.state_index:
+            spec = declared.get(key)
+            if spec is None:
                 known = _known_request_state()
-                if key not in known:
+                spec = known.get(key)
+                if spec is None:
                     raise ValueError(f"request '{name}': state '{key}' is declared by no pass (this pipeline's "
                                      f"request state: {', '.join(declared) or 'none'}; every pass's: "
                                      f"{', '.join(sorted(known)) or 'none'})")
-                table.declare_state(key, known[key])
-            out.append((table.state_index[key], int(value)))
-        return out
+            why = spec.check(int(value))
+            if why:
+                raise ValueError(f"request '{name}': state '{key}' {why}")
+            out.append((key, spec.default, int(value)))
+        return [(table.declare_state(key, default), value) for key, default, value in out]
 
     def _refresh_stops(self) -> None:
         pairs = [(r, t) for r, ids in self.table.stop_ids.items() for t in sorted(ids)]
@@ -679,11 +684,11 @@ class Scheduler:
         return out
 
 
-def _known_request_state() -> dict[str, int]:
-    """Every registered pass's request state: name -> default."""
+def _known_request_state() -> dict[str, RequestState]:
+    """Every registered pass's request state, by name."""
     from schedir.ir.pipeline import default_registry
 
-    return {st.name: st.default for cls in default_registry().values() for st in cls.request_state}
+    return {st.name: st for cls in default_registry().values() for st in cls.request_state}
 
 
 def _root_queue(op: ScheduleOp) -> str:
