@@ -22,7 +22,7 @@ from typing import ClassVar
 
 import attrs
 import numpy as np
-from xdsl.dialects.builtin import I64, ArrayAttr, DictionaryAttr, FloatAttr, IntAttr, IntegerAttr, StringAttr, f64, i64
+from xdsl.dialects.builtin import I64, ArrayAttr, BytesAttr, DictionaryAttr, FloatAttr, IntAttr, IntegerAttr, StringAttr, f64, i64
 from xdsl.ir import Attribute, Block, Dialect
 from xdsl.irdl import (
     IRDLOperation,
@@ -345,8 +345,7 @@ class _StateValuesOp(IRDLOperation):
 
     def verify_(self) -> None:
         for key, value in self.values.data.items():
-            ok = isinstance(value, FloatAttr) or (
-                isinstance(value, ArrayAttr) and all(isinstance(v, FloatAttr) for v in value.data))
+            ok = isinstance(value, FloatAttr) or (isinstance(value, BytesAttr) and len(value.data) % 8 == 0)
             if not ok:
                 raise VerifyException(f"{self.name}: value of '{key}' must be a number or a list of numbers")
         if not isinstance(self.parent_op(), StepOp):
@@ -384,8 +383,8 @@ StateValue = float | np.ndarray
 
 
 def _value_of(attr: Attribute) -> StateValue:
-    if isinstance(attr, ArrayAttr):
-        return np.array([v.value.data for v in attr.data], dtype=np.float64)  # type: ignore[attr-defined]
+    if isinstance(attr, BytesAttr):  # a vector: its float64 bytes (one attribute, not one per entry)
+        return np.frombuffer(attr.data, dtype=np.float64).copy()
     return attr.value.data  # type: ignore[attr-defined]
 
 
@@ -400,13 +399,13 @@ _STATE_ATTRS: dict[tuple, DictionaryAttr] = {}
 
 def state_values_attr(values: Mapping[str, StateValue]) -> DictionaryAttr:
     """A cached `{name = value : f64}` dictionary (most steps repeat the last values); a vector
-    value becomes an array of f64 numbers."""
-    key = tuple((k, tuple(float(x) for x in v) if isinstance(v, (np.ndarray, list, tuple)) else float(v))
-                for k, v in values.items())
+    value is kept as the bytes of a float64 array (building one FloatAttr per entry costs
+    microseconds each: a 64-tenant vector would cost more than the rest of the step)."""
+    key = tuple((k, np.asarray(v, dtype=np.float64).tobytes() if isinstance(v, (np.ndarray, list, tuple))
+                 else float(v)) for k, v in values.items())
     attr = _STATE_ATTRS.get(key)
     if attr is None:
-        attr = DictionaryAttr({k: ArrayAttr([FloatAttr(x, f64) for x in v]) if isinstance(v, tuple) else FloatAttr(v, f64)
-                               for k, v in key})
+        attr = DictionaryAttr({k: BytesAttr(v) if isinstance(v, bytes) else FloatAttr(v, f64) for k, v in key})
         if len(_STATE_ATTRS) < 4096:
             _STATE_ATTRS[key] = attr
     return attr

@@ -1,5 +1,6 @@
 // RUN: schedir opt %s -p vtc-order | filecheck %s
 // RUN: schedir opt %s -p "reject-oversized,vtc-order,schedule-running,admit-greedy,vtc-account" | filecheck %s --check-prefix=ACCOUNT
+// RUN: schedir opt %s --generic | schedir opt - -p vtc-order | filecheck %s
 
 // VTC (OSDI '24): tenant 1 has been served 500 weighted tokens, tenant 2 none, tenant 3 (now
 // running) 300. Tenant 2 comes back below the least served running tenant: its counter is lifted

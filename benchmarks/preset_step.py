@@ -1,0 +1,76 @@
+"""Each engine preset's `schedule()` cost at 32 and 256 running requests, beside `vllm`'s.
+
+Every preset should stay in the `vllm` preset's speed class: a step's cost set by the
+policy, not by the load. For each preset and size N, N requests (128-token prompts, 1,000
+tokens to generate, distinct prefixes) start together, with N/2 more waiting behind them where
+the max_num_seqs cap (N) keeps them out; once every running request decodes, `schedule()` is
+timed over `--steps` steps (update() untimed) and its median printed, with the ratio to
+`vllm`'s median in the same run.
+
+    python benchmarks/preset_step.py                  # every engine preset, 32 and 256
+    python benchmarks/preset_step.py --presets vllm,vtc --sizes 32 --steps 300
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import numpy as np
+
+from schedir import Request, Scheduler, SchedulerConfig
+from schedir.passes.presets import PRESETS
+from schedir.passes.route_presets import ROUTER_PRESETS
+
+PROMPT = 128
+
+
+def engine_presets() -> list[str]:
+    return [name for name in PRESETS if name not in ROUTER_PRESETS]
+
+
+def median_step_us(preset: str, n: int, steps: int) -> float:
+    cfg = SchedulerConfig(num_blocks=n * 80 + 64, block_size=16, max_num_batched_tokens=16384, max_num_seqs=n,
+                          max_model_len=2048, pipeline=preset)
+    s = Scheduler(cfg, clock=lambda: 0.0)  # every request fresh: order-slo keeps them all
+    for i in range(n + n // 2):
+        tokens = (np.arange(PROMPT) + i * PROMPT) % 30000 + 1
+        s.add_request(Request(f"r{i}", tokens, max_tokens=1000, arrival_time=0.0,
+                              state={"tenant": i % 4} if preset == "vtc" else {}))
+    for _ in range(8):  # until every running request decodes
+        out = s.schedule()
+        s.update(out, np.full(len(out.req_ids), 7, dtype=np.int64))
+    times = []
+    clock = time.perf_counter
+    for _ in range(steps):
+        start = clock()
+        out = s.schedule()
+        times.append(clock() - start)
+        s.update(out, np.full(len(out.req_ids), 7, dtype=np.int64))
+    return float(np.median(times)) * 1e6
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--presets", default=",".join(engine_presets()))
+    parser.add_argument("--sizes", default="32,256")
+    parser.add_argument("--steps", type=int, default=200)
+    args = parser.parse_args(argv)
+    presets = [p for p in args.presets.split(",") if p]
+    sizes = [int(x) for x in args.sizes.split(",")]
+    if "vllm" not in presets:
+        presets.insert(0, "vllm")
+    for preset in presets:  # compile and warm every preset's kernels before timing any
+        median_step_us(preset, 8, 5)
+    results = {(p, n): median_step_us(p, n, args.steps) for n in sizes for p in presets}
+    print(f"schedule() median, µs ({args.steps} decode steps, N running + N/2 waiting); x = / vllm's")
+    print(f"{'preset':<18}" + "".join(f"{f'N={n}':>18}" for n in sizes))
+    for p in presets:
+        cells = "".join(f"{results[(p, n)]:10.1f} {results[(p, n)] / results[('vllm', n)]:5.2f}x  " for n in sizes)
+        print(f"{p:<18}{cells}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
