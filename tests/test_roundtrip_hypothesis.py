@@ -291,10 +291,10 @@ def test_columns_attr_round_trips_inside_an_op(columns: dict[str, np.ndarray]) -
 
 
 def test_enum_columns_print_keywords_and_keep_unknown_codes() -> None:
-    attr = ColumnsAttr.of({"status": [0, 1, 2, 3, 4, -1], "reason": [0, 1, 8, 9, I64_MIN]})
+    attr = ColumnsAttr.of({"status": [0, 1, 2, 3, 4, -1], "reason": [0, 1, 8, 10, I64_MIN]})
     text = attr_text(attr)
     assert "status = [waiting, running, preempted, swapped, 4, -1]" in text
-    assert f"reason = [0, budget, exceeds_cache, 9, {I64_MIN}]" in text
+    assert f"reason = [0, budget, exceeds_cache, 10, {I64_MIN}]" in text
     assert parse_attr(text) == attr
 
 
