@@ -14,6 +14,7 @@ rest (`Step.keep`).
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import NamedTuple
 
 import numpy as np
 from xdsl.dialects.builtin import ArrayAttr, StringAttr
@@ -99,6 +100,16 @@ def positions(source: np.ndarray, query: np.ndarray) -> np.ndarray:
     sorted_ids = source[order]
     at = np.minimum(np.searchsorted(sorted_ids, query), sorted_ids.size - 1)
     return np.where(sorted_ids[at] == query, order[at], -1)
+
+
+class Served(NamedTuple):
+    """One scheduled set's service (`Step.served`): its queue, rows in it, ids, and tokens."""
+
+    queue: SSAValue  # the req.queue result the requests belong to
+    at: np.ndarray  # their rows in that queue's columns
+    ids: np.ndarray
+    prefill: np.ndarray  # prompt tokens computed this step, per request
+    decode: np.ndarray  # generated-token positions computed this step, per request
 
 
 class Usage:
@@ -468,6 +479,21 @@ class Step:
                 evicted += op.count  # type: ignore[attr-defined]
             op = op._next_op
         return Usage(tokens, seqs, taken, given, evicted, scheduled)
+
+    def served(self) -> Iterator[Served]:
+        """This step's service so far, one `Served` per non-empty `req.schedule`: the tokens of
+        each scheduled chunk below its prompt's end count as prefill, the rest as decode (what
+        passes that charge service, such as `mlfq-account` and `vtc-account`, account for)."""
+        for op in self.ops_of(ScheduleOp):
+            ids = op.ids  # type: ignore[attr-defined]
+            if not ids.size:
+                continue
+            tokens = op.col("tokens")  # type: ignore[attr-defined]
+            root = _item(self.root(_item(op._operands, 0)).results, 0)
+            at = positions(self.ids(root), ids)
+            computed = self.column(root, "computed")[at]
+            prefill = np.clip(np.minimum(computed + tokens, self.column(root, "prompt")[at]) - computed, 0, None)
+            yield Served(root, at, ids, prefill, tokens - prefill)
 
     def forget(self) -> None:
         """Drop cached row maps (after rewriting ops this view already read)."""

@@ -7,9 +7,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from schedir.dialects.req import ScheduleOp
 from schedir.ir.pass_base import StepPass
-from schedir.ir.step import Step, positions
+from schedir.ir.step import Step
 from schedir.passes.mlfq_state import LAST_RUN, MLFQ_STATE, SERVED_DECODE, SERVED_PREFILL
 
 
@@ -28,18 +27,9 @@ class MlfqAccount(StepPass):
     request_state = MLFQ_STATE
 
     def run(self, step: Step) -> None:
-        for op in step.ops_of(ScheduleOp):
-            ids = op.ids  # type: ignore[attr-defined]
-            if not ids.size:
-                continue
-            tokens = op.col("tokens")  # type: ignore[attr-defined]
-            root = step.root(op.operands[0]).results[0]
-            at = positions(step.ids(root), ids)
-            prompt = step.column(root, "prompt")[at]
-            computed = step.column(root, "computed")[at]
-            # the chunk's tokens below the prompt's end are prefill, the rest decode
-            prefill_part = np.clip(np.minimum(computed + tokens, prompt) - computed, 0, None)
-            prefill = step.state_column(root, SERVED_PREFILL.name, 0)[at] + prefill_part
-            decode = step.state_column(root, SERVED_DECODE.name, 0)[at] + tokens - prefill_part
-            step.set_request_state(root, ids, mlfq_prefill=prefill, mlfq_decode=decode,
-                                   mlfq_last_run=np.full(ids.size, step.facts.step, dtype=np.int64))
+        now = step.facts.step
+        for got in step.served():
+            prefill = step.state_column(got.queue, SERVED_PREFILL.name, 0)[got.at] + got.prefill
+            decode = step.state_column(got.queue, SERVED_DECODE.name, 0)[got.at] + got.decode
+            step.set_request_state(got.queue, got.ids, mlfq_prefill=prefill, mlfq_decode=decode,
+                                   mlfq_last_run=np.full(got.ids.size, now, dtype=np.int64))

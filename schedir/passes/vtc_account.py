@@ -7,9 +7,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from schedir.dialects.req import ScheduleOp
 from schedir.ir.pass_base import StepPass
-from schedir.ir.step import Step, positions
+from schedir.ir.step import Step
 from schedir.passes.vtc_state import COUNTERS, TENANT
 
 
@@ -30,18 +29,9 @@ class VtcAccount(StepPass):
     def run(self, step: Step) -> None:
         counters = np.array(step.state(COUNTERS.name, COUNTERS.initial()), dtype=np.float64)
         charged = False
-        for op in step.ops_of(ScheduleOp):
-            ids = op.ids  # type: ignore[attr-defined]
-            if not ids.size:
-                continue
-            tokens = op.col("tokens")  # type: ignore[attr-defined]
-            root = step.root(op.operands[0]).results[0]
-            at = positions(step.ids(root), ids)
-            prompt = step.column(root, "prompt")[at]
-            computed = step.column(root, "computed")[at]
-            prefill = np.clip(np.minimum(computed + tokens, prompt) - computed, 0, None)
-            cost = self.w_in * prefill + self.w_out * (tokens - prefill)
-            np.add.at(counters, step.state_column(root, TENANT.name, TENANT.default)[at], cost)
+        for got in step.served():
+            tenant = step.state_column(got.queue, TENANT.name, TENANT.default)[got.at]
+            np.add.at(counters, tenant, self.w_in * got.prefill + self.w_out * got.decode)
             charged = True
         if charged:
             step.set_state(vtc_counter=counters)
