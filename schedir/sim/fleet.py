@@ -40,6 +40,7 @@ from schedir.runtime import table as T
 from schedir.sim.config import SimConfig
 from schedir.sim.engine import Engine, StepStatus, engine_sizes
 from schedir.sim.records import RequestLog, SimResult, StepLog
+from schedir.sim.simulator import plain_value
 from schedir.sim.workloads import Workload
 
 Progress = Callable[[int, int, float], None]
@@ -417,7 +418,7 @@ class FleetSimulator:
         steps = _merge(logs)
         metrics: dict[str, float] = {}
         result = SimResult(
-            config_name=fc.name, config=attrs.asdict(cfg, value_serializer=_plain),
+            config_name=fc.name, config=attrs.asdict(cfg, value_serializer=plain_value),
             workload={"name": workload.name, "source": workload.source, **workload.stats()},
             num_blocks=self.sizes[3], max_model_len=self.sizes[2], peak_flops=self.sizes[0].peak_flops,
             requests=reqs, steps=steps, runtime_metrics=metrics, sim_wall_s=wall, stalled=stalled)
@@ -496,10 +497,3 @@ def _merge(logs: Sequence[StepLog]) -> StepLog:
         merged.size = total
     return merged
 
-
-def _plain(instance: object, attribute: attrs.Attribute | None, value: object) -> object:
-    if isinstance(value, (tuple, frozenset)):
-        return list(value)
-    if hasattr(value, "__fspath__"):
-        return str(value)
-    return value

@@ -90,7 +90,7 @@ class Simulator:
         if progress is not None:
             progress(done, n, self.now)
         return SimResult(
-            config_name=cfg.name, config=attrs.asdict(cfg, value_serializer=_plain),
+            config_name=cfg.name, config=attrs.asdict(cfg, value_serializer=plain_value),
             workload={"name": workload.name, "source": workload.source, **workload.stats()},
             num_blocks=self.num_blocks, max_model_len=self.max_model_len, peak_flops=self.cost.peak_flops,
             requests=reqs, steps=steps, runtime_metrics=sched.get_metrics(), sim_wall_s=wall, stalled=stalled,
@@ -98,7 +98,8 @@ class Simulator:
         )
 
 
-def _plain(instance: object, attribute: attrs.Attribute | None, value: object) -> object:
+def plain_value(instance: object, attribute: attrs.Attribute | None, value: object) -> object:
+    """attrs' value serializer for a config in a result's JSON: tuples as lists, paths as strings."""
     if isinstance(value, (tuple, frozenset)):
         return list(value)
     if hasattr(value, "__fspath__"):
