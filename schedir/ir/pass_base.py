@@ -40,6 +40,8 @@ class StepPass(ModulePass):
     invalidates: ClassVar[frozenset[str]] = frozenset()
     request_state: ClassVar[tuple[RequestState, ...]] = ()
     scheduler_state: ClassVar[tuple[SchedulerState, ...]] = ()
+    # reads the step's clock (`now_us`): the runtime records it only for pipelines that do
+    reads_clock: ClassVar[bool] = False
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for step_op in steps_of(op):

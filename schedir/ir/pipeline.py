@@ -207,6 +207,8 @@ class PassManager:
     # (pass, option, queue) for every queue an option names explicitly; built on the first run
     _named_queues: list[tuple[StepPass, str, str]] | None = None
     state: DeclaredState = attrs.field(init=False)
+    _has_state: bool = attrs.field(init=False, default=False)
+    _routes: bool = attrs.field(init=False, default=False)
     """The state the passes declare (`schedir.ir.state`), checked for conflicts at construction."""
 
     def __attrs_post_init__(self) -> None:
@@ -214,6 +216,9 @@ class PassManager:
             self.state = declared_state(self.passes)
         except StateConflict as err:
             raise PipelineError(str(err)) from None
+        # computed once: `run` is the runtime's per-step path
+        self._has_state = bool(self.state)
+        self._routes = any(getattr(p, "over", "") == "cluster.route_step" for p in self.passes)
 
     def _state_defaults(self) -> tuple[dict[str, float], dict[str, int]]:
         return ({s.name: s.initial() for s in self.state.scheduler}, {s.name: s.default for s in self.state.requests})
@@ -245,7 +250,7 @@ class PassManager:
         marks = self._marks
         marks.clear()
         steps = steps_of(module)
-        route_views = self._route_views(module, bool(steps))
+        route_views = self._route_views(module, bool(steps)) if self._routes or not steps else None
         if route_views is None and not steps:
             raise PipelineError("the input holds no sched.step op")
         if (route_views is None and len(steps) == 1 and self._named_queues == [] and not self.verify_each
@@ -316,7 +321,7 @@ class PassManager:
         """`run` for one step, unobserved, with no queue named by an option (the runtime's path):
         the pipeline's fact transitions from this input are computed once, then each pass runs."""
         initial = view.fact_set
-        if self.state:
+        if self._has_state:
             view.ensure_state(*self._state_defaults())
         chain = self._chains.get(initial)
         if chain is None:

@@ -53,7 +53,7 @@ class OrderSlo(StepPass):
 
     A request's target is its `ttft_slo_ms` request state (given as
     `Request(state={"ttft_slo_ms": 500})`), else the `ttft-slo-ms` option. Needs the step's
-    clock (`now_us`, which the runtime records in every step). Deadline-aware admission is one
+    clock (`now_us`, which the runtime records for a pass that declares reads_clock). Deadline-aware admission is one
     of the policies vLLM users ask for and vLLM lacks (issue 15, item 7).
     """
 
@@ -61,6 +61,7 @@ class OrderSlo(StepPass):
     requires: ClassVar[frozenset[str]] = frozenset({"admissible"})
     provides: ClassVar[frozenset[str]] = frozenset({"order"})
     request_state = (TTFT_SLO,)
+    reads_clock: ClassVar[bool] = True
 
     ttft_slo_ms: int = 2000
     prefill_tokens_per_s: int = 20000
@@ -81,7 +82,7 @@ class OrderSlo(StepPass):
         now = step.facts.now_us
         if now < 0:
             raise PassFailure(self.name, "the step has no clock (now_us): it predicts time to first token from "
-                              "now; give the step a now_us fact (the runtime records one in every step)")
+                              "now; give the step a now_us fact (the runtime records one for passes that declare reads_clock)")
         ids = step.ids(pending)
         arrival, computed, total = step.columns(pending, ("arrival", "computed", "total"))
         fcfs = np.argsort(arrival, kind="stable")

@@ -156,6 +156,7 @@ class Scheduler:
         self.config, self.spec, self.manager = cfg, spec, manager
         self._install_state(manager)
         self.pool_level = any("kv-pool" in p.requires for p in manager.passes)
+        self._reads_clock = any(p.reads_clock for p in manager.passes)  # the step records now_us then
         self._initial_facts = ("kv-pool",) if self.pool_level else ()
         self._recycled: RecycledStep | None = None  # the step skeleton: the pipeline's shape (mem.pool or not)
         # vLLM's AsyncScheduler registers a running request's newly filled blocks when its token returns
@@ -336,9 +337,17 @@ class Scheduler:
                           block_size=cfg.block_size, free_blocks=pool.num_free,
                           cached_free_blocks=pool.num_cached_free() if cfg.enable_prefix_caching else 0,
                           total_blocks=pool.usable_blocks, max_model_len=cfg.max_model_len, policy=cfg.policy,
-                          facts=self._initial_facts, now_us=max(round(self.clock() * 1e6), 0))
-        queues = {"running": self._queue_attr(running, True), "waiting": self._queue_attr(waiting, False)}
-        state = {n: self.scheduler_state[n] for n in self._state_names} if self._state_names else None
+                          facts=self._initial_facts,
+                          now_us=max(round(self.clock() * 1e6), 0) if self._reads_clock else -1)
+        if self._state_rows.size:
+            queues = {"running": self._queue_attr(running, True), "waiting": self._queue_attr(waiting, False)}
+            state = {n: self.scheduler_state[n] for n in self._state_names} if self._state_names else None
+        else:  # the common case, inline: no declared request state
+            queues = {"running": ColumnsAttr.of_matrix(_QUEUE_NAMES, queue_columns(d, running, pool.nblk, True),
+                                                       copy=False) if running.size else _NO_REQUESTS,
+                      "waiting": ColumnsAttr.of_matrix(_QUEUE_NAMES, queue_columns(d, waiting, pool.nblk, False),
+                                                       copy=False) if waiting.size else _NO_REQUESTS}
+            state = {n: self.scheduler_state[n] for n in self._state_names} if self._state_names else None
         hits = None
         if not self.pool_level and cfg.enable_prefix_caching and waiting.size:
             hit, cached_free = match_rows(waiting, d[T.TOTAL, waiting], cfg.block_size, pool.ref, pool.rhash,
