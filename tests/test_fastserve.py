@@ -101,3 +101,13 @@ def test_bad_options_are_refused() -> None:
         PassManager.parse("reject-oversized,mlfq-levels{quantum=0},mlfq-order")
     with pytest.raises(PipelineError, match="requires 'mlfq-levels'"):
         PassManager.parse("reject-oversized,mlfq-order,schedule-running,admit-greedy").check()
+
+
+def test_a_new_job_behind_served_ones_does_not_displace_forever() -> None:
+    """Invariant-fuzz seed 845 (small size): one seat, a 1-token budget, and a new job queued
+    behind jobs promoted by the starvation rule. When a new job displaced running jobs for a
+    seat that then went to those older jobs, it displaced again and again: a livelock."""
+    from schedir.tools.parity.fuzz import SMALL_SIZE, draw_case
+    from schedir.tools.parity.invariants import check_case
+
+    assert check_case(draw_case(845, SMALL_SIZE), "fastserve").steps < 5000

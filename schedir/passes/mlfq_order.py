@@ -20,10 +20,12 @@ def mlfq_pick(run_level: np.ndarray, run_blocks: np.ndarray, run_total: np.ndarr
               block_size: int) -> np.ndarray:
     """Which running jobs give way (1) to new waiting jobs of a higher level, and which run on (0).
 
-    New jobs (never served) take free seats first, in (level, arrival) order; when none is free,
-    a new job takes the seat of the lowest-ranked running job of a strictly lower level. When
-    the jobs kept and taken need more KV blocks than are free, more running jobs of a level
-    below the best new job give way, the lowest-ranked first. Inputs are in (level, arrival)
+    Waiting jobs take free seats in (level, arrival) order; when none is free, a new job (never
+    served) that is next in that order takes the seat of the lowest-ranked running job of a
+    strictly lower level (a job already served stops the walk: a seat freed for a new job behind
+    it would go to it instead, and the new job would displace again and again). When
+    the jobs kept and taken need more KV blocks than are free and the queue's head is a new job,
+    more running jobs of a level below it give way, the lowest-ranked first. Inputs are in (level, arrival)
     order per queue."""
     nr = run_level.size
     fate = np.zeros(nr, dtype=np.int64)
@@ -32,12 +34,11 @@ def mlfq_pick(run_level: np.ndarray, run_blocks: np.ndarray, run_total: np.ndarr
         need += max((run_total[k] + block_size) // block_size - run_blocks[k], 0)  # room for its next token
     free_seats = seats - nr
     worst = nr - 1  # the lowest-ranked running job still running
-    best = -1
     for j in range(wait_level.size):
-        if not wait_fresh[j]:
-            continue
         if free_seats > 0:
             free_seats -= 1
+        elif not wait_fresh[j]:
+            break  # the next seat freed would go to this job, not to a new one behind it
         else:
             while worst >= 0 and fate[worst] == 1:
                 worst -= 1
@@ -45,11 +46,11 @@ def mlfq_pick(run_level: np.ndarray, run_blocks: np.ndarray, run_total: np.ndarr
                 break
             fate[worst] = 1
             need -= max((run_total[worst] + block_size) // block_size - run_blocks[worst], 0)
-        if best < 0:
-            best = wait_level[j]
         need += max(-(-wait_total[j] // block_size), 0)
-    if best < 0:
+    # memory goes to the waiting queue's head first: give KV up only for a new job there
+    if wait_level.size == 0 or not wait_fresh[0]:
         return fate
+    best = wait_level[0]
     short = need - free_blocks
     k = nr - 1
     while short > 0 and k >= 0:
