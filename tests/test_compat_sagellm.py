@@ -59,3 +59,10 @@ def test_seed_pass_through_add_optimization_pass() -> None:
     assert "seed:seed-reverse" in s.last_ir
     assert s.remove_optimization_pass("reverse") and not s.remove_optimization_pass("reverse")
     assert len(s.schedule([ScheduleRequest("1", [1, 2, 3])], [], 100).scheduled_requests) == 1
+
+
+def test_dump_dir_writes_the_step_after_every_pass(tmp_path) -> None:
+    s = BaseSchedulerIR(dump_dir=tmp_path)
+    s.schedule([ScheduleRequest("a", [1, 2, 3])], [], 10)
+    texts = [p.read_text() for p in tmp_path.rglob("*") if p.is_file() and p.suffix in (".mlir", ".txt")]
+    assert texts and any("req.schedule" in t for t in texts)
