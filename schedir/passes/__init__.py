@@ -54,3 +54,12 @@ from schedir.passes.topology_distance import TopologyDistance  # noqa: E402
 for _cls in (RouteRoundRobin, RouteLeastLoad, RouteCacheAware, RouteCacheBalance, TopologyDistance,
              ReplicateHotPrefix, PdDisaggregate, SloEarlyReject):
     register_pass(_cls)
+
+# The seed's four passes (issue 15).
+from schedir.passes.batching_efficiency import BatchingEfficiency  # noqa: E402
+from schedir.passes.memory_aware_preemption import MemoryAwarePreemption  # noqa: E402
+from schedir.passes.prefix_cache_aware import PrefixCacheAware  # noqa: E402
+from schedir.passes.priority_based import PriorityBased  # noqa: E402
+
+for _cls in (PrefixCacheAware, PriorityBased, BatchingEfficiency, MemoryAwarePreemption):
+    register_pass(_cls)

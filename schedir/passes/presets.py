@@ -28,6 +28,13 @@ PRESETS: dict[str, str] = {
     "vtc": "reject-oversized,vtc-order,vllm-schedule-running,vllm-admit,vtc-account",
     # vLLM 0.32's v1 Scheduler.schedule(): same decisions, step by step (needs the step's mem.pool).
     "vllm": "reject-oversized,order-vllm,vllm-schedule-running,vllm-admit",
+    # The seed's base scheduler with its PrefixCacheAware order (longest cached prefix first).
+    "with-prefix-aware": "reject-oversized,prefix-cache-aware,schedule-running,admit-greedy,verify-step",
+    # All four seed passes: sharers of a cached prefix, then similar lengths, then priority (stable
+    # sorts: the last order is the primary key), then room made for urgent prefills by preempting
+    # less urgent decodes (schedule-running keeps FCFS victims for its own shortfalls).
+    "with-all-passes": "reject-oversized,prefix-cache-aware,batching-efficiency,priority-based,"
+                       "memory-aware-preemption,schedule-running,admit-greedy,verify-step",
 }
 
 # Routers: pipelines of the cluster dialect's passes (run on a cluster.route_step).

@@ -1,0 +1,1 @@
+"""Compatibility layers: other projects' scheduler APIs on top of schedir's step IR."""

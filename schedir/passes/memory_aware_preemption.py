@@ -1,0 +1,112 @@
+"""memory-aware-preemption: the seed's MemoryAwarePreemption — pause low-priority decodes for an urgent prefill."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from schedir.ir.errors import PassFailure
+from schedir.ir.pass_base import StepPass
+from schedir.ir.state import RequestState
+from schedir.ir.step import Step
+
+SEEN_COMPUTED = RequestState("map_seen_computed", default=-1,
+                             doc="computed tokens when memory-aware-preemption last looked (-1: never)")
+LAST_RUN = RequestState("map_last_run", default=-1, doc="step the request last ran in (-1: not yet); LRU victims")
+
+VICTIM_POLICIES = ("lowest-priority", "least-progress", "lru")
+
+
+def victim_order(policy: str, priority: np.ndarray, arrival: np.ndarray, progress: np.ndarray,
+                 last_run: np.ndarray) -> np.ndarray:
+    """Positions of the candidates, first victim first (ties: the latest arrival goes first)."""
+    if policy == "lowest-priority":
+        return np.lexsort((-arrival, -priority))  # largest priority value, then the newest
+    if policy == "least-progress":
+        return np.lexsort((-arrival, progress))  # fewest generated tokens: the least work lost
+    return np.lexsort((-arrival, last_run))  # least recently run first
+
+
+def blocks_for(tokens: np.ndarray, block_size: int) -> np.ndarray:
+    return -(-tokens // block_size)
+
+
+@dataclass(frozen=True)
+class MemoryAwarePreemption(StepPass):
+    """When an urgent waiting prefill cannot get blocks, preempt (recompute) less urgent decodes.
+
+    The seed's MemoryAwarePreemption rule. Walking the waiting set in its order, the first
+    request whose blocks (prompt minus prefix hit) do not fit in what is free, after the running
+    requests' own growth this step, is the candidate. If the running decodes strictly less urgent
+    than it (a larger priority value) hold enough blocks to cover the shortfall, the fewest of
+    them are preempted, chosen by `victim`:
+    - `lowest-priority`: the largest priority value first;
+    - `least-progress`: the fewest generated tokens first (the least recompute lost);
+    - `lru`: the one that ran least recently first. When a request last ran persists across
+      steps as declared request state (`map_last_run`, with `map_seen_computed`: a request whose
+      computed count grew since the pass last looked ran in the previous step).
+    Otherwise nobody is preempted (pausing decodes that cannot make room only loses work). The
+    victims' blocks return to the pool when the step is lowered, so the prefill is admitted from
+    the next step on, ahead of its victims if the order is by priority (`priority-based`).
+    """
+
+    name: ClassVar[str] = "memory-aware-preemption"
+    requires: ClassVar[frozenset[str]] = frozenset({"order"})
+    request_state: ClassVar[tuple[RequestState, ...]] = (SEEN_COMPUTED, LAST_RUN)
+
+    victim: str = "lowest-priority"
+    queue: str = "waiting"
+    running: str = "running"
+
+    def run(self, step: Step) -> None:
+        if self.victim not in VICTIM_POLICIES:
+            raise PassFailure(self.name, f"victim must be one of {', '.join(VICTIM_POLICIES)}, got {self.victim!r}")
+        running = step.pending(self.running)
+        if running is None:
+            return
+        last_run = self._track(step, running)
+        waiting = step.pending(self.queue)
+        if waiting is None:
+            return
+        bs = step.facts.block_size
+        total, computed, blocks, prompt, priority, arrival = step.columns(
+            running, ("total", "computed", "blocks", "prompt", "priority", "arrival"))
+        growth = np.maximum(blocks_for(total, bs) - blocks, 0)
+        hit, _ = step.prefix_hits(waiting)
+        w_total, w_priority = step.columns(waiting, ("total", "priority"))
+        need = np.cumsum(blocks_for(w_total, bs) - hit // bs)
+        free = step.usage().free_left(step.facts) - int(growth.sum())
+        short = np.flatnonzero(need > free)
+        if not short.size:
+            return
+        first = short[0]
+        shortfall = int(need[first]) - free
+        decoding = computed >= prompt
+        eligible = np.flatnonzero(decoding & (priority > w_priority[first]))
+        if not eligible.size:
+            return
+        order = eligible[victim_order(self.victim, priority[eligible], arrival[eligible],
+                                      computed[eligible] - prompt[eligible], last_run[eligible])]
+        gain = np.cumsum(blocks[order] + growth[order])
+        enough = np.flatnonzero(gain >= shortfall)
+        if not enough.size:
+            return
+        chosen = order[: enough[0] + 1]
+        ids = step.ids(running)
+        step.preempt(running, "recompute", ids[chosen])
+        step.set_request_state(running, ids[chosen], map_seen_computed=np.full(chosen.size, -1, dtype=np.int64))
+        keep = np.setdiff1d(np.arange(ids.size), chosen)
+        step.keep(running, ids[keep], picked=keep)
+
+    def _track(self, step: Step, running) -> np.ndarray:
+        """Update when each running request last ran (its computed count grew since last step)."""
+        ids = step.ids(running)
+        computed = step.column(running, "computed")
+        seen = step.state_column(running, SEEN_COMPUTED.name, SEEN_COMPUTED.default)
+        last = step.state_column(running, LAST_RUN.name, LAST_RUN.default)
+        ran = (computed > seen) & (seen >= 0) | ((seen < 0) & (computed > 0))
+        last = np.where(ran, step.facts.step - 1, last)
+        step.set_request_state(running, ids, map_seen_computed=computed, map_last_run=last)
+        return last

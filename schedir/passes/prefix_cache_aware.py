@@ -1,0 +1,42 @@
+"""prefix-cache-aware: the seed's PrefixCacheAware — longest cached prefix first, sharers together."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from schedir.ir.pass_base import StepPass
+from schedir.ir.step import Step
+
+
+@dataclass(frozen=True)
+class PrefixCacheAware(StepPass):
+    """Order the waiting set by its prefix-cache hit (`mem.match`), longest first, then arrival.
+
+    The seed's PrefixCacheAware rule: requests whose prompt is already in the KV cache cost the
+    least to admit, and requests that hit the same cached prefix share its blocks, so serving
+    them back to back keeps that prefix resident. Hits are whole cached blocks from the step's
+    real prefix cache (the builder's `mem.match`); requests with an equal hit form one group
+    (in practice they share the prefix) ordered by arrival. Hits under `min_blocks` blocks count
+    as none, so a one-block coincidence does not jump the queue. Without a `mem.match` (prefix
+    caching off) every hit is 0 and the order is FCFS.
+    """
+
+    name: ClassVar[str] = "prefix-cache-aware"
+    provides: ClassVar[frozenset[str]] = frozenset({"order"})
+
+    min_blocks: int = 1
+    queue: str = "waiting"
+
+    def run(self, step: Step) -> None:
+        pending = step.pending(self.queue)
+        if pending is None:
+            return
+        hit, _ = step.prefix_hits(pending)
+        hit = np.where(hit >= self.min_blocks * step.facts.block_size, hit, 0)
+        arrival = step.column(pending, "arrival")
+        ids = step.ids(pending)
+        order = np.lexsort((arrival, -hit)) if ids.size else np.zeros(0, dtype=np.int64)
+        step.sort(pending, ("prefix_hit desc", "arrival"), ids[order], picked=order)
