@@ -57,6 +57,9 @@ def test_seed_pass_through_add_optimization_pass() -> None:
     assert [r.request_id for r in result.scheduled_requests] == ["2", "0"]
     assert result.deferred_requests == {"1": "policy"}
     assert "seed:seed-reverse" in s.last_ir
+    from schedir.passes import PASSES
+
+    assert "seed-reverse" not in PASSES  # in the pass table only while the call ran
     assert s.remove_optimization_pass("reverse") and not s.remove_optimization_pass("reverse")
     assert len(s.schedule([ScheduleRequest("1", [1, 2, 3])], [], 100).scheduled_requests) == 1
 

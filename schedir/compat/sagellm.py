@@ -11,10 +11,11 @@ every pass.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import attrs
@@ -96,6 +97,26 @@ class SchedulerIR(ABC):
     def get_metrics(self) -> ScheduleMetrics: ...
 
 
+@contextlib.contextmanager
+def _registered(classes: list) -> Iterator[None]:
+    """One scheduler object's seed passes in the pass table for the length of one call: a
+    process-wide entry would outlive the object and clash with another object's pass of the
+    same name (and the table is what `schedir passes` lists)."""
+    from schedir import passes as registry
+
+    saved = {c.name: registry.PASSES.get(c.name) for c in classes}
+    for c in classes:
+        registry.PASSES[c.name] = c
+    try:
+        yield
+    finally:
+        for name, previous in saved.items():
+            if previous is None:
+                registry.PASSES.pop(name, None)
+            else:
+                registry.PASSES[name] = previous
+
+
 class BaseSchedulerIR(SchedulerIR):
     """The seed's base scheduler: a schedir pipeline (`base` by default) run over one step per call."""
 
@@ -108,6 +129,7 @@ class BaseSchedulerIR(SchedulerIR):
         self.max_model_len = max_model_len
         self.dump_dir = Path(dump_dir) if dump_dir is not None else None
         self.passes: list[OptimizationPass] = []
+        self._wrapped: dict[int, type] = {}  # id(seed pass) -> its StepPass class
         self.last_ir: str = ""
         self._latencies: list[float] = []
         self._tokens = 0
@@ -128,26 +150,26 @@ class BaseSchedulerIR(SchedulerIR):
         self.passes = [p for p in self.passes if p.name != name]
         return len(self.passes) != before
 
-    def _pipeline(self) -> str:
-        """The preset with the seed passes spliced in before `schedule-running` (after the order)."""
-        from schedir.passes import PASSES, register_pass
+    def _pipeline(self) -> tuple[str, list]:
+        """The preset with the seed passes spliced in before `schedule-running` (after the order),
+        and the pass classes wrapping them (in the pass table only while a call runs: see
+        `_registered`)."""
         from schedir.passes.presets import PRESETS
 
         spec = PRESETS.get(self.pipeline, self.pipeline)
         if not self.passes:
-            return spec
-        names = []
+            return spec, []
+        classes = []
         for opt in self.passes:
-            name = f"seed-{opt.name}"
-            if name not in PASSES or getattr(PASSES[name], "_seed", None) is not opt:
-                cls = as_step_pass(opt, name=name)
+            cls = self._wrapped.get(id(opt))
+            if cls is None or cls._seed is not opt:  # type: ignore[attr-defined]
+                cls = as_step_pass(opt, name=f"seed-{opt.name}")
                 cls._seed = opt  # type: ignore[attr-defined]
-                PASSES.pop(name, None)
-                register_pass(cls)
-            names.append(name)
+                self._wrapped[id(opt)] = cls
+            classes.append(cls)
         items = spec.split(",")
         at = next((i for i, p in enumerate(items) if p.startswith("schedule-running")), len(items))
-        return ",".join(items[:at] + names + items[at:])
+        return ",".join(items[:at] + [c.name for c in classes] + items[at:]), classes
 
     def schedule(self, pending_requests: Sequence[ScheduleRequest], running_requests: Sequence[ScheduleRequest],
                  available_memory: int) -> ScheduleResult:
@@ -155,9 +177,16 @@ class BaseSchedulerIR(SchedulerIR):
         _check(pending_requests, running_requests, available_memory)
         start = time.perf_counter()
         held = sum(-(-(len(r.token_ids) + r.generated_tokens + 1) // self.block_size) for r in running_requests)
+        spec, seed_classes = self._pipeline()
+        with _registered(seed_classes):
+            return self._schedule(spec, pending_requests, running_requests, available_memory, held, start)
+
+    def _schedule(self, spec: str, pending_requests: Sequence[ScheduleRequest],
+                  running_requests: Sequence[ScheduleRequest], available_memory: int, held: int,
+                  start: float) -> ScheduleResult:
         cfg = SchedulerConfig(num_blocks=max(int(available_memory) + held + 1, 2), block_size=self.block_size,
                               max_num_batched_tokens=self.max_num_batched_tokens, max_num_seqs=self.max_num_seqs,
-                              max_model_len=self.max_model_len, pipeline=self._pipeline(), enable_prefix_caching=True,
+                              max_model_len=self.max_model_len, pipeline=spec, enable_prefix_caching=True,
                               dump_dir=self.dump_dir, dump_steps="all" if self.dump_dir else None)
         sched = Scheduler(cfg)
         by_id = {r.request_id: r for r in [*running_requests, *pending_requests]}
