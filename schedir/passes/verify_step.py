@@ -12,6 +12,9 @@ from schedir.dialects.req import OUTCOMES, ScheduleOp
 from schedir.ir.errors import PassFailure
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
+from schedir.passes.kernels import decision_gaps
+
+_NO_IDS = np.zeros(0, dtype=np.int64)
 
 
 def _listed(ids: np.ndarray, limit: int = 10) -> str:
@@ -47,9 +50,9 @@ class VerifyStep(StepPass):
             out.append(f"{used.tokens} tokens scheduled, token budget is {facts.token_budget}")
         if used.seqs > facts.max_seqs:
             out.append(f"{used.seqs} requests scheduled, max_seqs is {facts.max_seqs}")
-        ids, counts = np.unique(used.scheduled_ids, return_counts=True)
-        if (counts > 1).any():
-            out.append(f"request(s) {_listed(ids[counts > 1])} scheduled more than once")
+        twice, _ = decision_gaps(_NO_IDS, used.scheduled_ids)
+        if twice.size:
+            out.append(f"request(s) {_listed(twice)} scheduled more than once")
         if used.free_left(facts) < 0:
             out.append(
                 f"{used.blocks_taken} blocks taken, but only {facts.free_blocks} free "
@@ -105,12 +108,11 @@ class VerifyStep(StepPass):
         for queue in step.queues():
             name = queue.queue.data
             members = queue.ids
-            got = np.concatenate(decided.get(name, [])) if name in decided else np.zeros(0, dtype=np.int64)
-            ids, counts = np.unique(got, return_counts=True)
-            twice = ids[counts > 1]
+            parts = decided.get(name)
+            got = (parts[0] if len(parts) == 1 else np.concatenate(parts)) if parts else _NO_IDS
+            twice, undecided = decision_gaps(members, got)
             if twice.size:
                 out.append(f"request(s) {_listed(twice)} of queue '{name}' have more than one decision")
-            undecided = members[~np.isin(members, ids)]
             if undecided.size:
                 out.append(
                     f"request(s) {_listed(undecided)} of queue '{name}' have no decision "
