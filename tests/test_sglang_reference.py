@@ -190,3 +190,20 @@ def test_other_policies_run(runs: dict[str, Any]) -> None:
     assert runs["dfs-weight"]["summary"]["prefix_hit_tokens"] > 0
     rnd = [rid for rid, _ in _extends(runs["random"]["steps"])[0]["queue_order"]]
     assert rnd != sorted(rnd, key=lambda rid: int(rid[1:]))
+
+
+# ---- schedir's sglang preset against them, step by step ---------------------------------------
+
+
+@needs_sglang
+def test_sglang_preset_matches_sglang_step_by_step(runs: dict[str, Any]) -> None:
+    """Every scenario, every step: mode, queue order with prefix hits, admitted requests (extend,
+    prefix, continued), chunked request, decodes, retractions, finishes, new_token_ratio, the
+    waiting list and the radix cache / pool sizes (sglang_schedir.COMPARED)."""
+    from schedir.tools.parity import sglang_schedir
+
+    for name, (trace, cfg) in scenarios().items():
+        ours = sglang_schedir.run(cfg, trace)
+        diffs = sglang_schedir.compare(runs[name], ours)
+        assert not diffs, f"{name}: {len(diffs)} differences, first: " + "; ".join(diffs[:3])
+        assert ours["summary"]["retractions"] == runs[name]["summary"]["retractions"], name

@@ -175,7 +175,7 @@ def test_config_specs():
     ("vllm@colour=red", "unknown field 'colour'"),
     ("vllm@policy", "not field=value"),
     ("vllm@max_num_seqs=many", "max_num_seqs='many'"),
-    ("vllm@policy=random", "policy must be one of"),
+    ("vllm@policy=sjf", "policy must be one of"),
     ("vllm,,base", "empty item"),
     ("vllm,vllm", "the same config twice"),
     ("vllm@enable_prefix_caching=maybe", "expected true or false"),

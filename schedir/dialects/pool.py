@@ -29,6 +29,8 @@ from xdsl.utils.exceptions import VerifyException
 from schedir.dialects.base import parse_attr_dict, parse_columns, print_attr_dict, print_columns
 from schedir.dialects.columns import ColumnsAttr
 from schedir.lowering.kv_pool import CACHED_FREE, KVPool, register_hash
+from schedir.lowering.radix_cache import ARENA_TOP, NODE_TOP, RadixCache
+from schedir.lowering.radix_pool import RadixKVPool
 
 _EMPTY_STATE = ColumnsAttr.of({})
 _SCALARS = ("blocks", "block_size", "caching", "width")
@@ -36,8 +38,10 @@ _NAMES = (*_SCALARS, "free", "cached", "cached_hash", "rows", "row_blocks", "row
           "table", "hash")
 
 
-def pool_columns(pool: KVPool) -> dict[str, np.ndarray]:
+def pool_columns(pool: KVPool | RadixKVPool) -> dict[str, np.ndarray]:
     """The pool's state as named int64 lists (see the module docstring)."""
+    if isinstance(pool, RadixKVPool):
+        return radix_columns(pool)
     live = np.flatnonzero((pool.nblk > 0) | (pool.nhash > 0))
     cached, cached_hash = pool.cached_blocks()
     tables = [pool.table[r, : pool.nblk[r]] for r in live]
@@ -62,6 +66,9 @@ def pool_columns(pool: KVPool) -> dict[str, np.ndarray]:
 
 def check_pool_columns(cols: ColumnsAttr) -> None:
     """Raise VerifyException naming what is inconsistent in a printed pool."""
+    if cols.has("radix"):
+        check_radix_columns(cols)
+        return
     missing = [n for n in _NAMES if not cols.has(n)]
     if missing:
         raise VerifyException(f"mem.pool: missing {', '.join(missing)}")
@@ -100,8 +107,10 @@ def check_pool_columns(cols: ColumnsAttr) -> None:
         raise VerifyException("mem.pool: blocks are lost (neither held nor free)")
 
 
-def pool_from_columns(cols: ColumnsAttr) -> KVPool:
+def pool_from_columns(cols: ColumnsAttr) -> KVPool | RadixKVPool:
     """Rebuild a pool from its printed state (the columns must pass `check_pool_columns`)."""
+    if cols.has("radix"):
+        return radix_from_columns(cols)
     n = int(cols.get("blocks")[0])
     width = int(cols.get("width")[0])
     rows = cols.get("rows")
@@ -128,6 +137,100 @@ def pool_from_columns(cols: ColumnsAttr) -> KVPool:
     for b, h in zip(cols.get("cached"), cols.get("cached_hash"), strict=True):
         register_hash(int(b), np.int64(h), pool.bhash, pool.dup_next, pool.cache)
     pool.meta[CACHED_FREE] = int(np.count_nonzero(pool.bhash[free]))
+    return pool
+
+
+# ---------------------------------------------------------------- SGLang's radix pool
+# mem.pool {radix = [1], blocks = [..], block_size = [..], width = [..], free = [...],
+#           nodes = [8 x count, row-major], tree_tokens = [...], tree_slots = [...], tree_meta = [8],
+#           rows = [...], row_pages = [...], row_kv = [...], row_protected = [...], row_lock = [...],
+#           row_prompt = [...], row_seq = [...], table = [...], seq = [...]}
+_RADIX_NAMES = ("radix", "blocks", "block_size", "width", "free", "nodes", "tree_tokens", "tree_slots", "tree_meta",
+                "rows", "row_pages", "row_kv", "row_protected", "row_lock", "row_prompt", "row_seq", "table", "seq")
+
+
+def radix_columns(pool: RadixKVPool) -> dict[str, np.ndarray]:
+    """A radix pool's state: free pages in order, the tree's node arrays and arenas, and per
+    live row its pages, KV length, tree-owned prefix, locked node and token stream."""
+    i64 = np.int64
+    tree = pool.radix
+    top = int(tree.meta[NODE_TOP])
+    arena = int(tree.meta[ARENA_TOP])
+    live = np.flatnonzero((pool.nblk > 0) | (pool.lock >= 0) | (pool.seq_len > 0))
+    one = lambda v: np.array([v], dtype=i64)  # noqa: E731
+    return {
+        "radix": one(1), "blocks": one(pool.num_blocks), "block_size": one(pool.block_size), "width": one(pool.width),
+        "free": pool.free[: pool.nfree].astype(i64),
+        "nodes": tree.nodes[:, :top].ravel().astype(i64), "tree_tokens": tree.tok[:arena].astype(i64),
+        "tree_slots": tree.val[:arena].astype(i64), "tree_meta": tree.meta.astype(i64),
+        "rows": live.astype(i64), "row_pages": pool.nblk[live].astype(i64), "row_kv": pool.kv_len[live].astype(i64),
+        "row_protected": pool.protected[live].astype(i64), "row_lock": pool.lock[live].astype(i64),
+        "row_prompt": pool.prompt_len[live].astype(i64), "row_seq": pool.seq_len[live].astype(i64),
+        "table": np.concatenate([pool.table[r, : pool.nblk[r]] for r in live]).astype(i64) if live.size
+        else np.zeros(0, dtype=i64),
+        "seq": np.concatenate([pool.tokens(r) for r in live]).astype(i64) if live.size else np.zeros(0, dtype=i64),
+    }
+
+
+def check_radix_columns(cols: ColumnsAttr) -> None:
+    missing = [n for n in _RADIX_NAMES if not cols.has(n)]
+    if missing:
+        raise VerifyException(f"mem.pool (radix): missing {', '.join(missing)}")
+    n = int(cols.get("blocks")[0])
+    if n < 2 or int(cols.get("block_size")[0]) < 1 or int(cols.get("width")[0]) < 1:
+        raise VerifyException("mem.pool (radix): blocks must be >= 2, block_size and width >= 1")
+    if cols.get("nodes").size % 8 or cols.get("tree_meta").size != 8:
+        raise VerifyException("mem.pool (radix): 'nodes' must hold 8 values per node and 'tree_meta' 8 values")
+    if cols.get("tree_tokens").size != cols.get("tree_slots").size:
+        raise VerifyException("mem.pool (radix): 'tree_tokens' and 'tree_slots' differ in length")
+    k = cols.get("rows").size
+    for name in ("row_pages", "row_kv", "row_protected", "row_lock", "row_prompt", "row_seq"):
+        if cols.get(name).size != k:
+            raise VerifyException(f"mem.pool (radix): '{name}' must have one entry per row ({k})")
+    if int(cols.get("row_pages").sum()) != cols.get("table").size:
+        raise VerifyException("mem.pool (radix): 'table' length differs from the sum of 'row_pages'")
+    if int(cols.get("row_seq").sum()) != cols.get("seq").size:
+        raise VerifyException("mem.pool (radix): 'seq' length differs from the sum of 'row_seq'")
+    for name in ("free", "table"):
+        v = cols.get(name)
+        if v.size and (v.min() < 1 or v.max() >= n):
+            raise VerifyException(f"mem.pool (radix): '{name}' holds a page id outside 1..{n - 1}")
+    try:
+        radix_from_columns(cols).check()
+    except AssertionError as exc:
+        raise VerifyException(f"mem.pool (radix): {exc}") from None
+
+
+def radix_from_columns(cols: ColumnsAttr) -> RadixKVPool:
+    n, page, width = (int(cols.get(k)[0]) for k in ("blocks", "block_size", "width"))
+    rows = cols.get("rows")
+    pool = RadixKVPool(n, page, width, rows=int(rows.max()) + 1 if rows.size else 1)
+    free = cols.get("free")
+    pool.free[: free.size] = free
+    pool.nfree = int(free.size)
+    nodes = cols.get("nodes").reshape(8, -1)
+    tree = RadixCache(page_size=page, nodes=max(nodes.shape[1] * 2, 16), tokens=max(cols.get("tree_tokens").size * 2, 64))
+    tree.nodes[:, : nodes.shape[1]] = nodes
+    tree.tok[: cols.get("tree_tokens").size] = cols.get("tree_tokens")
+    tree.val[: cols.get("tree_slots").size] = cols.get("tree_slots")
+    tree.meta[:] = cols.get("tree_meta")
+    pool.radix = tree
+    at_t = at_s = 0
+    seq = cols.get("seq")
+    for i, row in enumerate(rows.tolist()):
+        k, m = int(cols.get("row_pages")[i]), int(cols.get("row_seq")[i])
+        pool.table[row, :k] = cols.get("table")[at_t: at_t + k]
+        pool.nblk[row] = k
+        pool.kv_len[row] = cols.get("row_kv")[i]
+        pool.protected[row] = cols.get("row_protected")[i]
+        pool.lock[row] = cols.get("row_lock")[i]
+        pool.prompt_len[row] = cols.get("row_prompt")[i]
+        stream = np.empty(max(2 * m, 1), dtype=np.int64)
+        stream[:m] = seq[at_s: at_s + m]
+        pool.seq[row] = stream
+        pool.seq_len[row] = m
+        at_t += k
+        at_s += m
     return pool
 
 

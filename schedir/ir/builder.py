@@ -72,8 +72,9 @@ def build_step(
     ops.append(new_op(YieldOp, (), {}))
     if hits and "prefix-hits" not in facts.facts:  # the step now carries the cache's answer
         facts = attrs.evolve(facts, facts=(*facts.facts, "prefix-hits"))
-    if pool is not None and "kv-pool" not in facts.facts:
-        facts = attrs.evolve(facts, facts=(*facts.facts, "kv-pool"))
+    pool_fact = getattr(pool, "fact", "kv-pool")
+    if pool is not None and pool_fact not in facts.facts:
+        facts = attrs.evolve(facts, facts=(*facts.facts, pool_fact))
     step = StepOp.build(facts, ops)
     return new_op(ModuleOp, (), {}, (), (region_of((step,)),))
 

@@ -63,3 +63,11 @@ from schedir.passes.priority_based import PriorityBased  # noqa: E402
 
 for _cls in (PrefixCacheAware, PriorityBased, BatchingEfficiency, MemoryAwarePreemption):
     register_pass(_cls)
+
+# SGLang's scheduler (issue 16): over the radix pool (`schedir.lowering.radix_pool`).
+from schedir.passes.sglang_admit import SglangAdmit  # noqa: E402
+from schedir.passes.sglang_decode import SglangDecode  # noqa: E402
+from schedir.passes.sglang_order import SglangOrder  # noqa: E402
+
+for _cls in (SglangOrder, SglangAdmit, SglangDecode):
+    register_pass(_cls)

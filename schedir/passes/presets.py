@@ -28,6 +28,11 @@ PRESETS: dict[str, str] = {
     "vtc": "reject-oversized,vtc-order,vllm-schedule-running,vllm-admit,vtc-account",
     # vLLM 0.32's v1 Scheduler.schedule(): same decisions, step by step (needs the step's mem.pool).
     "vllm": "reject-oversized,order-vllm,vllm-schedule-running,vllm-admit",
+    # SGLang 0.5.23's scheduler (managers/scheduler.py, schedule_policy.py): SGLang's KV memory (a
+    # radix tree over a page pool), the waiting list ordered by the config's policy (fcfs, lpm,
+    # dfs-weight, lof, random), PrefillAdder's admission with new_token_ratio, prefill-first steps,
+    # decode with retraction. Checked step by step against SGLang's own classes.
+    "sglang": "reject-oversized,sglang-order,sglang-admit,sglang-decode",
     # The seed's base scheduler with its PrefixCacheAware order (longest cached prefix first).
     "with-prefix-aware": "reject-oversized,prefix-cache-aware,schedule-running,admit-greedy,verify-step",
     # All four seed passes: sharers of a cached prefix, then similar lengths, then priority (stable

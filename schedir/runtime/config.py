@@ -9,7 +9,8 @@ from pathlib import Path
 import attrs
 import numpy as np
 
-POLICIES = ("fcfs", "priority")
+POLICIES = ("fcfs", "priority", "lpm", "dfs-weight", "lof", "random")
+SGLANG_POLICIES = ("lpm", "dfs-weight", "lof", "random")  # honoured by sglang-order only
 
 
 def _positive(instance: object, attribute: attrs.Attribute, value: int) -> None:

@@ -40,9 +40,11 @@ from schedir.ir.step import root_queue, steps_of
 from schedir.lowering.batch_plan import POSITIONS, SLOTS
 from schedir.lowering.hashing import extend_hashes
 from schedir.lowering.kv_pool import KVPool, commit, match_rows
+from schedir.lowering.radix_pool import KIND as RADIX_KIND
+from schedir.lowering.radix_pool import RadixKVPool
 from schedir.passes.reject_oversized import oversized
 from schedir.runtime import table as T
-from schedir.runtime.config import Request, SchedulerConfig
+from schedir.runtime.config import SGLANG_POLICIES, Request, SchedulerConfig
 from schedir.runtime.kernels import (
     SCHED_COMPUTED,
     SCHED_TOTAL,
@@ -110,8 +112,9 @@ class Scheduler:
         self.clock = clock or time.monotonic
         width = -(-cfg.max_model_len // cfg.block_size) + 1
         self.table = T.RequestTable(64, cfg.block_size)
-        self.pool = KVPool.create(cfg.num_blocks, cfg.block_size, width, rows=self.table.capacity,
-                                  enable_caching=cfg.enable_prefix_caching)
+        self.pool: KVPool | RadixKVPool = KVPool.create(cfg.num_blocks, cfg.block_size, width,
+                                                        rows=self.table.capacity,
+                                                        enable_caching=cfg.enable_prefix_caching)
         self._install_pipeline(cfg)
         # Rows reject-oversized will refuse (decided at arrival: a waiting request's length and
         # peak never change), so the window includes them without checking every row each step.
@@ -152,12 +155,38 @@ class Scheduler:
             raise PipelineError(f"async_scheduling: pipeline '{spec}' has no pass that schedules a decode ahead "
                                 "of its sampled token (vllm-schedule-running provides 'decode-overlap'); run it "
                                 "without async scheduling or with the vllm preset")
+        radix = any("radix-pool" in p.requires for p in manager.passes)
+        if radix and any("kv-pool" in p.requires for p in manager.passes):
+            raise PipelineError(f"pipeline '{spec}' mixes passes over vLLM's block pool (kv-pool) with passes "
+                                "over SGLang's radix pool (radix-pool): one step has one KV pool")
+        if radix and not cfg.enable_prefix_caching:
+            raise PipelineError(f"pipeline '{spec}' decides against SGLang's radix cache: run it with prefix "
+                                "caching on (enable_prefix_caching=True)")
+        sglang_order = any(p.name == "sglang-order" and getattr(p, "policy", "") == "config" for p in manager.passes)
+        if cfg.policy in SGLANG_POLICIES and not sglang_order:
+            raise PipelineError(f"policy '{cfg.policy}' is SGLang's: it needs a pipeline with sglang-order (the "
+                                f"sglang preset); pipeline '{spec}' takes fcfs or priority")
+        if sglang_order and cfg.policy == "priority":
+            raise PipelineError("policy 'priority': SGLang's priority scheduling is not reproduced by the sglang "
+                                f"preset; use one of fcfs, {', '.join(SGLANG_POLICIES)}")
+        kind = RADIX_KIND if radix else "blocks"
+        current = getattr(getattr(self, "pool", None), "kind", "blocks")
+        if current != kind and getattr(self, "table", None) is not None and len(self.table):
+            raise PipelineError(f"pipeline '{spec}' needs a {kind} KV pool and the scheduler has a {current} one "
+                                "holding requests: switch pipelines between these kinds only when no request is live")
         # checked: install it
         self.config, self.spec, self.manager = cfg, spec, manager
+        if current != kind:
+            width = -(-cfg.max_model_len // cfg.block_size) + 1
+            rows = self.table.capacity
+            self.pool = (RadixKVPool(cfg.num_blocks, cfg.block_size, width, rows=rows) if radix
+                         else KVPool.create(cfg.num_blocks, cfg.block_size, width, rows=rows,
+                                            enable_caching=cfg.enable_prefix_caching))
+        self.radix = radix
         self._install_state(manager)
-        self.pool_level = any("kv-pool" in p.requires for p in manager.passes)
+        self.pool_level = any("kv-pool" in p.requires or "radix-pool" in p.requires for p in manager.passes)
         self._reads_clock = any(p.reads_clock for p in manager.passes)  # the step records now_us then
-        self._initial_facts = ("kv-pool",) if self.pool_level else ()
+        self._initial_facts = (("radix-pool",) if radix else ("kv-pool",)) if self.pool_level else ()
         self._recycled: RecycledStep | None = None  # the step skeleton: the pipeline's shape (mem.pool or not)
         # vLLM's AsyncScheduler registers a running request's newly filled blocks when its token returns
         self._register_on_update = cfg.async_scheduling and cfg.enable_prefix_caching
@@ -269,7 +298,9 @@ class Scheduler:
         self.pool.ncached[row] = 0
         self.pool.nhash[row] = 0
         prompt32 = prompt.astype(np.int32)
-        if cfg.enable_prefix_caching:  # a too-long prompt is hashed up to max_model_len, rejected at its first step
+        if self.radix:  # SGLang's tree is keyed by tokens: the pool keeps the row's stream
+            self.pool.add_row(row, prompt, request.max_tokens)
+        elif cfg.enable_prefix_caching:  # a too-long prompt is hashed up to max_model_len, rejected at its first step
             self.pool.nhash[row] = extend_hashes(prompt32, min(n, cfg.max_model_len), self.pool.rhash[row], 0,
                                                  cfg.block_size)
         partial = n % cfg.block_size  # the unfinished last block: generated tokens complete it
@@ -326,6 +357,8 @@ class Scheduler:
         pool = self.pool
         d = self.table.data
         running, waiting = self.running, self.waiting
+        if self.radix and pool.stash:
+            pool.stash_chunked()
         if self.window and waiting.size:
             if running.size >= cfg.max_num_seqs and self.window_full:  # nothing can be admitted: see _rejectable
                 waiting = self._rejectable(waiting)
@@ -569,12 +602,15 @@ class Scheduler:
             np.cumsum(counts, out=offsets[1:])
             toks = np.fromiter((t for x in lists for t in x), dtype=np.int64, count=int(offsets[-1]))
         pool = self.pool
+        before_total = d[T.TOTAL, rows].copy() if self.radix else None
         done, attention = apply_samples(rows, output.generation, offsets, toks, one_each, d, table.tail,
                                         pool.rhash, pool.nhash, self.config.block_size,
                                         self.config.max_model_len, self._stop_rows, self._stop_ids,
                                         self._register_on_update, pool.bhash, pool.dup_next, pool.cache, pool.meta,
                                         pool.table, pool.ncached)
         self.last_update_codes = done
+        if self.radix:
+            self._radix_update(rows, done, toks, None if one_each else offsets, before_total)
         finished: list[str] = []
         if self.last_finish_kinds:
             self.last_finish_kinds = {}
@@ -594,6 +630,35 @@ class Scheduler:
             for r in dangling.tolist():
                 table.release(r)
         return finished
+
+    def _radix_update(self, rows: np.ndarray, done: np.ndarray, toks: np.ndarray, offsets: np.ndarray | None,
+                      before_total: np.ndarray) -> None:
+        """SGLang's `process_batch_result_{prefill,decode}` on the radix pool, in batch order: the
+        sampled tokens join the rows' streams; a finished request's KV goes into the tree
+        (`release_kv_cache`), a request whose prefill completed is checkpointed
+        (`checkpoint_kv_cache`); a request still mid-prefill is checkpointed last, as SGLang
+        stashes its chunked request at the next step's start."""
+        pool = self.pool
+        d = self.table.data
+        grew = d[T.TOTAL, rows] > before_total  # the runtime took a token for these rows
+        if offsets is None:
+            sampled = np.where(grew, toks, -1)
+        else:  # lists: the last token of each (a sync engine samples one per step)
+            last = np.maximum(offsets[1:] - 1, 0)
+            sampled = np.where(grew, toks[last] if toks.size else -1, -1)
+        pool.append_tokens(rows, sampled)
+        extend = dict(zip(pool.extend_rows.tolist(), pool.extend_ends.tolist(), strict=True))
+        middle: list[tuple[int, int]] = []
+        for r, code, took in zip(rows.tolist(), done.tolist(), grew.tolist(), strict=True):
+            if code > 0:
+                pool.release(r, insert=True)
+            elif r in extend:
+                if took:
+                    pool.checkpoint(r, extend[r])
+                else:
+                    middle.append((r, extend[r]))
+        pool.idle()
+        pool.stash = middle  # SGLang stashes a chunked request at the next step's start
 
     def _finish(self, row: int, completed: bool = True) -> str:
         """Free a request's blocks and retire it (its row is released once no output names it).
@@ -645,7 +710,10 @@ class Scheduler:
         rows = self.running
         names: list[str] = []
         for k, r in enumerate(rows.tolist()):
-            self.pool.free_request(r)
+            if self.radix:
+                self.pool.free_request(r, insert=False)  # SGLang frees a retracted request's KV uninserted
+            else:
+                self.pool.free_request(r)
             d[T.STATUS, r] = T.PREEMPTED
             d[T.COMPUTED, r] = 0
             d[T.BLOCKS, r] = 0

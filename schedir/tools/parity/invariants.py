@@ -70,6 +70,9 @@ def config_for(case: FuzzCase, preset: str) -> Any:
             cfg = attrs.evolve(cfg, async_scheduling=False)  # the preset has no async mode (it would refuse it)
         if any(getattr(p, "runs_prompts_whole", False) for p in passes):  # no chunking: the budget must hold a prompt
             cfg = attrs.evolve(cfg, max_num_batched_tokens=max(cfg.max_num_batched_tokens, cfg.max_model_len))
+        if any("radix-pool" in p.requires for p in passes):  # SGLang's memory is its prefix cache; no priority order
+            cfg = attrs.evolve(cfg, prefix_caching=True, policy="fcfs",  # chunks are whole pages in SGLang
+                               max_num_batched_tokens=max(cfg.max_num_batched_tokens, cfg.block_size))
     return cfg
 
 
@@ -77,6 +80,12 @@ def check_pool(pool: Any, where: str) -> None:
     """Blocks conserved (free + held = usable, the free queue's count and its cached-free
     count match the counters), every ref count equal to the block-table references, no
     block both held and free, the null block never handed out."""
+    if getattr(pool, "kind", "blocks") == "radix":
+        try:
+            pool.check()
+        except AssertionError as exc:
+            raise InvariantViolation(f"{where}: {exc}") from None
+        return
     n = pool.num_blocks
     free = free_queue_order(pool.nxt, n, n)
     if free.size != int(pool.meta[NUM_FREE]):
@@ -204,9 +213,10 @@ class CheckedEngine:
         pool = sched.pool
         if sched.has_unfinished_requests():
             raise InvariantViolation(f"{where}: {sched.get_num_unfinished_requests()} requests never finished")
-        if pool.num_free != pool.usable_blocks or np.count_nonzero(pool.ref) or np.count_nonzero(pool.nblk):
+        held = getattr(pool, "ref", pool.nblk)
+        if pool.num_free != pool.usable_blocks or np.count_nonzero(held) or np.count_nonzero(pool.nblk):
             raise InvariantViolation(f"{where}: drained, yet {pool.usable_blocks - pool.num_free} blocks are not "
-                                     f"free (held: {np.flatnonzero(pool.ref).tolist()[:8]})")
+                                     f"free (held: {np.flatnonzero(held).tolist()[:8]})")
         missing = sorted({r.req_id for r in trace} - set(self.finished))
         if missing:
             raise InvariantViolation(f"{where}: never reported finished: {missing[:8]}")

@@ -93,7 +93,6 @@ class Reference:
         from sglang.srt.server_args import ServerArgs
         from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-        random.seed(cfg["random_seed"])  # the `random` policy shuffles with Python's global random
         model_dir = tempfile.mkdtemp(prefix="schedir-sglang-tiny-llama-")
         (Path(model_dir) / "config.json").write_text(json.dumps(_TINY_LLAMA))
         chunk = cfg["chunked_prefill_size"]
@@ -140,6 +139,9 @@ class Reference:
         self.waiting_queue: list[Any] = []
         self.finished: list[str] = []
         self.step_no = 0
+        # The `random` policy shuffles with Python's global random: seed it last, after the
+        # set-up above (ServerArgs and friends draw from it), so the first shuffle sees the seed.
+        random.seed(cfg["random_seed"])
 
     # ---- requests -------------------------------------------------------------------------
     def _make_req(self, spec: dict[str, Any]) -> Any:

@@ -1,0 +1,282 @@
+"""sglang-admit: SGLang's prefill admission (`PrefillAdder`), prefill-first."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from schedir.dialects.codes import Reason
+from schedir.ir.pass_base import StepPass
+from schedir.ir.step import Step, pool_of
+from schedir.passes.sglang_state import (
+    BATCH_FULL, BATCH_SIZE, CHUNKED, JOIN, LAST_RAN, NEXT_JOIN, RATIO, SCHEDULER_STATE,
+)
+
+NO_TOKEN, OTHER, CONTINUE = 1, 2, 3  # schedule_policy.py: AddReqResult
+
+
+class _Budget:
+    """`PrefillAdder`'s budgets (`mem_cache/prefill_budget.py:PrefillBudget`): tokens the batch
+    may still take (`rem_input_tokens`, `rem_chunk_tokens`) and the offsets reserved against
+    free + evictable KV (`total_offset` includes future decode tokens at `new_token_ratio`)."""
+
+    def __init__(self, pool, rem_input: int, rem_chunk: int | None, total_offset: float) -> None:
+        self.pool = pool
+        self.page = pool.block_size
+        self.rem_input = rem_input
+        self.rem_chunk = rem_chunk
+        self.total_offset = total_offset
+        self.current_offset = 0.0
+
+    def free_and_evictable(self) -> int:
+        return self.pool.available + self.pool.evictable
+
+    def remaining_total(self) -> float:
+        return self.free_and_evictable() - self.total_offset
+
+    def remaining_current(self) -> float:
+        return self.free_and_evictable() - self.current_offset
+
+    def ceil(self, tokens: int) -> int:
+        return -(-tokens // self.page) * self.page
+
+    def state(self) -> int:
+        """`PrefillAdder.budget_state`."""
+        if not (self.remaining_total() > 0 and self.remaining_current() > 0):
+            return NO_TOKEN
+        if self.rem_input <= 0 or (self.rem_chunk is not None and self.rem_chunk <= 0):
+            return OTHER
+        return CONTINUE
+
+    def reserve(self, extend: int, max_new: int) -> None:
+        """`PrefillAdder._update_prefill_budget` -> `PrefillBudget.reserve`: the page-ceiled
+        extend plus one page now, plus `max_new` decode tokens later."""
+        paged = self.ceil(extend)
+        self.total_offset += paged + self.page + max_new
+        self.current_offset += paged + self.page
+        self.rem_input -= paged
+        if self.rem_chunk is not None:
+            self.rem_chunk -= paged
+
+
+@dataclass(frozen=True)
+class Gate:
+    """Whether this step tries a prefill batch at all, and the state that decided it."""
+
+    skip: bool
+    full: bool  # running_batch.batch_is_full after the checks
+    chunked: int  # the chunked request's id, -1: none
+    batch_size: int  # requests in the running batch (the chunked one excluded)
+    run_ids: np.ndarray
+
+
+def admission_gate(step: Step, running, waiting, max_seqs: int) -> Gate:  # noqa: ANN001
+    """The checks `Scheduler.get_next_batch_to_run` / `_get_new_batch_prefill_raw` make before
+    ordering the queue: `batch_is_full` is cleared when the running batch shrank or is empty;
+    no prefill while it is set or nothing waits (unless a chunked request continues), nor when
+    no request slot is left (`get_num_allocatable_reqs`). The order pass asks too: SGLang does
+    not sort (nor match, nor touch the tree) in a step that skips admission."""
+    run_ids = step.ids(running) if running is not None else np.zeros(0, dtype=np.int64)
+    chunked = int(step.state(CHUNKED.name, CHUNKED.default))
+    if chunked >= 0 and chunked not in run_ids:
+        chunked = -1  # it ended (an abort) since the last step
+    batch_size = int(np.count_nonzero(run_ids != chunked))
+    full = step.state(BATCH_FULL.name, 0.0) > 0
+    if batch_size < step.state(BATCH_SIZE.name, 0.0) or batch_size == 0:
+        full = False
+    nothing = waiting is None or len(step.ids(waiting)) == 0
+    skip = False
+    if (full or nothing) and chunked < 0:
+        skip = True
+    elif max_seqs - batch_size <= 0 and chunked < 0:
+        skip = full = True
+    return Gate(skip, full, chunked, batch_size, run_ids)
+
+
+@dataclass(frozen=True)
+class SglangAdmit(StepPass):
+    """Admit a prefill batch as SGLang's `Scheduler._get_new_batch_prefill_raw` does.
+
+    Rules (`sglang/srt/managers/schedule_policy.py:PrefillAdder`, 0.5.23):
+    - admission is skipped while `batch_is_full` (until the running batch shrinks) or when no
+      request slot is left (`get_num_allocatable_reqs`: `max_seqs` minus the running batch);
+    - the chunked request resumes first (`add_chunked_req`): its next chunk is what the chunk
+      budget and the free + evictable KV (minus the reservations) allow;
+    - then waiting requests in the list's order (`add_one_req`): each is matched against the
+      radix tree (`init_next_round_input`, at most all tokens but one), and admitted when its
+      uncached tokens plus its remaining `max_new_tokens` (clipped to `clip`) plus a page fit in
+      free + evictable KV minus what is reserved: every running request's remaining
+      `max_new_tokens` times `new_token_ratio`, and every admitted request's extend and clipped
+      `max_new_tokens`. A prompt longer than the chunk budget left is chunked (page-aligned), one
+      chunked request at a time; without chunking the first request may exceed
+      `max_prefill_tokens` (the step's token budget), later ones may not;
+    - the loop stops at the first request that does not fit (`NO_TOKEN` also sets
+      `batch_is_full`), at the token or chunk budget, or when the slots are taken.
+    Prefill first: a step that admits anything runs only the prefill batch (no decodes).
+
+    One rule is schedir's: a request whose uncached tokens plus reservation reach the whole pool
+    could never be admitted (SGLang's queue would stall behind it), so it is rejected (reason
+    `exceeds-cache`) and the loop goes on.
+    """
+
+    name: ClassVar[str] = "sglang-admit"
+    requires: ClassVar[frozenset[str]] = frozenset({"radix-pool", "order"})
+    provides: ClassVar[frozenset[str]] = frozenset({"waiting-scheduled"})
+    request_state = (JOIN,)
+    scheduler_state = SCHEDULER_STATE
+
+    chunk: int = -1  # chunked_prefill_size; -1: the step's token budget (max_prefill_tokens); 0: no chunking
+    clip: int = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
+    init_ratio: float = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO * schedule_conservativeness
+    queue: str = "waiting"
+    running: str = "running"
+
+    def run(self, step: Step) -> None:
+        facts = step.facts
+        pool = pool_of(step)
+        waiting = step.pending(self.queue)
+        running = step.pending(self.running)
+        gate = admission_gate(step, running, waiting, facts.max_seqs)
+        run_ids, chunked, batch_size, full = gate.run_ids, gate.chunked, gate.batch_size, gate.full
+        in_batch = run_ids != chunked
+        ratio = float(step.state(RATIO.name, RATIO.default))
+        if ratio < 0:
+            ratio = self.init_ratio
+        wait_ids = step.ids(waiting) if waiting is not None else np.zeros(0, dtype=np.int64)
+
+        def done(admitted: bool, new_chunked: int, admitted_count: int) -> None:
+            step.set_state(**{BATCH_FULL.name: float(full), CHUNKED.name: float(new_chunked),
+                              BATCH_SIZE.name: float(batch_size + admitted_count), RATIO.name: ratio,
+                              LAST_RAN.name: 1.0 if admitted else step.state(LAST_RAN.name, 0.0)})
+
+        if gate.skip:
+            done(False, chunked, 0)
+            return
+        slots = facts.max_seqs - batch_size
+
+        # the running batch's future decode tokens, at new_token_ratio
+        offset = 0.0
+        if batch_size:
+            total, prompt, max_new = step.columns(running, ("total", "prompt", "max_tokens"))
+            left = np.minimum(max_new[in_batch] - (total[in_batch] - prompt[in_batch]), self.clip)
+            offset = float(sum(float(x) * ratio for x in left.tolist()))
+        chunk = facts.token_budget if self.chunk < 0 else (self.chunk or None)
+        if chunk is not None and chunk < pool.block_size:
+            raise ValueError(f"chunked prefill of {chunk} tokens is less than one page ({pool.block_size} tokens): "
+                             "SGLang cuts chunks at page boundaries, so no prompt longer than it could start; "
+                             "raise the token budget (max_num_batched_tokens) or the chunk option")
+        budget = _Budget(pool, facts.token_budget, chunk, offset)
+        page = budget.page
+        batch_rows: list[int] = []
+        batch_ends: list[int] = []
+        new_rows: list[int] = []
+        new_hits: list[int] = []
+        new_tokens: list[int] = []
+        resumed = -1
+        resumed_tokens = 0
+        new_chunked = -1
+        hopeless: list[int] = []
+
+        if chunked >= 0:  # add_chunked_req
+            at = int(np.flatnonzero(run_ids == chunked)[0])
+            total, computed, max_new = step.columns(running, ("total", "computed", "max_tokens"))
+            prefix = int(computed[at])
+            rem = min(budget.rem_chunk, int(budget.remaining_total()))
+            if rem <= 0:
+                rem = budget.rem_chunk
+            cand = int(total[at]) - prefix
+            truncated = cand > rem
+            take = min(cand, rem)
+            budget.reserve(take, 0 if truncated else min(int(max_new[at]), self.clip))
+            batch_rows.append(chunked)
+            batch_ends.append(prefix + take)
+            resumed, resumed_tokens = chunked, take
+            new_chunked = chunked if truncated else -1
+
+        if waiting is not None and not full:
+            total, prompt, max_new = step.columns(waiting, ("total", "prompt", "max_tokens"))
+            for i, row in enumerate(wait_ids.tolist()):
+                if budget.state() == OTHER:
+                    break
+                held = 1 if resumed >= 0 else 0  # rows holding KV in the batch: the chunked one
+                allocatable = min(slots, max(slots - (1 if chunked >= 0 else 0) + held, 0))
+                if len(batch_rows) >= allocatable:
+                    full = True
+                if full:
+                    break
+                n = int(total[i])
+                prefix, node = pool.match(row, max(n - 1, 0))
+                left = min(max(int(max_new[i]) - (n - int(prompt[i])), 0), self.clip)
+                cand = n - prefix
+                need = cand + left + page
+                if need >= pool.usable_blocks * page:
+                    hopeless.append(row)  # no pool could ever hold it with its reservation: see below
+                    continue
+                pool.lock_node(node)  # PrefillAdder._lock_node: its own prefix is not evictable
+                fits = need < budget.remaining_total()
+                pool.unlock_node(node)
+                if not fits:
+                    res = NO_TOKEN
+                else:
+                    paged = budget.ceil(cand)
+                    if budget.rem_chunk is None and batch_rows and paged >= budget.rem_input:
+                        res = OTHER
+                    else:
+                        reserve_new = min(int(max_new[i]), self.clip)
+                        take = cand
+                        if budget.rem_chunk is not None and paged > budget.rem_chunk:
+                            take = budget.rem_chunk // page * page
+                            take = (prefix + take) // page * page - prefix
+                            reserve_new = 0
+                        if take <= 0:
+                            res = OTHER
+                        else:
+                            pool.lock_row(row, node)
+                            pool.begin(row, prefix, node)
+                            batch_rows.append(row)
+                            batch_ends.append(prefix + take)
+                            new_rows.append(row)
+                            new_hits.append(prefix)
+                            new_tokens.append(take)
+                            if take < cand:
+                                new_chunked = row
+                            budget.reserve(take, reserve_new)
+                            res = budget.state()
+                if res != CONTINUE:
+                    if res == NO_TOKEN:
+                        full = bool(batch_rows) or batch_size > 0
+                    break
+
+        if hopeless:
+            step.reject(waiting, np.asarray(hopeless, dtype=np.int64),
+                        np.full(len(hopeless), int(Reason.EXCEEDS_CACHE), dtype=np.int64))
+        if not batch_rows:
+            done(False, chunked, 0)
+            return
+        pool.extend(np.asarray(batch_rows, dtype=np.int64), np.asarray(batch_ends, dtype=np.int64))
+        if resumed >= 0:
+            step.schedule(running, "prefill", np.array([resumed], dtype=np.int64),
+                          np.array([resumed_tokens], dtype=np.int64))
+        if new_rows:
+            ids = np.asarray(new_rows, dtype=np.int64)
+            step.match(waiting, ids, np.asarray(new_hits, dtype=np.int64))
+            step.schedule(waiting, "prefill", ids, np.asarray(new_tokens, dtype=np.int64))
+        # requests whose prefill completes join the running batch, in batch order
+        base = int(step.state(NEXT_JOIN.name, NEXT_JOIN.default))
+        joining = [r for r in batch_rows if r != new_chunked]
+        step.set_state(**{NEXT_JOIN.name: float(base + len(joining))})
+        for value, queue_ids in ((running, run_ids), (waiting, wait_ids)):
+            mine = np.asarray([r for r in joining if r in set(queue_ids.tolist())], dtype=np.int64)
+            if mine.size:
+                places = np.asarray([base + joining.index(r) for r in mine.tolist()], dtype=np.int64)
+                step.set_request_state(value, mine, **{JOIN.name: places})
+        # The next step expects the running batch plus this whole batch: a request that finished or
+        # stays chunked (filtered out of the last batch, scheduler.py:get_next_batch_to_run) makes
+        # the batch smaller than that, which clears batch_is_full.
+        if batch_size == 0:
+            # The running batch was empty: next step the new prefill batch *becomes* the running
+            # batch (`self.running_batch = last`), a fresh ScheduleBatch whose batch_is_full is False.
+            full = False
+        done(True, new_chunked, len(batch_rows))

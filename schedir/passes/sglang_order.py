@@ -1,0 +1,207 @@
+"""sglang-order: SGLang's waiting-queue policies (`SchedulePolicy.calc_priority`)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from schedir.ir.pass_base import StepPass
+from schedir.ir.step import Step, pool_of
+from schedir.lowering.radix_cache import CHILD, ROOT, SIBLING, RadixCache
+from schedir.ir.state import SchedulerState
+from schedir.passes.sglang_admit import admission_gate
+from schedir.passes.sglang_state import NEXT_POS, POS
+
+POLICIES = ("lpm", "dfs-weight", "fcfs", "lof", "random")
+REFRESH_CALLS = SchedulerState("sglang_refresh_calls", default=0.0,
+                               doc="cache-agnostic orderings so far (every 32nd touches the queue's prefixes)")
+WAITING_PREFIX_REFRESH_INTERVAL = 32  # schedule_policy.py
+RANDOM_STATE = SchedulerState("sglang_random_draws", default=0.0,
+                              doc="32-bit words the `random` policy's generator (seeded with `seed`) has drawn")
+
+
+class _CountingRandom(random.Random):
+    """Python's Mersenne Twister, counting the 32-bit words `shuffle` draws (one per
+    `getrandbits(k)` call with k <= 32), so its whole state is (seed, draws)."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__(seed)
+        self.draws = 0
+
+    def getrandbits(self, k: int) -> int:
+        self.draws += (k + 31) // 32
+        return super().getrandbits(k)
+
+
+_GENERATORS: dict[int, _CountingRandom] = {}
+"""The live generator per seed: the next step continues it; a replayed step (another count)
+rebuilds one from the seed and skips to its count."""
+
+
+def _generator(seed: int, draws: int) -> _CountingRandom:
+    rng = _GENERATORS.get(seed)
+    if rng is None or rng.draws != draws:
+        rng = _CountingRandom(seed)
+        for _ in range(draws):
+            rng.getrandbits(32)
+        _GENERATORS[seed] = rng
+    return rng
+LPM_QUEUE_LIMIT = 128  # schedule_policy.py: WAITING_QUEUE_PREFIX_MATCH_MAX (LPM turns into FCFS above it)
+IN_BATCH_CHECK = 32  # IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD
+IN_BATCH_DEPRIORITIZE = 32  # IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD
+
+
+def waiting_list(ids: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """Positions into `ids` in SGLang's list order: placed requests by place, then the rest
+    (new arrivals) in the order the queue holds them."""
+    placed = np.flatnonzero(pos >= 0)
+    fresh = np.flatnonzero(pos < 0)
+    return np.concatenate([placed[np.argsort(pos[placed], kind="stable")], fresh])
+
+
+def dfs_weight_order(nodes: np.ndarray, last: np.ndarray) -> np.ndarray:
+    """`base_prefix_cache.py:_dfs_weight_order`: visit the tree depth first, heavier subtrees
+    (more waiting requests ending in them) first, ties in child insertion order; a node's own
+    requests come after its subtree's."""
+    at: dict[int, list[int]] = {}
+    for i, n in enumerate(last.tolist()):
+        at.setdefault(n, []).append(i)
+
+    def children(n: int) -> list[int]:
+        out = []
+        c = int(nodes[CHILD, n])
+        while c >= 0:
+            out.append(c)
+            c = int(nodes[SIBLING, c])
+        return out[::-1]  # the arrays push new children in front: reverse for insertion order
+
+    weight: dict[int, int] = {n: len(v) for n, v in at.items()}
+    stack: list[tuple[int, bool]] = [(ROOT, False)]
+    while stack:
+        n, seen = stack.pop()
+        if seen:
+            weight[n] = weight.get(n, 0) + sum(weight.get(c, 0) for c in children(n))
+            continue
+        stack.append((n, True))
+        stack.extend((c, False) for c in reversed(children(n)))
+    order: list[int] = []
+    stack = [(ROOT, False)]
+    while stack:
+        n, seen = stack.pop()
+        if seen:
+            order.extend(at.get(n, ()))
+            continue
+        kids = sorted(children(n), key=lambda c: -weight.get(c, 0))
+        stack.append((n, True))
+        stack.extend((c, False) for c in reversed(kids))
+    return np.asarray(order, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class SglangOrder(StepPass):
+    """Order the waiting list as SGLang's `SchedulePolicy.calc_priority` does.
+
+    - `lpm`: longest cached prefix first (a stable sort of the persisting list); above 128
+      waiting requests it is FCFS (`_determine_active_policy`). A request whose own cached
+      prefix is short (<= 32 tokens) but which shares >= 32 tokens with a request earlier in the
+      list goes last this step (in-batch prefix de-duplication, `_compute_prefix_matches`): one
+      of them computes the prefix, the others hit it next step.
+    - `dfs-weight`: depth first over the radix tree, heavier subtrees first (`_sort_by_dfs_weight`).
+    - `fcfs`: the list as it is; `lof`: longest `max_new_tokens` first; `random`: shuffled
+      with a seeded generator whose state is scheduler state (`_sort_randomly`).
+
+    Cache-aware policies match every waiting request against the radix tree (touching it, as
+    SGLang's `match_prefix` does); the others do not match here.
+    """
+
+    name: ClassVar[str] = "sglang-order"
+    requires: ClassVar[frozenset[str]] = frozenset({"radix-pool"})
+    provides: ClassVar[frozenset[str]] = frozenset({"order"})
+    request_state = (POS,)
+    scheduler_state = (NEXT_POS, RANDOM_STATE, REFRESH_CALLS)
+
+    policy: str = "config"
+    seed: int = 0
+    queue: str = "waiting"
+    running: str = "running"
+
+    def __post_init__(self) -> None:
+        if self.policy not in (*POLICIES, "config"):
+            raise ValueError(f"policy must be one of {', '.join(POLICIES)} or config (the scheduler's "
+                             f"policy), got '{self.policy}'")
+
+    def run(self, step: Step) -> None:
+        pending = step.pending(self.queue)
+        if pending is None:
+            return
+        if admission_gate(step, step.pending(self.running), pending, step.facts.max_seqs).skip:
+            return  # SGLang orders the queue only when it tries a prefill batch
+        ids = step.ids(pending)
+        pos = step.state_column(pending, POS.name, POS.default)
+        at = waiting_list(ids, pos)
+        policy = step.facts.policy if self.policy == "config" else self.policy
+        if policy not in POLICIES:
+            raise ValueError(f"SGLang has no '{policy}' waiting-queue policy here (one of {', '.join(POLICIES)})")
+        if policy == "lpm" and at.size > LPM_QUEUE_LIMIT:
+            policy = "fcfs"
+        if policy in ("lpm", "dfs-weight"):
+            pool = pool_of(step)
+            lists = ids[at]
+            hit = np.zeros(at.size, dtype=np.int64)
+            last = np.zeros(at.size, dtype=np.int64)
+            late = np.zeros(at.size, dtype=bool)
+            seen = RadixCache(page_size=1)
+            for i, row in enumerate(lists.tolist()):
+                toks = pool.tokens(row)
+                matched, node = pool.match_tokens(toks)
+                hit[i] = min(matched, max(toks.size - 1, 0))
+                last[i] = node
+                if policy == "lpm" and matched <= IN_BATCH_CHECK:
+                    shared, _ = seen.match_prefix(toks)
+                    if shared >= IN_BATCH_DEPRIORITIZE:
+                        late[i] = True
+                    else:
+                        seen.insert(toks)
+            if policy == "lpm":
+                key = np.where(late, np.iinfo(np.int64).max, -hit)
+                order = np.argsort(key, kind="stable")
+            else:
+                order = dfs_weight_order(pool.radix.nodes, last)
+            step.match(pending, lists, hit)
+            at = at[order]
+        elif policy == "lof":
+            max_new = step.column(pending, "max_tokens")[at]
+            at = at[np.argsort(-max_new, kind="stable")]
+        elif policy == "random":
+            at = self._shuffled(step, at)
+        if policy not in ("lpm", "dfs-weight"):
+            self._refresh(step, ids[at])
+        base = int(step.state(NEXT_POS.name, NEXT_POS.default))
+        step.set_state(**{NEXT_POS.name: float(base + at.size)})
+        new_ids = ids[at]
+        step.set_request_state(pending, new_ids, **{POS.name: np.arange(base, base + at.size, dtype=np.int64)})
+        step.sort(pending, ("sglang_pos",), new_ids, picked=at)
+
+    def _refresh(self, step: Step, ordered: np.ndarray) -> None:
+        """`SchedulePolicy._touch_waiting_prefixes` (SGLANG_ENABLE_WAITING_PREFIX_REFRESH, on by
+        default): after a cache-agnostic ordering, every 32nd time, the cached prefixes of the first
+        128 waiting requests are touched, the head last, so LRU eviction spares them in that order."""
+        calls = int(step.state(REFRESH_CALLS.name, REFRESH_CALLS.default))
+        step.set_state(**{REFRESH_CALLS.name: float(calls + 1)})
+        if calls % WAITING_PREFIX_REFRESH_INTERVAL or not ordered.size:
+            return
+        pool = pool_of(step)
+        for row in ordered[:LPM_QUEUE_LIMIT][::-1].tolist():
+            pool.match_tokens(pool.tokens(row))
+
+    def _shuffled(self, step: Step, at: np.ndarray) -> np.ndarray:
+        """`random.shuffle` of the list with a generator seeded once (`seed`), continued across
+        steps (its draws so far are scheduler state)."""
+        rng = _generator(self.seed, int(step.state(RANDOM_STATE.name, RANDOM_STATE.default)))
+        items = at.tolist()
+        rng.shuffle(items)
+        step.set_state(**{RANDOM_STATE.name: float(rng.draws)})
+        return np.asarray(items, dtype=np.int64)
