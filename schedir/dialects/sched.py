@@ -405,9 +405,23 @@ def state_values_attr(values: Mapping[str, StateValue]) -> DictionaryAttr:
                  else float(v)) for k, v in values.items())
     attr = _STATE_ATTRS.get(key)
     if attr is None:
-        attr = DictionaryAttr({k: BytesAttr(v) if isinstance(v, bytes) else FloatAttr(v, f64) for k, v in key})
+        attr = DictionaryAttr({k: BytesAttr(v) if isinstance(v, bytes) else _float_attr(v) for k, v in key})
         if len(_STATE_ATTRS) < 4096:
             _STATE_ATTRS[key] = attr
+    return attr
+
+
+_FLOAT_ATTRS: dict[float, FloatAttr] = {}
+
+
+def _float_attr(value: float) -> FloatAttr:
+    """One `value : f64` attribute per number (counters and flags repeat across steps even when
+    the dictionary around them, with a ratio that moves every step, does not)."""
+    attr = _FLOAT_ATTRS.get(value)
+    if attr is None:
+        attr = FloatAttr(value, f64)
+        if len(_FLOAT_ATTRS) < 65536:
+            _FLOAT_ATTRS[value] = attr
     return attr
 
 

@@ -418,6 +418,19 @@ class Step:
                              "pipeline declares in a sched.state op)")
         return default
 
+    def states(self) -> dict[str, float | np.ndarray]:
+        """Every scheduler-level value as this step sees it now (one walk over the step: for a
+        pass that reads several), later `sched.set_state` values over earlier ones."""
+        out: dict[str, float | np.ndarray] = {}
+        op = self.block.first_op
+        while op is not None:
+            kind = type(op)
+            if kind is StateOp or kind is SetStateOp:
+                for name, value in op.properties["values"].data.items():  # type: ignore[union-attr]
+                    out[name] = _state_value(value)
+            op = op._next_op
+        return out
+
     def set_state(self, **values: float | np.ndarray) -> None:
         """New scheduler-level values, kept from the next step on (a `sched.set_state`; the pass
         manager gives a step without `sched.state` one with the declared defaults)."""

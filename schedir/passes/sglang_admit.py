@@ -72,19 +72,19 @@ class Gate:
     run_ids: np.ndarray
 
 
-def admission_gate(step: Step, running, waiting, max_seqs: int) -> Gate:  # noqa: ANN001
+def admission_gate(step: Step, running, waiting, max_seqs: int, st: dict) -> Gate:  # noqa: ANN001
     """The checks `Scheduler.get_next_batch_to_run` / `_get_new_batch_prefill_raw` make before
     ordering the queue: `batch_is_full` is cleared when the running batch shrank or is empty;
     no prefill while it is set or nothing waits (unless a chunked request continues), nor when
     no request slot is left (`get_num_allocatable_reqs`). The order pass asks too: SGLang does
     not sort (nor match, nor touch the tree) in a step that skips admission."""
     run_ids = step.ids(running) if running is not None else np.zeros(0, dtype=np.int64)
-    chunked = int(step.state(CHUNKED.name, CHUNKED.default))
+    chunked = int(st.get(CHUNKED.name, CHUNKED.default))
     if chunked >= 0 and chunked not in run_ids:
         chunked = -1  # it ended (an abort) since the last step
     batch_size = int(np.count_nonzero(run_ids != chunked))
-    full = step.state(BATCH_FULL.name, 0.0) > 0
-    if batch_size < step.state(BATCH_SIZE.name, 0.0) or batch_size == 0:
+    full = st.get(BATCH_FULL.name, 0.0) > 0
+    if batch_size < st.get(BATCH_SIZE.name, 0.0) or batch_size == 0:
         full = False
     nothing = waiting is None or len(step.ids(waiting)) == 0
     skip = False
@@ -138,18 +138,23 @@ class SglangAdmit(StepPass):
         pool = pool_of(step)
         waiting = step.pending(self.queue)
         running = step.pending(self.running)
-        gate = admission_gate(step, running, waiting, facts.max_seqs)
+        st = step.states()
+        gate = admission_gate(step, running, waiting, facts.max_seqs, st)
         run_ids, chunked, batch_size, full = gate.run_ids, gate.chunked, gate.batch_size, gate.full
         in_batch = run_ids != chunked
-        ratio = float(step.state(RATIO.name, RATIO.default))
+        ratio = float(st.get(RATIO.name, RATIO.default))
         if ratio < 0:
             ratio = self.init_ratio
         wait_ids = step.ids(waiting) if waiting is not None else np.zeros(0, dtype=np.int64)
 
-        def done(admitted: bool, new_chunked: int, admitted_count: int) -> None:
-            step.set_state(**{BATCH_FULL.name: float(full), CHUNKED.name: float(new_chunked),
-                              BATCH_SIZE.name: float(batch_size + admitted_count), RATIO.name: ratio,
-                              LAST_RAN.name: 1.0 if admitted else step.state(LAST_RAN.name, 0.0)})
+        def done(admitted: bool, new_chunked: int, admitted_count: int, next_join: float | None = None) -> None:
+            new = {NEXT_JOIN.name: st.get(NEXT_JOIN.name, 0.0) if next_join is None else next_join,
+                   BATCH_FULL.name: float(full),
+                   CHUNKED.name: float(new_chunked), BATCH_SIZE.name: float(batch_size + admitted_count),
+                   RATIO.name: ratio, LAST_RAN.name: 1.0 if admitted else st.get(LAST_RAN.name, 0.0)}
+            changed = {k: v for k, v in new.items() if st.get(k) != v}  # a quiet step writes nothing
+            if changed:
+                step.set_state(**changed)
 
         if gate.skip:
             done(False, chunked, 0)
@@ -264,9 +269,8 @@ class SglangAdmit(StepPass):
             step.match(waiting, ids, np.asarray(new_hits, dtype=np.int64))
             step.schedule(waiting, "prefill", ids, np.asarray(new_tokens, dtype=np.int64))
         # requests whose prefill completes join the running batch, in batch order
-        base = int(step.state(NEXT_JOIN.name, NEXT_JOIN.default))
+        base = int(st.get(NEXT_JOIN.name, NEXT_JOIN.default))
         joining = [r for r in batch_rows if r != new_chunked]
-        step.set_state(**{NEXT_JOIN.name: float(base + len(joining))})
         for value, queue_ids in ((running, run_ids), (waiting, wait_ids)):
             mine = np.asarray([r for r in joining if r in set(queue_ids.tolist())], dtype=np.int64)
             if mine.size:
@@ -279,4 +283,4 @@ class SglangAdmit(StepPass):
             # The running batch was empty: next step the new prefill batch *becomes* the running
             # batch (`self.running_batch = last`), a fresh ScheduleBatch whose batch_is_full is False.
             full = False
-        done(True, new_chunked, len(batch_rows))
+        done(True, new_chunked, len(batch_rows), float(base + len(joining)))

@@ -50,14 +50,15 @@ class SglangDecode(StepPass):
 
     def run(self, step: Step) -> None:
         pool = pool_of(step)
-        ratio = float(step.state(RATIO.name, RATIO.default))
+        st = step.states()
+        ratio = float(st.get(RATIO.name, RATIO.default))
         if ratio < 0:
             ratio = self.init_ratio
         if step.usage().seqs:  # prefill first: this step runs the prefill batch only
             return
         running = step.pending(self.queue)
         ids = step.ids(running) if running is not None else np.zeros(0, dtype=np.int64)
-        chunked = int(step.state(CHUNKED.name, CHUNKED.default))
+        chunked = int(st.get(CHUNKED.name, CHUNKED.default))
         join = step.state_column(running, JOIN.name, JOIN.default) if running is not None else ids
         order = np.argsort(join, kind="stable")  # running_batch.reqs order
         ids, join = ids[order], join[order]
@@ -71,12 +72,13 @@ class SglangDecode(StepPass):
             step.set_state(**{RATIO.name: self.init_ratio if idle else ratio, LAST_RAN.name: 0.0,
                               BATCH_SIZE.name: 0.0, BATCH_FULL.name: 0.0})
             return
-        full = step.state(BATCH_FULL.name, 0.0) > 0
-        if batch.size < step.state(BATCH_SIZE.name, 0.0):
+        full = st.get(BATCH_FULL.name, 0.0) > 0
+        if batch.size < st.get(BATCH_SIZE.name, 0.0):
             full = False
         in_batch = ids != chunked
         total, prompt, max_new = (c[order][in_batch] for c in step.columns(running, ("total", "prompt", "max_tokens")))
         outputs = total - prompt
+        writes: dict[str, float] = {}
         init = self.init_ratio
         floor = init * self.min_factor
         if not pool.decode_fits(batch):
@@ -104,16 +106,16 @@ class SglangDecode(StepPass):
             gone = np.asarray(retracted, dtype=np.int64)
             if gone.size:
                 step.preempt(running, "recompute", gone)
-                base = int(step.state(NEXT_POS.name, NEXT_POS.default))  # appended to the waiting list
-                step.set_state(**{NEXT_POS.name: float(base + gone.size)})
+                base = int(st.get(NEXT_POS.name, NEXT_POS.default))  # appended to the waiting list
+                writes[NEXT_POS.name] = float(base + gone.size)
                 step.set_request_state(running, gone, **{POS.name: np.arange(base, base + gone.size)})
             if aborted.size:
                 step.reject(running, aborted, np.full(aborted.size, int(Reason.MEMORY), dtype=np.int64))
             batch = batch[kept]
             full = False
             if batch.size:
-                base = int(step.state(NEXT_JOIN.name, NEXT_JOIN.default))
-                step.set_state(**{NEXT_JOIN.name: float(base + batch.size)})
+                base = int(st.get(NEXT_JOIN.name, NEXT_JOIN.default))
+                writes[NEXT_JOIN.name] = float(base + batch.size)
                 step.set_request_state(running, batch, **{JOIN.name: np.arange(base, base + batch.size)})
         else:
             ratio = max(ratio - (init - floor) / self.decay_steps, floor)
@@ -122,5 +124,8 @@ class SglangDecode(StepPass):
             step.schedule(running, "decode", batch, np.ones(batch.size, dtype=np.int64))
         else:
             pool.idle()
-        step.set_state(**{RATIO.name: ratio, LAST_RAN.name: float(batch.size > 0), BATCH_SIZE.name: float(batch.size),
-                          BATCH_FULL.name: float(full)})
+        writes.update({RATIO.name: ratio, LAST_RAN.name: float(batch.size > 0), BATCH_SIZE.name: float(batch.size),
+                       BATCH_FULL.name: float(full)})
+        changed = {k: v for k, v in writes.items() if st.get(k) != v}
+        if changed:
+            step.set_state(**changed)

@@ -137,8 +137,10 @@ class SglangOrder(StepPass):
         pending = step.pending(self.queue)
         if pending is None:
             return
-        if admission_gate(step, step.pending(self.running), pending, step.facts.max_seqs).skip:
+        st = step.states()
+        if admission_gate(step, step.pending(self.running), pending, step.facts.max_seqs, st).skip:
             return  # SGLang orders the queue only when it tries a prefill batch
+        writes: dict[str, float] = {}
         ids = step.ids(pending)
         pos = step.state_column(pending, POS.name, POS.default)
         at = waiting_list(ids, pos)
@@ -176,32 +178,33 @@ class SglangOrder(StepPass):
             max_new = step.column(pending, "max_tokens")[at]
             at = at[np.argsort(-max_new, kind="stable")]
         elif policy == "random":
-            at = self._shuffled(step, at)
+            at = self._shuffled(step, at, st, writes)
         if policy not in ("lpm", "dfs-weight"):
-            self._refresh(step, ids[at])
-        base = int(step.state(NEXT_POS.name, NEXT_POS.default))
-        step.set_state(**{NEXT_POS.name: float(base + at.size)})
+            self._refresh(step, ids[at], st, writes)
+        base = int(st.get(NEXT_POS.name, NEXT_POS.default))
+        writes[NEXT_POS.name] = float(base + at.size)
+        step.set_state(**writes)
         new_ids = ids[at]
         step.set_request_state(pending, new_ids, **{POS.name: np.arange(base, base + at.size, dtype=np.int64)})
         step.sort(pending, ("sglang_pos",), new_ids, picked=at)
 
-    def _refresh(self, step: Step, ordered: np.ndarray) -> None:
+    def _refresh(self, step: Step, ordered: np.ndarray, st: dict, writes: dict) -> None:
         """`SchedulePolicy._touch_waiting_prefixes` (SGLANG_ENABLE_WAITING_PREFIX_REFRESH, on by
         default): after a cache-agnostic ordering, every 32nd time, the cached prefixes of the first
         128 waiting requests are touched, the head last, so LRU eviction spares them in that order."""
-        calls = int(step.state(REFRESH_CALLS.name, REFRESH_CALLS.default))
-        step.set_state(**{REFRESH_CALLS.name: float(calls + 1)})
+        calls = int(st.get(REFRESH_CALLS.name, REFRESH_CALLS.default))
+        writes[REFRESH_CALLS.name] = float(calls + 1)
         if calls % WAITING_PREFIX_REFRESH_INTERVAL or not ordered.size:
             return
         pool = pool_of(step)
         for row in ordered[:LPM_QUEUE_LIMIT][::-1].tolist():
             pool.match_tokens(pool.tokens(row))
 
-    def _shuffled(self, step: Step, at: np.ndarray) -> np.ndarray:
+    def _shuffled(self, step: Step, at: np.ndarray, st: dict, writes: dict) -> np.ndarray:
         """`random.shuffle` of the list with a generator seeded once (`seed`), continued across
         steps (its draws so far are scheduler state)."""
-        rng = _generator(self.seed, int(step.state(RANDOM_STATE.name, RANDOM_STATE.default)))
+        rng = _generator(self.seed, int(st.get(RANDOM_STATE.name, RANDOM_STATE.default)))
         items = at.tolist()
         rng.shuffle(items)
-        step.set_state(**{RANDOM_STATE.name: float(rng.draws)})
+        writes[RANDOM_STATE.name] = float(rng.draws)
         return np.asarray(items, dtype=np.int64)

@@ -19,6 +19,6 @@ builtin.module {
 // CHECK-NEXT: %[[R:.*]] = req.schedule %running prefill {id = [0], tokens = [8]}
 // CHECK-NEXT: mem.match %[[W]] {id = [1], hit = [0]}
 // CHECK-NEXT: %[[A:.*]] = req.schedule %[[W]] prefill {id = [1], tokens = [6]}
-// CHECK:      sched.set_state {sglang_batch_full = 0.0, sglang_chunked = -1.0, sglang_batch_size = 2.0
+// CHECK:      sched.set_state {sglang_next_join = 2.0, sglang_chunked = -1.0, sglang_batch_size = 2.0}
 // CHECK-NOT:  decode
 // CHECK:      sched.yield %[[R]], %[[A]]

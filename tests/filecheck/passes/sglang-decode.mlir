@@ -18,8 +18,7 @@ builtin.module {
 }
 
 // CHECK:      %[[P:.*]] = req.preempt %running recompute {id = [1]}
-// CHECK-NEXT: sched.set_state {sglang_next_pos = 4.0}
 // CHECK-NEXT: req.set_state %running {id = [1], sglang_pos = [3]}
-// CHECK:      req.set_state %running {id = [2, 0], sglang_join = [3, 4]}
+// CHECK-NEXT: req.set_state %running {id = [2, 0], sglang_join = [3, 4]}
 // CHECK-NEXT: %[[D:.*]] = req.schedule %running decode {id = [2, 0], tokens = [1, 1]}
-// CHECK-NEXT: sched.set_state {new_token_ratio = 0.4489795918367347
+// CHECK-NEXT: sched.set_state {sglang_next_pos = 4.0, sglang_next_join = 5.0, new_token_ratio = 0.4489795918367347, sglang_batch_size = 2.0}
