@@ -189,9 +189,9 @@ def random_scenarios(count: int, seed: int = 0) -> dict[str, tuple[dict[str, Any
 
     from schedir.tools.parity.sglang_trace import make_trace
 
-    rng = random.Random(seed)
     out: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
     for i in range(count):
+        rng = random.Random(seed + i)  # each scenario from its own seed: `--random 1 --seed K` replays random-K
         page = rng.choice([1, 1, 1, 4, 16])
         cfg: dict[str, Any] = {
             "policy": rng.choice(["lpm", "lpm", "fcfs", "dfs-weight", "lof", "random"]),
