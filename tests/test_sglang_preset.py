@@ -163,3 +163,35 @@ def test_parity_driver_is_deterministic() -> None:
     a = sglang_schedir.run({"policy": "lpm", "num_kv_tokens": 2048, "chunked_prefill_size": 128}, trace)
     b = sglang_schedir.run({"policy": "lpm", "num_kv_tokens": 2048, "chunked_prefill_size": 128}, trace)
     assert a["steps"] == b["steps"] and a["summary"]["finished"] == 12
+
+
+def test_one_prefix_cache_question_answered_by_either_cache() -> None:
+    """`Step.cached_tokens` (what prefix-cache-aware asks): vLLM's block-hash cache and SGLang's
+    radix tree give the same answer for the same history, so the seed's cache-aware order runs
+    unchanged over either pool."""
+    prefix = list(range(100, 124))
+
+    def first_order(pipeline: str) -> list[str]:
+        s = _sched(pipeline=pipeline, policy="fcfs")
+        s.add_request(Request(request_id="warm", prompt_token_ids=prefix + [1, 2, 3, 4], max_tokens=1))
+        _step(s)
+        for rid, prompt in (("cold", list(range(500, 530))), ("half", prefix[:12] + list(range(700, 716))),
+                            ("hot", prefix + [9, 9, 9, 9])):
+            s.add_request(Request(request_id=rid, prompt_token_ids=prompt, max_tokens=3))
+        return _step(s).req_ids
+
+    blocks = first_order("reject-oversized,prefix-cache-aware,schedule-running,admit-greedy")
+    radix = first_order("reject-oversized,prefix-cache-aware,sglang-admit,sglang-decode")
+    assert blocks == radix == ["hot", "half", "cold"]
+
+
+def test_radix_peek_leaves_the_tree_untouched() -> None:
+    s = _sched(policy="fcfs")
+    s.add_request(Request(request_id="warm", prompt_token_ids=list(range(100, 128)), max_tokens=1))
+    _step(s)
+    s.add_request(Request(request_id="q", prompt_token_ids=list(range(100, 118)) + [1, 2], max_tokens=1))
+    pool = s.pool
+    before = pool.radix.nodes.copy(), pool.radix.meta.copy()
+    row = s.table.row_of["q"]
+    assert pool.cached_tokens(np.array([row]), np.array([20])).tolist() == [16]  # whole 4-token pages
+    assert np.array_equal(pool.radix.nodes, before[0]) and np.array_equal(pool.radix.meta, before[1])

@@ -361,9 +361,24 @@ class Step:
                 out[found] += op.col(name)[at[found]]  # type: ignore[attr-defined]
         return out
 
+    def _pool(self):  # noqa: ANN202
+        op = self.block.first_op
+        while op is not None:
+            if type(op) is PoolOp:
+                return op.pool()  # type: ignore[attr-defined]
+            op = op._next_op
+        return None
+
+    def cached_tokens(self, value: SSAValue) -> np.ndarray:
+        """How many tokens of each request of `value` the prefix cache holds, whichever cache it
+        is: the step's `mem.match` answers (the runtime's, for count-level pipelines), else the
+        step's KV pool (vLLM's block hashes or SGLang's radix tree), asked without side effects."""
+        return self.prefix_hits(value)[0]
+
     def prefix_hits(self, value: SSAValue) -> tuple[np.ndarray, np.ndarray]:
-        """Cached prefix tokens per request of `value` (`mem.match` `hit`) and how many of
-        those blocks sit in the free queue (`cached_free`), aligned with `value`; zeros where none."""
+        """Cached prefix tokens per request of `value` (`mem.match` `hit`, else the step's pool:
+        see `cached_tokens`) and how many of those blocks sit in the free queue (`cached_free`,
+        from `mem.match` only), aligned with `value`; zeros where none."""
         hit, cached_free, rows = self.prefix_hit_source(value)
         if hit.size == 0:
             n = len(self.ids(value))
@@ -375,7 +390,13 @@ class Step:
         arrays when the step has no `mem.match` (no allocation on the common path)."""
         matches = self.ops_of(MatchOp)
         if not matches:
-            return EMPTY, EMPTY, EMPTY
+            pool = self._pool()
+            if pool is None:
+                return EMPTY, EMPTY, EMPTY
+            # No match op, but the step carries its KV pool: ask it (either kind answers)
+            ids = self.ids(value)
+            hit = pool.cached_tokens(ids, self.column(value, "total"))
+            return hit, np.zeros(ids.size, dtype=np.int64), np.arange(ids.size, dtype=np.int64)
         root = self.root(value)
         if len(matches) == 1 and matches[0]._operands[0] is root.results[0]:
             match = matches[0]

@@ -175,6 +175,14 @@ class KVPool:
         self.ncached[:] = 0
         return True
 
+    def cached_tokens(self, rows: np.ndarray, total: np.ndarray) -> np.ndarray:
+        """The prefix-cache question every pool answers: tokens of each row the cache holds
+        (full blocks by chained hash, never the last known token)."""
+        if not self.enable_caching or rows.size == 0:
+            return np.zeros(rows.size, dtype=np.int64)
+        hit, _ = match_rows(rows, total, self.block_size, self.ref, self.rhash, self.nhash, self.cache)
+        return hit
+
     # ------------------------------------------------------------ request-level operations
     def free_request(self, row: int) -> int:
         """Free a row's blocks tail first; returns how many went back to the free queue."""

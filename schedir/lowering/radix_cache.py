@@ -143,6 +143,26 @@ def match_prefix(nodes, tok, meta, keys, n):
 
 
 @nb.njit(cache=True)
+def peek_prefix(nodes, tok, meta, keys, n):
+    """How many tokens of keys[:n] (cut to whole pages) the tree holds, changing nothing: no
+    split, no access time (a question, not SGLang's `match_prefix`)."""
+    page = meta[PAGE]
+    n -= n % page
+    node = ROOT
+    at = 0
+    while at < n:
+        c = _find_child(nodes, tok, node, keys, at, page)
+        if c < 0:
+            break
+        m = _common(nodes, tok, c, keys, at, n, page)
+        at += m
+        if m < nodes[KLEN, c]:
+            break
+        node = c
+    return at
+
+
+@nb.njit(cache=True)
 def insert(nodes, tok, val, meta, keys, values, n):
     """Insert keys[:n] with their KV slot `values` (cut to whole pages). Returns (tokens that
     were already cached: the caller frees their duplicate values, the last node)."""
@@ -374,6 +394,11 @@ class RadixCache:
         self._room(0, 1)
         matched, node = match_prefix(self.nodes, self.tok, self.meta, keys, keys.size)
         return int(matched), int(node)
+
+    def peek(self, tokens: np.ndarray) -> int:
+        """Cached tokens of `tokens` (whole pages), leaving the tree as it is."""
+        keys = np.ascontiguousarray(tokens, dtype=np.int64)
+        return int(peek_prefix(self.nodes, self.tok, self.meta, keys, keys.size))
 
     def insert(self, tokens: np.ndarray, values: np.ndarray | None = None) -> tuple[int, int]:
         keys = np.ascontiguousarray(tokens, dtype=np.int64)

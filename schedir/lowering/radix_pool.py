@@ -182,6 +182,14 @@ class RadixKVPool:
         """The cached prefix of the row's first `limit` tokens (whole pages): (tokens, node)."""
         return self.radix.match_prefix(self.tokens(row)[: max(limit, 0)])
 
+    def cached_tokens(self, rows: np.ndarray, total: np.ndarray) -> np.ndarray:
+        """The prefix-cache question every pool answers: tokens of each row's first `total - 1`
+        the cache holds (whole pages), without touching the tree."""
+        out = np.zeros(rows.size, dtype=np.int64)
+        for i, (r, t) in enumerate(zip(rows.tolist(), total.tolist(), strict=True)):
+            out[i] = self.radix.peek(self.tokens(r)[: max(t - 1, 0)])
+        return out
+
     def match_tokens(self, tokens: np.ndarray) -> tuple[int, int]:
         return self.radix.match_prefix(tokens)
 
