@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from schedir.ir.errors import SchedirError
+from schedir.runtime.config import POLICIES
 from schedir.sim.config import SimConfig
 from schedir.sim.metrics import REQUEST_COLUMNS, per_request, summarize
 from schedir.sim.records import SimResult
@@ -64,7 +65,8 @@ def add_deployment_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="llama-3-8b", help="llama-3-8b, llama-2-7b, llama-2-70b")
     p.add_argument("--gpu", default="h100", help="h100, a100")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs")
-    p.add_argument("--policy", choices=("fcfs", "priority"), default="fcfs")
+    p.add_argument("--policy", choices=POLICIES, default="fcfs",
+                   help="waiting-queue policy; lpm, dfs-weight, lof and random are SGLang's (the sglang preset)")
     p.add_argument("--max-num-batched-tokens", type=int, default=8192)
     p.add_argument("--max-num-seqs", type=int, default=256)
     p.add_argument("--block-size", type=int, default=16)
