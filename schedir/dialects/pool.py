@@ -225,10 +225,7 @@ def radix_from_columns(cols: ColumnsAttr) -> RadixKVPool:
         pool.protected[row] = cols.get("row_protected")[i]
         pool.lock[row] = cols.get("row_lock")[i]
         pool.prompt_len[row] = cols.get("row_prompt")[i]
-        stream = np.empty(max(2 * m, 1), dtype=np.int64)
-        stream[:m] = seq[at_s: at_s + m]
-        pool.seq[row] = stream
-        pool.seq_len[row] = m
+        pool.load_tokens(row, seq[at_s: at_s + m], 2 * m)
         at_t += k
         at_s += m
     return pool

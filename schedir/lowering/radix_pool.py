@@ -56,7 +56,12 @@ class RadixKVPool:
         self.kv_len = np.zeros(rows, dtype=np.int64)  # tokens whose KV the row holds (prefix included)
         self.protected = np.zeros(rows, dtype=np.int64)  # leading tokens owned by the tree (cache_protected_len)
         self.lock = np.full(rows, -1, dtype=np.int64)  # the tree node the row has locked, -1: none
-        self.seq: list[np.ndarray | None] = [None] * rows  # prompt + outputs, capacity prompt + max_tokens
+        # each row's token stream (prompt + outputs) in one arena: row r holds arena[start[r]:][:seq_len[r]],
+        # with room for cap[r] tokens (prompt + max_tokens + 1), so appending a step's tokens is one scatter
+        self.arena = np.zeros(1 << 12, dtype=np.int64)
+        self.arena_top = 0
+        self.start = np.zeros(rows, dtype=np.int64)
+        self.cap = np.zeros(rows, dtype=np.int64)
         self.seq_len = np.zeros(rows, dtype=np.int64)
         self.prompt_len = np.zeros(rows, dtype=np.int64)
         # arrays the runtime's token bookkeeping writes for any pool (hashes are unused here)
@@ -131,13 +136,13 @@ class RadixKVPool:
         self.nblk, self.kv_len, self.protected = more(self.nblk), more(self.kv_len), more(self.protected)
         self.lock, self.seq_len, self.prompt_len = more(self.lock, -1), more(self.seq_len), more(self.prompt_len)
         self.ncached, self.nhash = more(self.ncached), more(self.nhash)
-        self.seq.extend([None] * extra)
+        self.start, self.cap = more(self.start), more(self.cap)
 
     def copy(self) -> RadixKVPool:
         """A private copy (a dumped step runs on one)."""
         new = object.__new__(RadixKVPool)
         new.__dict__.update({k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in self.__dict__.items()})
-        new.seq = [None if s is None else s.copy() for s in self.seq]
+        new.stash = list(self.stash)
         radix = object.__new__(RadixCache)
         radix.__dict__.update({k: (v.copy() if isinstance(v, np.ndarray) else v)
                                for k, v in self.radix.__dict__.items()})
@@ -147,35 +152,49 @@ class RadixKVPool:
     # ------------------------------------------------------------ rows and tokens
     def add_row(self, row: int, prompt: np.ndarray, max_tokens: int) -> None:
         """A new request: its token stream, no KV, no lock."""
-        seq = np.empty(prompt.size + max_tokens + 1, dtype=np.int64)
-        seq[: prompt.size] = prompt
-        self.seq[row] = seq
-        self.seq_len[row] = prompt.size
+        self.load_tokens(row, prompt, prompt.size + max_tokens + 1)
         self.prompt_len[row] = prompt.size
         self.nblk[row] = 0
         self.kv_len[row] = 0
         self.protected[row] = 0
         self.lock[row] = -1
 
-    def append_tokens(self, rows: np.ndarray, tokens: np.ndarray) -> None:
-        """Sampled tokens (one per row, -1: none) join the rows' streams."""
-        for r, t in zip(rows.tolist(), tokens.tolist(), strict=True):
-            if t < 0:
-                continue
-            seq = self.seq[r]
-            if seq is None:
-                continue
+    def load_tokens(self, row: int, tokens: np.ndarray, capacity: int) -> None:
+        """Give `row` a stream holding `tokens` with room for `capacity` in all."""
+        capacity = max(capacity, tokens.size, 1)
+        if self.arena_top + capacity > self.arena.size:
+            self._compact(capacity)
+        at = self.arena_top
+        self.arena[at: at + tokens.size] = tokens
+        self.start[row], self.cap[row], self.seq_len[row] = at, capacity, tokens.size
+        self.arena_top = at + capacity
+
+    def _compact(self, more: int) -> None:
+        """Move the live streams to the front of a big enough arena (released rows leave gaps)."""
+        live = np.flatnonzero(self.cap > 0)
+        need = int(self.cap[live].sum()) + more
+        arena = np.zeros(max(self.arena.size, 2 * need), dtype=np.int64)
+        top = 0
+        for r in live.tolist():
             n = int(self.seq_len[r])
-            if n >= seq.size:
-                grown = np.empty(2 * seq.size, dtype=np.int64)
-                grown[:n] = seq[:n]
-                self.seq[r] = seq = grown
-            seq[n] = t
-            self.seq_len[r] = n + 1
+            arena[top: top + n] = self.arena[self.start[r]: self.start[r] + n]
+            self.start[r] = top
+            top += int(self.cap[r])
+        self.arena, self.arena_top = arena, top
+
+    def append_tokens(self, rows: np.ndarray, tokens: np.ndarray) -> None:
+        """Sampled tokens (one per row, -1: none) join the rows' streams (one scatter)."""
+        take = (tokens >= 0) & (self.cap[rows] > 0)
+        rows, tokens = rows[take], tokens[take]
+        full = self.seq_len[rows] >= self.cap[rows]
+        for r in rows[full].tolist():  # past its room (not expected: max_tokens bounds it): move it
+            self.load_tokens(r, self.tokens(r).copy(), 2 * int(self.cap[r]))
+        self.arena[self.start[rows] + self.seq_len[rows]] = tokens
+        self.seq_len[rows] += 1
 
     def tokens(self, row: int) -> np.ndarray:
-        seq = self.seq[row]
-        return seq[: self.seq_len[row]] if seq is not None else np.zeros(0, dtype=np.int64)
+        at = self.start[row]
+        return self.arena[at: at + self.seq_len[row]]
 
     # ------------------------------------------------------------ the tree
     def match(self, row: int, limit: int) -> tuple[int, int]:
@@ -371,8 +390,9 @@ class RadixKVPool:
         return held
 
     def forget_row(self, row: int) -> None:
-        self.seq[row] = None
+        """The request left the table: its stream's room is reclaimed at the next compaction."""
         self.seq_len[row] = 0
+        self.cap[row] = 0
 
     def reset_prefix_cache(self) -> bool:
         """Drop the tree when no request holds KV (SGLang's `flush_cache` rule)."""

@@ -528,7 +528,7 @@ class Scheduler:
                 self._forget_oversized(r)
                 pool.free_request(r)
                 pool.nhash[r] = 0
-                table.release(r)
+                self._release_row(r)
             self.metrics.rejected += ids.size
         (self.running, self.waiting, per_request, sampled, qsl, per_token, seq_lens,
          block_table) = settle_step(rows, tokens, new_rows, gone, self._front, d, self.running, self.waiting,
@@ -628,8 +628,14 @@ class Scheduler:
             live_rows = rows[live]
             dangling = live_rows[(d[T.STATUS, live_rows] == T.FINISHED) & (d[T.IN_FLIGHT, live_rows] == 0)]
             for r in dangling.tolist():
-                table.release(r)
+                self._release_row(r)
         return finished
+
+    def _release_row(self, row: int) -> None:
+        """Give a request's table row back (and, on SGLang's pool, its token stream)."""
+        self.table.release(row)
+        if self.radix:
+            self.pool.forget_row(row)
 
     def _radix_update(self, rows: np.ndarray, done: np.ndarray, toks: np.ndarray, offsets: np.ndarray | None,
                       before_total: np.ndarray) -> None:
@@ -676,7 +682,7 @@ class Scheduler:
         self.pool.nhash[row] = 0
         self._finished.append(name)
         if table.data[T.IN_FLIGHT, row] == 0:
-            table.release(row)
+            self._release_row(row)
         return name
 
     # ------------------------------------------------------------ FINISH (abort)
