@@ -265,7 +265,8 @@ class Reference:
                 metas, out, _ = self.sched.schedule()
             except (RuntimeError, AssertionError) as exc:
                 error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-                steps.append({**self._idle_record(step, aborted_now), "error": error})
+                steps.append({**self._idle_record(step, aborted_now), "preemptions": list(self._preemptions),
+                              "error": error})
                 break
             rec = self._record(step, before, metas, out, aborted_now)
             steps.append(rec)
@@ -364,7 +365,8 @@ class Reference:
         q = self._queues()
         return {"step": step, "time": step * self.clock.step_seconds, "kind": "empty", "scheduled": [],
                 "num_prefill_groups": 0, "num_batched_tokens": 0, "blocks_to_swap_out": 0, "blocks_to_swap_in": 0,
-                "blocks_to_copy": 0, "swapped_out": {}, "swapped_in": {}, "preemptions": [], "recomputed": [], "preempted": 0,
+                "blocks_to_copy": 0, "swapped_out": {}, "swapped_in": {}, "preemptions": [], "recomputed": [],
+                "preempted": 0,
                 "ignored": [], "ignored_reasons": {}, "aborted": aborted_now, "finished": [], **q,
                 "free_gpu_blocks": bm.get_num_free_gpu_blocks(), "free_cpu_blocks": bm.get_num_free_cpu_blocks()}
 
@@ -382,7 +384,8 @@ class Reference:
             "prefill_steps": sum(s["kind"] == "prefill" for s in steps),
             "decode_steps": sum(s["kind"] == "decode" for s in steps),
             "mixed_steps": sum(s["kind"] == "mixed" for s in steps),
-            "final_free_gpu_blocks": bm.get_num_free_gpu_blocks(), "final_free_cpu_blocks": bm.get_num_free_cpu_blocks(),
+            "final_free_gpu_blocks": bm.get_num_free_gpu_blocks(),
+            "final_free_cpu_blocks": bm.get_num_free_cpu_blocks(),
             "num_gpu_blocks": self.cfg["num_gpu_blocks"], "num_cpu_blocks": self.cfg["num_cpu_blocks"],
             "unfinished": self._queues(), "error": error,
         }
