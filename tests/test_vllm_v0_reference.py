@@ -353,3 +353,11 @@ def test_aborts_from_every_queue(runs: dict[str, Any]) -> None:
             later = [t for t in res["steps"] if t["step"] >= s["step"]]
             assert not any(e["rid"] == a["rid"] for t in later for e in t["scheduled"])
             assert all(a["rid"] not in t["waiting"] + t["running"] + t["swapped"] for t in later)
+
+
+@needs_v0
+def test_config_vllm_rejects_is_one_line() -> None:
+    """vLLM's own SchedulerConfig check (no chunked prefill, budget below max_model_len)."""
+    with pytest.raises(RuntimeError, match=r"exit 2\): v0_driver: bad: vLLM 0.8.5 rejects the config: "
+                                           r"max_num_batched_tokens \(512\) is smaller than max_model_len"):
+        ref.run_reference({"bad": (make_trace(num_requests=2, seed=0), {"max_num_batched_tokens": 512})})

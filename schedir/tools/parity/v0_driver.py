@@ -391,11 +391,20 @@ class Reference:
         }
 
 
+class ConfigRejected(ValueError):
+    """vLLM's own `SchedulerConfig` / `CacheConfig` checks refused the config (e.g. a token budget
+    below max_model_len without chunked prefill)."""
+
+
 def run_one(trace: dict[str, Any], cfg: dict[str, Any], v: dict[str, Any]) -> dict[str, Any]:
     """Validate, then replay one trace through a fresh v0 scheduler."""
     c = check_config(cfg)
     reqs = check_trace(trace)
-    res = Reference(c, reqs, v).run()
+    try:
+        ref = Reference(c, reqs, v)
+    except ValueError as exc:
+        raise ConfigRejected(str(exc)) from exc
+    res = ref.run()
     return {"vllm_version": v["vllm"].__version__, "config": c, **res}
 
 
@@ -448,7 +457,13 @@ def main(argv: list[str] | None = None) -> int:
 
         print(json.dumps({"vllm": v["vllm"].__version__, "torch": torch.__version__}))
         return 0
-    results = {name: run_one(tr, cfg, v) for name, (tr, cfg) in runs.items()}
+    results: dict[str, Any] = {}
+    for name, (tr, cfg) in runs.items():
+        try:
+            results[name] = run_one(tr, cfg, v)
+        except ConfigRejected as exc:
+            print(f"v0_driver: {name + ': ' if name else ''}vLLM 0.8.5 rejects the config: {exc}", file=sys.stderr)
+            return 2
     Path(args.out).write_text(json.dumps(results[""] if list(results) == [""] else results))
     return 0
 
