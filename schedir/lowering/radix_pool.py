@@ -340,8 +340,8 @@ class RadixKVPool:
         page = self.block_size
         key_len = up_to - up_to % page
         protected = int(self.protected[row])
-        if key_len <= protected:
-            return
+        # no early return when nothing is new: SGLang's checkpoint still inserts and matches,
+        # which refreshes the path's LRU time (eviction order depends on it)
         toks = self.tokens(row)[:key_len]
         slots = self._slots(row, key_len)
         prefix, _ = self.radix.insert(toks, slots)
