@@ -160,7 +160,7 @@ def radix_columns(pool: RadixKVPool) -> dict[str, np.ndarray]:
     one = lambda v: np.array([v], dtype=i64)  # noqa: E731
     return {
         "radix": one(1), "blocks": one(pool.num_blocks), "block_size": one(pool.block_size), "width": one(pool.width),
-        "free": pool.free[: pool.nfree].astype(i64),
+        "free": pool.free_pages().astype(i64),
         "nodes": tree.nodes[:, :top].ravel().astype(i64), "tree_tokens": tree.tok[:arena].astype(i64),
         "tree_slots": tree.val[:arena].astype(i64), "tree_meta": tree.meta.astype(i64),
         "rows": live.astype(i64), "row_pages": pool.nblk[live].astype(i64), "row_kv": pool.kv_len[live].astype(i64),

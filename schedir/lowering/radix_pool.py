@@ -48,7 +48,8 @@ class RadixKVPool:
         self.block_size = block_size
         self.radix = RadixCache(page_size=block_size, nodes=1024, tokens=max(1 << 12, 2 * num_blocks * block_size))
         # free pages, taken from the front as SGLang's allocator takes `free_pages[:need]`
-        self.free = np.arange(1, num_blocks, dtype=np.int64)
+        self.free = np.arange(1, num_blocks, dtype=np.int64)  # a ring: free[head:][:nfree], wrapping
+        self.head = 0
         self.nfree = num_blocks - 1
         width = max(1, max_blocks_per_request)
         self.table = np.zeros((rows, width), dtype=np.int32)
@@ -250,16 +251,20 @@ class RadixKVPool:
             return
         if self.nfree + k > self.free.size:
             raise AssertionError("radix pool: more pages freed than exist")
-        self.free[self.nfree: self.nfree + k] = pages
+        self.free[(self.head + self.nfree + np.arange(k)) % self.free.size] = pages
         self.nfree += k
 
     def _take_pages(self, count: int) -> np.ndarray:
         if count > self.nfree:
             raise MemoryError(f"radix pool: {count} pages asked, {self.nfree} free")
-        out = self.free[:count].copy()
-        self.free[: self.nfree - count] = self.free[count: self.nfree]
+        out = self.free[(self.head + np.arange(count)) % self.free.size]
+        self.head = (self.head + count) % self.free.size
         self.nfree -= count
         return out
+
+    def free_pages(self) -> np.ndarray:
+        """The free pages in the order they will be handed out."""
+        return self.free[(self.head + np.arange(self.nfree)) % self.free.size]
 
     def _set_pages(self, row: int, start_page: int, pages: np.ndarray) -> None:
         end = start_page + pages.size
@@ -311,15 +316,18 @@ class RadixKVPool:
         return self.available >= need
 
     def decode(self, rows: np.ndarray) -> None:
-        """`prepare_for_decode`: one more token of KV for each row."""
-        need = self.decode_pages_needed(rows) if self.block_size > 1 else rows.size
-        demand = rows.size * self.block_size if self.block_size > 1 else rows.size
-        self.evict_for(max(need, demand) if self.block_size > 1 else demand)
-        for r in rows.tolist():
-            n = int(self.kv_len[r])
-            if n % self.block_size == 0:
-                self._set_pages(r, n // self.block_size, self._take_pages(1))
-            self.kv_len[r] = n + 1
+        """`prepare_for_decode`: one more token of KV for each row (a new page where the last is full)."""
+        page = self.block_size
+        self.evict_for(rows.size * page)  # alloc_token_slots / alloc_paged_token_slots_decode's demand
+        n = self.kv_len[rows]
+        fresh = rows[n % page == 0]
+        if fresh.size:
+            at = self.kv_len[fresh] // page
+            if at.max() >= self.width:
+                raise MemoryError(f"radix pool: a row needs more than {self.width} pages")
+            self.table[fresh, at] = self._take_pages(fresh.size)
+            self.nblk[fresh] = np.maximum(self.nblk[fresh], at + 1)
+        self.kv_len[rows] = n + 1
         self.extend_rows = np.zeros(0, dtype=np.int64)
         self.extend_ends = np.zeros(0, dtype=np.int64)
 
@@ -408,7 +416,7 @@ class RadixKVPool:
         """Pages conserved: free + held by rows beyond their tree prefix + the tree's = usable;
         no page twice; locked nodes never evicted (their rows' prefixes are still in the tree)."""
         page = self.block_size
-        own: list[np.ndarray] = [self.free[: self.nfree]]
+        own: list[np.ndarray] = [self.free_pages()]
         for row in np.flatnonzero(self.nblk > 0).tolist():
             first = -(-int(self.protected[row]) // page)
             own.append(self.table[row, first: self.nblk[row]].astype(np.int64))
