@@ -517,7 +517,8 @@ class FleetSimulator:
                       "pipeline_us_per_request": float(stats["pipeline_wall_s"]) * 1e6 / routed,  # type: ignore[arg-type]
                       "replicas": stats["replicas"], "migrations": stats["migrations"],
                       "replica_bytes": stats["replica_bytes"], "transfers": stats["transfers"],
-                      "rerouted": stats["rerouted"], "why": stats["why"], "per_instance": per_instance,
+                      "rerouted": stats["rerouted"], "lost": stats["lost"], "why": stats["why"],
+                      "per_instance": per_instance,
                       "series": {"load_t_s": load_t, "load_running": load_running,
                                  "arrival_s": [round(float(x), 3) for x in arrivals.tolist()],
                                  "instance": routed_at.tolist()}}

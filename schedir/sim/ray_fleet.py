@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -41,8 +42,15 @@ INSTALL_HINT = "install it with: python -m pip install 'ray>=2.40' (or pip insta
 READY_TIMEOUT_S = 180.0
 
 
-def import_ray() -> Any:
-    """The `ray` module, or a ValueError saying how to install it."""
+LOCAL_ONLY = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+def import_ray(local: bool = False) -> Any:
+    """The `ray` module, or a ValueError saying how to install it. `local`: a Ray instance this
+    process starts serves this machine only, its services on the loopback address (Ray reads the
+    switch when imported: by default it binds the machine's network address, for other nodes)."""
+    if local and "ray" not in sys.modules:
+        os.environ.setdefault(LOCAL_ONLY, "0")
     try:
         import ray
     except ImportError:
@@ -273,7 +281,7 @@ class RayBackend:
     pool: list[Any] = attrs.Factory(list)  # live actors, reused run after run
 
     def connect(self, instances: int) -> None:
-        ray = import_ray()
+        ray = import_ray(local=not self.address)
         if ray.is_initialized():
             return
         if self.address:
