@@ -29,6 +29,19 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # the test's Ray binds the loopback address only
 
 
+def test_ray_address_with_no_cluster_there_is_one_line(capsys, monkeypatch):
+    """Runs first (before the module's cluster starts): `auto` finds no Ray cluster to join."""
+    ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'schedir[ray]')")
+    assert not ray.is_initialized()
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    code = main(["sim", "--workload", "conversation", "--num-requests", "5", "--quiet", "--instances", "2",
+                 "--backend", "ray", "--ray-address", "auto"])
+    err = capsys.readouterr().err
+    assert code == EXIT_BAD_INPUT
+    assert err.startswith("schedir sim: error: --ray-address 'auto': cannot connect to a Ray cluster")
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
 @pytest.fixture(scope="module")
 def ray_cluster():
     ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'schedir[ray]')")
