@@ -132,6 +132,14 @@ class Engine:
                           1.0 - pool.num_free / pool.usable_blocks, self.sched_us, flops)
         return StepStatus.RAN
 
+    def abort_all(self) -> list[int]:
+        """Abort every unfinished request (the instance leaves the fleet); returns their indices, sorted."""
+        sched = self.sched
+        rows = np.concatenate([sched.running, sched.waiting])
+        names = [sched.table.names[r] for r in rows.tolist()]
+        sched.finish_requests(names, reason="abort")
+        return sorted(int(x) for x in names)
+
     def first_waiting(self, limit: int = 5) -> str:
         names = [self.sched.table.names[r] for r in self.sched.waiting[:limit].tolist()]
         return ", ".join(str(x) for x in names) or "-"

@@ -59,9 +59,8 @@ class InstanceCore:
     """One instance: its engine and when its next step starts. Everything it does is a call
     with plain arguments, so the same object serves in process and inside a Ray actor."""
 
-    def __init__(self, config: SimConfig, reqs: RequestLog, steps: StepLog,
-                 sizes: tuple[CostModel, int, int, int], workload: Workload) -> None:
-        self.engine = Engine(config, reqs, steps, sizes)
+    def __init__(self, engine: Engine, workload: Workload) -> None:
+        self.engine = engine  # the simulator's Engine, or one with its interface (a real vLLM engine)
         self.workload = workload
         self.vocab = self.engine.vocab_size
         self.priority = workload.priority
@@ -85,6 +84,8 @@ class InstanceCore:
     def receive(self, r: int, max_tokens: int, at: float) -> None:
         """P/D: request `r`'s prompt KV (and its first token) landed here at `at`; decode the rest."""
         e = self.engine
+        if not isinstance(e, Engine):
+            raise NotImplementedError(f"P/D hand-over to a {type(e).__name__} instance: simulated engines only")
         first = (r * 7919 + int(e.reqs.input_len[r])) % self.vocab  # the token the prefill sampled (account_step's)
         prompt = np.append(self.workload.prompt_tokens(r, self.vocab), np.int32(first))
         e.add(r, prompt, max_tokens, int(self.priority[r]), float(self.arrival[r]))
@@ -121,12 +122,8 @@ class InstanceCore:
 
     def abort_all(self) -> list[int]:
         """Removal: abort every unfinished request here; returns their indices (sorted)."""
-        sched = self.engine.sched
-        rows = np.concatenate([sched.running, sched.waiting])
-        names = [sched.table.names[r] for r in rows.tolist()]
-        sched.finish_requests(names, reason="abort")
         self.next_t = math.inf
-        return sorted(int(x) for x in names)
+        return self.engine.abort_all()
 
     def stalled(self) -> str:
         e = self.engine
@@ -173,7 +170,8 @@ class LocalInstances:
 
     def __init__(self, config: SimConfig, reqs: RequestLog, logs: Sequence[StepLog],
                  sizes: tuple[CostModel, int, int, int], workload: Workload) -> None:
-        self.cores: list[InstanceCore | None] = [InstanceCore(config, reqs, log, sizes, workload) for log in logs]
+        self.cores: list[InstanceCore | None] = [InstanceCore(Engine(config, reqs, log, sizes), workload)
+                                                 for log in logs]
         m = len(logs)
         self.next_t = np.full(m, math.inf)
         self.busy = np.zeros(m, dtype=bool)

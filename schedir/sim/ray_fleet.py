@@ -34,6 +34,7 @@ import numpy as np
 
 from schedir.sim.config import SimConfig
 from schedir.sim.cost_model import CostModel
+from schedir.sim.engine import Engine
 from schedir.sim.fleet_instances import FACTS, Advanced, InstanceCore, InstanceLost
 from schedir.sim.records import RequestLog, StepLog
 from schedir.sim.workloads import Workload
@@ -94,11 +95,19 @@ class InstanceActor:
     def __init__(self) -> None:
         self.core: InstanceCore | None = None
 
-    def reset(self, config: SimConfig, sizes: tuple[CostModel, int, int, int], workload: Workload) -> int:
-        """A fresh instance for a new run (an actor serves run after run: starting one costs seconds)."""
+    def reset(self, config: SimConfig, sizes: tuple[CostModel, int, int, int], workload: Workload,
+              kind: str = "sim") -> int:
+        """A fresh instance for a new run (an actor serves run after run: starting one costs seconds).
+        `kind`: "sim", the simulator's Engine; "vllm", a real vLLM engine on schedir's scheduler."""
         self.reqs = RequestLog(workload.arrival_s, workload.input_len, workload.output_len)
         self.steps = StepLog(1024)
-        self.core = InstanceCore(config, self.reqs, self.steps, sizes, workload)
+        if kind == "vllm":
+            from schedir.sim.vllm_instance import VllmEngine
+
+            engine: Any = VllmEngine(config, self.reqs, self.steps, sizes)
+        else:
+            engine = Engine(config, self.reqs, self.steps, sizes)
+        self.core = InstanceCore(engine, workload)
         self.core.touched = []
         self.gaps_sent = 0
         self.steps_sent = 0
@@ -106,6 +115,10 @@ class InstanceActor:
 
     def ping(self) -> int:
         return os.getpid()
+
+    def engine_name(self) -> str:
+        """What this actor's instance runs (`Engine`, `VllmEngine`)."""
+        return type(self._core().engine).__name__
 
     def _core(self) -> InstanceCore:
         if self.core is None:
@@ -161,7 +174,7 @@ class RayInstances:
 
     def __init__(self, config: SimConfig, reqs: RequestLog, logs: Sequence[StepLog],
                  sizes: tuple[CostModel, int, int, int], workload: Workload, actors: Sequence[Any],
-                 num_cpus: float = 1.0, on_close: Any = None) -> None:
+                 num_cpus: float = 1.0, on_close: Any = None, kind: str = "sim") -> None:
         ray = self.ray = import_ray()
         if not ray.is_initialized():
             raise RuntimeError("RayInstances needs ray.init() first (RayBackend does it)")
@@ -176,7 +189,7 @@ class RayInstances:
         self.actors = list(actors)
         shared = ray.put(workload)
         try:
-            ray.get([a.reset.remote(config, sizes, shared) for a in self.actors], timeout=READY_TIMEOUT_S)
+            ray.get([a.reset.remote(config, sizes, shared, kind) for a in self.actors], timeout=READY_TIMEOUT_S)
         except ray.exceptions.GetTimeoutError:
             cpus = ray.cluster_resources().get("CPU", 0)
             raise ValueError(f"--backend ray: {m} instance actors ({num_cpus:g} CPU each) did not start within "
@@ -277,6 +290,7 @@ class RayBackend:
 
     address: str | None = None
     num_cpus: float = 1.0
+    kind: str = "sim"  # what each actor runs: the simulator's Engine, or "vllm" (schedir.sim.vllm_instance)
     started: bool = False
     pool: list[Any] = attrs.Factory(list)  # live actors, reused run after run
 
@@ -308,8 +322,12 @@ class RayBackend:
         actor = ray.remote(num_cpus=self.num_cpus, max_restarts=0, max_task_retries=0)(InstanceActor)
         while len(self.pool) < len(logs):
             self.pool.append(actor.remote())
+        if self.kind == "vllm":
+            from schedir.sim.vllm_instance import check_vllm_config
+
+            check_vllm_config(config, sizes[1])
         return RayInstances(config, reqs, logs, sizes, workload, self.pool[: len(logs)], num_cpus=self.num_cpus,
-                            on_close=self._returned)
+                            on_close=self._returned, kind=self.kind)
 
     def _returned(self, instances: RayInstances) -> None:
         """A run ended: its lost actors leave the pool (dead actors answer nothing)."""
