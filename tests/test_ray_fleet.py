@@ -160,6 +160,18 @@ def test_actor_dying_unannounced_mid_run(backend, workload):
     assert len(backend.pool) >= 2  # the dead actor left the pool; the next run starts a fresh one
 
 
+def test_an_instance_error_is_raised_as_in_process(backend, workload):
+    """A bad engine pipeline fails inside each actor: the driver raises the instance's own error."""
+    from schedir.ir.errors import PipelineError
+
+    fleet = FleetConfig(instances=2, router="round-robin")
+    with pytest.raises(PipelineError, match="unknown pass 'nope'") as local:
+        FleetSimulator(SimConfig(pipeline="nope"), fleet).run(workload.head(5))
+    with pytest.raises(PipelineError, match="unknown pass 'nope'") as remote:
+        FleetSimulator(SimConfig(pipeline="nope"), fleet, backend).run(workload.head(5))
+    assert str(remote.value) == str(local.value)
+
+
 def test_cli_backend_ray_prints_the_local_figures(ray_cluster, tmp_path, capsys):
     args = ["sim", "--workload", "conversation", "--num-requests", "60", "--instances", "3", "--router", "mooncake",
             "--num-blocks", "4000", "--quiet", "--kill-instance", "2@5"]

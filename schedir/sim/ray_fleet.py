@@ -72,6 +72,13 @@ def write_records(reqs: RequestLog, ids: np.ndarray, f: np.ndarray, i: np.ndarra
     reqs.tokens_out[ids], reqs.prefix_hit_tokens[ids], reqs.preemptions[ids] = i
 
 
+def own_error(e: Exception) -> Exception:
+    """The instance's own exception (a bad pipeline's, the engine's) out of Ray's wrapper, so the
+    caller sees what the in-process run raises (one line at the CLI, not a remote traceback)."""
+    cause = getattr(e, "cause", None)
+    return cause if isinstance(cause, Exception) else e
+
+
 @attrs.frozen
 class Reply:
     """An actor's answer to any call: its state for the router and what changed since its last answer."""
@@ -190,19 +197,24 @@ class RayInstances:
         shared = ray.put(workload)
         try:
             ray.get([a.reset.remote(config, sizes, shared, kind) for a in self.actors], timeout=READY_TIMEOUT_S)
+        except ray.exceptions.RayTaskError as e:
+            raise own_error(e) from None
         except ray.exceptions.GetTimeoutError:
             cpus = ray.cluster_resources().get("CPU", 0)
             raise ValueError(f"--backend ray: {m} instance actors ({num_cpus:g} CPU each) did not start within "
                              f"{READY_TIMEOUT_S:g} s; the Ray cluster has {cpus:g} CPUs") from None
 
     def _get(self, i: int, ref: Any) -> Any:
+        exceptions = self.ray.exceptions
         try:
             return self.ray.get(ref)
-        except self.ray.exceptions.RayActorError as e:
+        except exceptions.RayActorError as e:
             self.lost.add(i)
             self.next_t[i] = math.inf
             self.busy[i] = False
             raise InstanceLost(i, type(e).__name__) from None
+        except exceptions.RayTaskError as e:
+            raise own_error(e) from None
 
     def _apply(self, i: int, reply: Reply) -> None:
         reqs = self.reqs
