@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from schedir.runtime.config import Request
 from schedir.sim.config import SimConfig
 from schedir.sim.cost_model import CostModel
 from schedir.sim.engine import StepStatus
@@ -38,13 +39,14 @@ _NONE = np.zeros(0, dtype=np.int64)
 def check_vllm_config(config: SimConfig, vocab_size: int) -> None:
     """The engine settings a tiny-Llama vLLM instance can take (ValueError naming the option otherwise)."""
     if config.block_size != BLOCK_SIZE:
-        raise ValueError(f"a vLLM instance needs --block-size {BLOCK_SIZE} (vLLM's CPU attention), got "
+        raise ValueError(f"--instance-engine vllm needs --block-size {BLOCK_SIZE} (vLLM's CPU attention), got "
                          f"{config.block_size}")
     if vocab_size != TINY_LLAMA["vocab_size"]:
-        raise ValueError(f"a vLLM instance runs a tiny Llama with a {TINY_LLAMA['vocab_size']}-token vocabulary: "
-                         f"simulate a model with that vocabulary (--model llama-2-7b), got {config.model}")
+        raise ValueError(f"--instance-engine vllm runs a tiny Llama with a {TINY_LLAMA['vocab_size']}-token "
+                         f"vocabulary: simulate a model with that vocabulary (--model llama-2-7b), got {config.model}")
     if config.num_blocks is None or config.max_model_len is None:
-        raise ValueError("a vLLM instance needs --num-blocks and --max-model-len (its KV cache is sized in blocks)")
+        raise ValueError("--instance-engine vllm needs --num-blocks and --max-model-len (its KV cache is sized in "
+                         "blocks)")
 
 
 class VllmEngine:
@@ -56,11 +58,13 @@ class VllmEngine:
         os.environ["VLLM_DISABLE_REQUEST_ID_RANDOMIZATION"] = "1"  # request ids stay the fleet's request numbers
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         from vllm import LLM, SamplingParams
+        from vllm.exceptions import VLLMValidationError
 
         self.config = config
         self.cost, self.vocab_size, self.max_model_len, self.num_blocks = sizes
         check_vllm_config(config, self.vocab_size)
         self.SamplingParams = SamplingParams
+        self.ValidationError = VLLMValidationError
         self.reqs = reqs
         self.steps = steps
         self.now = 0.0
@@ -87,7 +91,6 @@ class VllmEngine:
         if plugin.config != want:
             raise ValueError(f"the vLLM instance's scheduler settings differ from the simulated engine's: "
                              f"{plugin.config} != {want}")
-        self.max_tokens: dict[int, int] = {}
 
     def _clock(self) -> float:
         return self.now
@@ -98,9 +101,17 @@ class VllmEngine:
 
     def add(self, index: int, prompt: np.ndarray, max_tokens: int, priority: int, arrival: float) -> None:
         params = self.SamplingParams(max_tokens=max_tokens, ignore_eos=True, detokenize=False, temperature=0.0)
-        self.engine.add_request(str(index), {"prompt_token_ids": prompt.astype(np.int64).tolist()}, params,
-                                arrival_time=arrival, priority=priority)
-        self.max_tokens[index] = max_tokens
+        try:
+            self.engine.add_request(str(index), {"prompt_token_ids": prompt.astype(np.int64).tolist()}, params,
+                                    arrival_time=arrival, priority=priority)
+        except self.ValidationError:
+            if prompt.size <= self.max_model_len:
+                raise
+            # vLLM's front end refuses a prompt longer than the model; the simulator's runtime queues
+            # it and its pipeline rejects it at the next step. Queue it in the plug-in's runtime only
+            # (vLLM never sees it): the instance's facts and the rejection are the simulator's.
+            self.sched.add_request(Request(str(index), prompt, max_tokens=max_tokens, priority=priority,
+                                           arrival_time=arrival, ignore_eos=True))
 
     def step(self) -> StepStatus:
         """One `LLMEngine.step()`; the clock moves by the cost model's time for the batch it ran."""
@@ -138,9 +149,9 @@ class VllmEngine:
             if r in self.rejected:
                 continue
             got_tokens = len(ro.outputs[0].token_ids)
-            if got_tokens != self.max_tokens[r] or got_tokens != int(reqs.tokens_out[r]):
+            if got_tokens != int(reqs.tokens_out[r]):
                 raise RuntimeError(f"request {r}: vLLM returned {got_tokens} tokens, the runtime counted "
-                                   f"{int(reqs.tokens_out[r])} of {self.max_tokens[r]}")
+                                   f"{int(reqs.tokens_out[r])}")
             self.finished.append(r)
             reqs.finish_s[r] = now
         pool = self.sched.pool

