@@ -199,12 +199,19 @@ def test_cli_backend_errors_are_one_line(capsys, monkeypatch):
         (["--instances", "2", "--kill-instance", "2@1"], "--kill-instance 2@1: the fleet has instances 0..1"),
         (["--instances", "2", "--kill-instance", "1"], "--kill-instance '1': expected INSTANCE@SECONDS"),
         (["--instances", "2", "--kill-instance", "1@1", "--remove-instance", "1@2"], "an instance is removed twice"),
+        (["--instances", "2", "--instance-engine", "vllm"], "--instance-engine vllm needs --backend ray"),
+        (["--instances", "2", "--instance-engine", "gpu"], "--instance-engine 'gpu': expected sim or vllm"),
+        (["--instance-engine", "vllm"], "--instance-engine needs --instances N"),
     ]
     for argv, message in cases:
         code = main([*base, *argv])
         err = capsys.readouterr().err
         assert code == EXIT_BAD_INPUT, argv
         assert message in err and "Traceback" not in err and err.count("\n") == 1, err
+    if "ray" in sys.modules:  # a vLLM instance's settings are checked before anything starts
+        code = main([*base, "--instances", "2", "--backend", "ray", "--instance-engine", "vllm"])
+        err = capsys.readouterr().err
+        assert code == EXIT_BAD_INPUT and "--instance-engine vllm needs --block-size 32" in err
     monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
     code = main([*base, "--instances", "2", "--backend", "ray"])
     err = capsys.readouterr().err
