@@ -216,3 +216,24 @@ def test_cli_backend_errors_are_one_line(capsys, monkeypatch):
     code = main([*base, "--instances", "2", "--backend", "ray"])
     err = capsys.readouterr().err
     assert code == EXIT_BAD_INPUT and "Ray is not installed" in err and "pip install" in err
+
+
+def test_decode_actor_dying_mid_run_with_prefill_and_decode_instances(backend, workload):
+    """P/D: a decode instance's actor dies unannounced while prefills hand requests over to it.
+    What it held and the transfers still on their way to it are routed again; none is lost."""
+    ray = pytest.importorskip("ray")
+    fleet = FleetConfig(instances=4, router="mooncake-pd", prefill_instances=1)
+    w = workload.head(120)
+    killed: list[float] = []
+
+    def crash(done: int, total: int, now: float) -> None:
+        if not killed and done >= 20:
+            ray.kill(backend.pool[2], no_restart=True)
+            killed.append(now)
+
+    out = FleetSimulator(ROOMY, fleet, backend).run(w, progress=crash, progress_every=10)
+    assert killed and out.fleet["lost"] == [2] and out.fleet["rerouted"] > 0
+    assert_conserved(out, len(w))
+    r = out.result.requests
+    finished = ~np.isnan(r.finish_s)
+    assert not ((out.instance_of == 2) & finished & (r.finish_s > killed[0] + 1.0)).any()

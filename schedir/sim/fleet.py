@@ -372,14 +372,21 @@ class FleetSimulator:
             alive[i] = False
             next_t[i] = math.inf
             index.drop(i)
-            back = names if names is not None else np.flatnonzero((instance_of == i) & ~settled).tolist()
-            for r in back:  # they restart elsewhere: drop what the lost instance recorded
+            if names is None:
+                stats["lost"].append(i)  # type: ignore[union-attr]
+            restart(names if names is not None else np.flatnonzero((instance_of == i) & ~settled).tolist(), at)
+
+        def restart(back: list[int], at: float) -> None:
+            """Route `back` again at `at`: they restart elsewhere, without what their lost instance recorded."""
+            for r in back:
                 reqs.first_scheduled_s[r] = reqs.first_token_s[r] = reqs.last_token_s[r] = math.nan
                 reqs.tokens_out[r] = 0
                 reqs.prefix_hit_tokens[r] = -1
+                if r in handoff:  # P/D: its prefill instance went; routing it again decides anew
+                    j, _ = handoff.pop(r)
+                    handing[instance_of[r]] -= 1
+                    expecting[j] -= 1
             stats["rerouted"] += len(back)  # type: ignore[operator]
-            if names is None:
-                stats["lost"].append(i)  # type: ignore[union-attr]
             if back:
                 route(back, at)
 
@@ -454,8 +461,14 @@ class FleetSimulator:
             if t_kv == t:  # P/D: a request's KV reached its decode instance, which takes it from here
                 _, r, j = heapq.heappop(arriving)
                 expecting[j] -= 1
-                instances.receive(j, r, max_tokens[r] - 1, t_kv)
+                if not alive[j]:  # its decode instance failed while the KV was on the way: start over
+                    restart([r], t_kv)
+                    continue
                 instance_of[r] = j
+                try:
+                    instances.receive(j, r, max_tokens[r] - 1, t_kv)
+                except InstanceLost:  # found dead now: it and everything it held (r too) go elsewhere
+                    lose(j, t_kv)
                 continue
             if t_rm == t:
                 removal = removals[ri]
