@@ -158,6 +158,10 @@ def test_actor_dying_unannounced_mid_run(backend, workload):
     assert_conserved(out, len(workload))
     assert out.fleet["per_instance"][2]["routed"] < len(workload) / 3  # it took no more after it was found dead
     assert len(backend.pool) >= 2  # the dead actor left the pool; the next run starts a fresh one
+    ray.kill(backend.pool[0], no_restart=True)  # one dying between runs is replaced too
+    again = FleetSimulator(ENGINE, fleet, backend).run(workload.head(30))
+    assert not again.fleet["lost"]
+    assert_conserved(again, 30)
 
 
 def test_an_instance_error_is_raised_as_in_process(backend, workload):

@@ -332,6 +332,7 @@ class RayBackend:
         self.connect(len(logs))
         ray = import_ray()
         actor = ray.remote(num_cpus=self.num_cpus, max_restarts=0, max_task_retries=0)(InstanceActor)
+        self.pool = [a for a in self.pool if self._answers(a)]  # one that died between runs is replaced
         while len(self.pool) < len(logs):
             self.pool.append(actor.remote())
         if self.kind == "vllm":
@@ -340,6 +341,15 @@ class RayBackend:
             check_vllm_config(config, sizes[1])
         return RayInstances(config, reqs, logs, sizes, workload, self.pool[: len(logs)], num_cpus=self.num_cpus,
                             on_close=self._returned, kind=self.kind)
+
+    @staticmethod
+    def _answers(actor: Any) -> bool:
+        ray = import_ray()
+        try:
+            ray.get(actor.ping.remote(), timeout=READY_TIMEOUT_S)
+        except ray.exceptions.RayActorError:
+            return False
+        return True
 
     def _returned(self, instances: RayInstances) -> None:
         """A run ended: its lost actors leave the pool (dead actors answer nothing)."""
