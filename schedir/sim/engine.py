@@ -60,6 +60,8 @@ class Engine:
         self.row_index = np.full(self.sched.table.capacity, -1, dtype=np.int64)  # runtime row -> request index
         self.finished: list[int] = []  # request indices finished by the last step
         self.rejected: list[int] = []  # request indices the last step rejected
+        self.preempted: list[int] = []  # request indices the last step preempted
+        self.batch: np.ndarray = _NO_TOKENS  # request indices the last step ran (its records changed)
         self.sched_us = 0.0
 
     def _clock(self) -> float:
@@ -87,6 +89,8 @@ class Engine:
         reqs = self.reqs
         perf = time.perf_counter
         self.finished = []
+        self.preempted = []
+        self.batch = _NO_TOKENS
         w0 = perf()
         out = sched.schedule()
         w1 = perf()
@@ -98,12 +102,13 @@ class Engine:
         if out.preempted_req_ids:
             for name in out.preempted_req_ids:
                 reqs.preemptions[int(name)] += 1
+                self.preempted.append(int(name))
         rows = out.rows
         k = rows.size
         if k == 0:
             sched.update(out, _NO_TOKENS)
             return StepStatus.CHANGED if (out.rejected or out.preempted_req_ids) else StepStatus.IDLE
-        idx = self.row_index[rows]
+        idx = self.batch = self.row_index[rows]
         num_tokens = out.num_tokens
         computed = out.computed
         gpu_s, flops = self.cost.step_cost(num_tokens, computed)
@@ -126,6 +131,14 @@ class Engine:
         self.steps.append(start, gpu_s, prefill_tokens, decode_tokens, k, sched.waiting.size,
                           1.0 - pool.num_free / pool.usable_blocks, self.sched_us, flops)
         return StepStatus.RAN
+
+    def abort_all(self) -> list[int]:
+        """Abort every unfinished request (the instance leaves the fleet); returns their indices, sorted."""
+        sched = self.sched
+        rows = np.concatenate([sched.running, sched.waiting])
+        names = [sched.table.names[r] for r in rows.tolist()]
+        sched.finish_requests(names, reason="abort")
+        return sorted(int(x) for x in names)
 
     def first_waiting(self, limit: int = 5) -> str:
         names = [self.sched.table.names[r] for r in self.sched.waiting[:limit].tolist()]

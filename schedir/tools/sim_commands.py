@@ -30,7 +30,8 @@ from schedir.sim.report import comparison_table, print_notes, run_table
 from schedir.sim.runspec import parse_configs
 from schedir.sim.simulator import Simulator
 from schedir.sim.workloads import BUILTIN_WORKLOADS, Workload, builtin_workload, load_trace
-from schedir.tools.fleet_commands import add_fleet_arguments, cmd_fleet_bench, cmd_fleet_sim
+from schedir.tools.fleet_commands import (add_fleet_arguments, check_fleet_args, cmd_fleet_bench,
+                                          cmd_fleet_sim)
 
 DEFAULT_BENCH_CONFIGS = "vllm,vllm@enable_prefix_caching=false,vllm@max_num_batched_tokens=2048"
 DEFAULT_BENCH_REQUESTS = 600
@@ -197,6 +198,7 @@ def simulate(config: SimConfig, workload: Workload, console: Console, quiet: boo
 
 
 def cmd_sim(args: argparse.Namespace, console: Console) -> int:
+    check_fleet_args(args)
     if args.instances is not None:
         return cmd_fleet_sim(args, console)
     if args.dump_steps and args.dump_dir is None:
@@ -243,6 +245,7 @@ def warm_up(configs: Sequence[SimConfig], workload: Workload) -> None:
 
 
 def cmd_bench(args: argparse.Namespace, console: Console) -> int:
+    check_fleet_args(args)
     if args.instances is not None:
         return cmd_fleet_bench(args, console)
     configs = parse_configs(args.configs, base_config(args, "vllm"))

@@ -1,0 +1,254 @@
+"""The fleet's instances behind one interface, so the router's event loop does not care where they run.
+
+`FleetSimulator` drives its instances only through `Instances`: add routed requests,
+advance the instances to the next fleet event, read the live facts a route step needs,
+abort or lose an instance, take a P/D request's KV. `LocalInstances` holds the engines in
+process and shares the driver's `RequestLog`; `schedir.sim.ray_fleet.RayInstances` holds
+each one in a Ray actor and ships back, per call, only what changed (the records of the
+requests the calls touched, the token gaps and step rows they produced, the instance's
+facts). Both run the same `InstanceCore`, so a run's decisions do not depend on the backend.
+
+Between two fleet events (an arrival batch, a removal, a KV transfer landing) the instances
+are independent: each runs its steps that start before the event, so the backend may run
+them in parallel. The records they write are per request and each request is on one
+instance at a time, so the order across instances does not change them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+import attrs
+import numpy as np
+
+from schedir.lowering.kv_pool import allocate, cache_full_blocks, free_row
+from schedir.runtime import table as T
+from schedir.sim.config import SimConfig
+from schedir.sim.cost_model import CostModel
+from schedir.sim.engine import Engine, StepStatus
+from schedir.sim.records import RequestLog, StepLog
+from schedir.sim.workloads import Workload
+
+FACTS = ("queued", "running", "queued_tokens", "free_blocks", "total_blocks")
+NO_IDS = np.zeros(0, dtype=np.int64)
+
+
+class InstanceLost(Exception):
+    """An instance stopped answering (its Ray actor died, or it was killed): its requests
+    must be routed again by the driver, which knows which ones it held."""
+
+    def __init__(self, instance: int, why: str) -> None:
+        super().__init__(f"instance {instance} lost: {why}")
+        self.instance = instance
+        self.why = why
+
+
+@attrs.frozen
+class Advanced:
+    """What one instance did while advancing to a fleet event (its records are already in the driver's log)."""
+
+    finished: list[int]  # request indices, in the order they finished
+    rejected: list[int]
+    next_t: float  # when its next step starts (inf: idle until a request arrives)
+    busy: bool
+
+
+class InstanceCore:
+    """One instance: its engine and when its next step starts. Everything it does is a call
+    with plain arguments, so the same object serves in process and inside a Ray actor."""
+
+    def __init__(self, engine: Engine, workload: Workload) -> None:
+        self.engine = engine  # the simulator's Engine, or one with its interface (a real vLLM engine)
+        self.workload = workload
+        self.vocab = self.engine.vocab_size
+        self.priority = workload.priority
+        self.arrival = workload.arrival_s
+        self.next_t = math.inf
+        self.touched: list[np.ndarray] | None = None  # set by a backend that ships changed records
+
+    def _wake(self, at: float) -> None:
+        if self.next_t == math.inf:  # idle until now: its clock jumps to the arrival
+            e = self.engine
+            e.now = max(e.now, at)
+            self.next_t = e.now
+
+    def add(self, ids: np.ndarray, max_tokens: np.ndarray, at: float) -> None:
+        """Queue routed requests `ids` (in routing order) at simulated time `at`."""
+        e, wl = self.engine, self.workload
+        for r, mt in zip(ids.tolist(), max_tokens.tolist(), strict=True):
+            e.add(r, wl.prompt_tokens(r, self.vocab), mt, int(self.priority[r]), float(self.arrival[r]))
+        self._wake(at)
+
+    def receive(self, r: int, max_tokens: int, at: float) -> None:
+        """P/D: request `r`'s prompt KV (and its first token) landed here at `at`; decode the rest."""
+        e = self.engine
+        if not isinstance(e, Engine):
+            raise NotImplementedError(f"P/D hand-over to a {type(e).__name__} instance: simulated engines only")
+        first = (r * 7919 + int(e.reqs.input_len[r])) % self.vocab  # the token the prefill sampled (account_step's)
+        prompt = np.append(self.workload.prompt_tokens(r, self.vocab), np.int32(first))
+        e.add(r, prompt, max_tokens, int(self.priority[r]), float(self.arrival[r]))
+        receive_kv(e, str(r), int(e.reqs.input_len[r]))
+        self._wake(at)
+
+    def advance(self, until: float, max_steps: int = -1) -> Advanced:
+        """Run the steps that start before `until` (at most `max_steps` when >= 0)."""
+        e = self.engine
+        finished: list[int] = []
+        rejected: list[int] = []
+        touched = self.touched
+        ran = 0
+        while self.next_t < until and ran != max_steps:
+            status = e.step()
+            ran += 1
+            if e.finished:
+                finished.extend(e.finished)
+            if e.rejected:
+                rejected.extend(e.rejected)
+            if touched is not None:
+                touched.append(e.batch)
+                if e.rejected or e.preempted:
+                    touched.append(np.asarray(e.rejected + e.preempted, dtype=np.int64))
+            self.next_t = math.inf if status is StepStatus.IDLE or not e.busy else e.now
+        return Advanced(finished, rejected, self.next_t, e.busy)
+
+    def facts(self) -> tuple[int, int, int, int, int]:
+        """The live facts a route step reads (FACTS order)."""
+        s = self.engine.sched
+        w = s.waiting
+        queued_tokens = int((s.table.data[T.PROMPT, w] - s.table.data[T.COMPUTED, w]).sum()) if w.size else 0
+        return w.size, s.running.size, queued_tokens, s.pool.num_free, s.pool.usable_blocks
+
+    def abort_all(self) -> list[int]:
+        """Removal: abort every unfinished request here; returns their indices (sorted)."""
+        self.next_t = math.inf
+        return self.engine.abort_all()
+
+    def stalled(self) -> str:
+        e = self.engine
+        return f"{e.sched.get_num_unfinished_requests()} requests unfinished and no arrivals left " \
+               f"(first waiting: {e.first_waiting()})"
+
+
+class Instances(Protocol):
+    """The fleet's instances as the router's event loop sees them. `next_t[i]` is when
+    instance i's next step starts (inf: idle or gone). A call on a lost instance raises
+    `InstanceLost` (`advance` reports lost instances instead of raising)."""
+
+    next_t: np.ndarray
+    busy: np.ndarray
+
+    def add(self, batches: Mapping[int, tuple[np.ndarray, np.ndarray]], at: float) -> list[int]:
+        """Queue each instance's routed requests (ids, max tokens); returns the instances lost."""
+        ...
+
+    def receive(self, instance: int, r: int, max_tokens: int, at: float) -> None: ...
+
+    def advance(self, which: Sequence[int], until: float, max_steps: int = -1) \
+            -> tuple[dict[int, Advanced], list[int]]:
+        """Advance instances `which` to `until`: (what each did, the instances found lost)."""
+        ...
+
+    def facts(self, live: np.ndarray) -> np.ndarray:
+        """(len(live), len(FACTS)) int64: each live instance's facts now."""
+        ...
+
+    def abort(self, instance: int) -> list[int]: ...
+
+    def kill(self, instance: int) -> None:
+        """Make the instance fail (a crash, not a drain): later calls find it lost."""
+        ...
+
+    def stalled(self, instance: int) -> str: ...
+
+    def close(self) -> None: ...
+
+
+class LocalInstances:
+    """The instances in this process, writing straight into the driver's `RequestLog` and step logs."""
+
+    def __init__(self, config: SimConfig, reqs: RequestLog, logs: Sequence[StepLog],
+                 sizes: tuple[CostModel, int, int, int], workload: Workload) -> None:
+        self.cores: list[InstanceCore | None] = [InstanceCore(Engine(config, reqs, log, sizes), workload)
+                                                 for log in logs]
+        m = len(logs)
+        self.next_t = np.full(m, math.inf)
+        self.busy = np.zeros(m, dtype=bool)
+
+    def _core(self, i: int) -> InstanceCore:
+        core = self.cores[i]
+        if core is None:
+            raise InstanceLost(i, "killed")
+        return core
+
+    def add(self, batches: Mapping[int, tuple[np.ndarray, np.ndarray]], at: float) -> list[int]:
+        lost = []
+        for i, (ids, max_tokens) in batches.items():
+            core = self.cores[i]
+            if core is None:
+                lost.append(i)
+                continue
+            core.add(ids, max_tokens, at)
+            self.next_t[i] = core.next_t
+            self.busy[i] = True
+        return lost
+
+    def receive(self, instance: int, r: int, max_tokens: int, at: float) -> None:
+        core = self._core(instance)
+        core.receive(r, max_tokens, at)
+        self.next_t[instance] = core.next_t
+        self.busy[instance] = True
+
+    def advance(self, which: Sequence[int], until: float, max_steps: int = -1) \
+            -> tuple[dict[int, Advanced], list[int]]:
+        done: dict[int, Advanced] = {}
+        lost = []
+        for i in which:
+            core = self.cores[i]
+            if core is None:
+                lost.append(i)
+                continue
+            a = done[i] = core.advance(until, max_steps)
+            self.next_t[i] = a.next_t
+            self.busy[i] = a.busy
+        return done, lost
+
+    def facts(self, live: np.ndarray) -> np.ndarray:
+        return np.array([self._core(i).facts() for i in live.tolist()], dtype=np.int64).reshape(-1, len(FACTS))
+
+    def abort(self, instance: int) -> list[int]:
+        names = self._core(instance).abort_all()
+        self.next_t[instance] = math.inf
+        self.busy[instance] = False
+        return names
+
+    def kill(self, instance: int) -> None:
+        self.cores[instance] = None
+        self.next_t[instance] = math.inf
+        self.busy[instance] = False
+
+    def stalled(self, instance: int) -> str:
+        return self._core(instance).stalled()
+
+    def close(self) -> None:
+        pass
+
+
+def receive_kv(engine: Engine, name: str, tokens: int) -> int:
+    """The KV of a request's first `tokens` prompt tokens lands in `engine`'s prefix cache
+    (P/D: the transfer from its prefill instance), as blocks registered under the request's
+    chained hashes and left free-but-cached, so its first step there finds them as prefix hits.
+    Returns the blocks received (0 when the pool has no room: the decode instance recomputes)."""
+    pool = engine.sched.pool
+    row = engine.sched.table.row_of[name]
+    full = min(tokens // pool.block_size, int(pool.nhash[row]), pool.width)
+    if full <= 0 or full > pool.num_free:
+        return 0
+    allocate(row, full, pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache, pool.table,
+             pool.nblk)
+    cache_full_blocks(row, full * pool.block_size, pool.bhash, pool.dup_next, pool.cache, pool.meta, pool.table,
+                      pool.ncached, pool.rhash, pool.nhash)
+    free_row(row, pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache, pool.table,
+             pool.nblk, pool.ncached)
+    return full
