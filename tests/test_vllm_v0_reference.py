@@ -96,7 +96,6 @@ def test_driver_rejects_bad_input_without_traceback(tmp_path) -> None:
 
 def test_missing_env_is_one_sentence(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv(ref.ENV_VAR, str(tmp_path / "nope" / "python"))
-    ref.unavailable_reason.cache_clear()
     try:
         reason = ref.unavailable_reason()
         assert reason is not None and "does not exist" in reason and "\n" not in reason
@@ -104,8 +103,6 @@ def test_missing_env_is_one_sentence(monkeypatch, tmp_path) -> None:
             ref.run_reference({})
     finally:
         monkeypatch.undo()
-        ref.unavailable_reason.cache_clear()
-
 
 # ---- vLLM 0.8.5's real v0 Scheduler -------------------------------------------------------------
 
