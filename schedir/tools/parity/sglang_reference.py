@@ -11,8 +11,6 @@ string instead of a traceback when SGLang is absent.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
 from schedir.tools.parity.reference_env import ReferenceEnv
 
 ENV_VAR = "SCHEDIR_SGLANG_PYTHON"
@@ -24,22 +22,8 @@ CANDIDATES = (Path("/work/sgl-env/bin/python"), _REPO.parent / "sgl-env" / "bin"
 ENV = ReferenceEnv("SGLang's scheduling classes", ENV_VAR, DRIVER, CANDIDATES, "docs/sglang-reference.md")
 
 
-def sglang_python() -> Path | None:
-    """SCHEDIR_SGLANG_PYTHON if set, else the first candidate environment that exists."""
-    return ENV.python()
-
-
-def unavailable_reason() -> str | None:
-    """None when SGLang's reference can run here, else a sentence saying why not."""
-    return ENV.unavailable_reason()
-
-
-def probe_versions() -> dict[str, str]:
-    """SGLang's and torch's versions in the reference environment (raises if unavailable)."""
-    return ENV.probe_versions()
-
-
-def run_reference(runs: dict[str, tuple[dict[str, Any], dict[str, Any]]], timeout: float = 1200) -> dict[str, Any]:
-    """Run each named (trace, config) through SGLang's real scheduler classes in one process:
-    {name: {"sglang_version", "config", "steps", "summary"}}."""
-    return ENV.run(runs, timeout)
+# the module's API (tests and the parity tools call these)
+sglang_python = ENV.python
+unavailable_reason = ENV.unavailable_reason
+probe_versions = ENV.probe_versions
+run_reference = ENV.run

@@ -11,8 +11,6 @@ one-line reason instead of a traceback when the environment is absent.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
 from schedir.tools.parity.reference_env import ReferenceEnv
 
 ENV_VAR = "SCHEDIR_VLLM_V0_PYTHON"
@@ -33,22 +31,8 @@ def _is_085(versions: dict[str, str]) -> str | None:
 ENV = ReferenceEnv("vLLM v0's scheduler", ENV_VAR, DRIVER, CANDIDATES, DOC, _is_085)
 
 
-def v0_python() -> Path | None:
-    """SCHEDIR_VLLM_V0_PYTHON if set, else the first candidate environment that exists."""
-    return ENV.python()
-
-
-def unavailable_reason() -> str | None:
-    """None when vLLM v0's reference can run here, else one sentence saying why not."""
-    return ENV.unavailable_reason()
-
-
-def probe_versions() -> dict[str, str]:
-    """vLLM's and torch's versions in the reference environment (RuntimeError if unavailable)."""
-    return ENV.probe_versions()
-
-
-def run_reference(runs: dict[str, tuple[dict[str, Any], dict[str, Any]]], timeout: float = 1200) -> dict[str, Any]:
-    """Run each named (trace, config) through vLLM 0.8.5's v0 Scheduler, all in one process:
-    {name: {"vllm_version", "config", "steps", "summary"}}."""
-    return ENV.run(runs, timeout)
+# the module's API (tests and the parity tools call these)
+v0_python = ENV.python
+unavailable_reason = ENV.unavailable_reason
+probe_versions = ENV.probe_versions
+run_reference = ENV.run
