@@ -315,8 +315,9 @@ class RadixKVPool:
         self.evict_for(need)
         return self.available >= need
 
-    def decode(self, rows: np.ndarray) -> None:
-        """`prepare_for_decode`: one more token of KV for each row (a new page where the last is full)."""
+    def decode(self, rows: np.ndarray, mixed: bool = False) -> None:
+        """`prepare_for_decode`: one more token of KV for each row (a new page where the last is full).
+        `mixed`: the rows decode in a prefill step (the extend batch stays recorded)."""
         page = self.block_size
         self.evict_for(rows.size * page)  # alloc_token_slots / alloc_paged_token_slots_decode's demand
         n = self.kv_len[rows]
@@ -328,8 +329,9 @@ class RadixKVPool:
             self.table[fresh, at] = self._take_pages(fresh.size)
             self.nblk[fresh] = np.maximum(self.nblk[fresh], at + 1)
         self.kv_len[rows] = n + 1
-        self.extend_rows = np.zeros(0, dtype=np.int64)
-        self.extend_ends = np.zeros(0, dtype=np.int64)
+        if not mixed:
+            self.extend_rows = np.zeros(0, dtype=np.int64)
+            self.extend_ends = np.zeros(0, dtype=np.int64)
 
     def stash_chunked(self) -> None:
         """`Scheduler.stash_chunked_request`: put what a chunked request computed into the tree."""

@@ -33,6 +33,9 @@ PRESETS: dict[str, str] = {
     # dfs-weight, lof, random), PrefillAdder's admission with new_token_ratio, prefill-first steps,
     # decode with retraction. Checked step by step against SGLang's own classes.
     "sglang": "reject-oversized,sglang-order,sglang-admit,sglang-decode",
+    # ... with SGLang's mixed chunked prefill (--enable-mixed-chunk): running requests decode in
+    # the prefill step when their tokens fit.
+    "sglang-mixed": "reject-oversized,sglang-order,sglang-admit{mixed=1},sglang-decode",
     # The seed's base scheduler with its PrefixCacheAware order (longest cached prefix first).
     "with-prefix-aware": "reject-oversized,prefix-cache-aware,schedule-running,admit-greedy,verify-step",
     # All four seed passes: sharers of a cached prefix, then similar lengths, then priority (stable

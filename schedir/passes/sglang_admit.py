@@ -128,10 +128,22 @@ class SglangAdmit(StepPass):
     scheduler_state = SCHEDULER_STATE
 
     chunk: int = -1  # chunked_prefill_size; -1: the step's token budget (max_prefill_tokens); 0: no chunking
+    mixed: int = 0  # enable_mixed_chunk: the running batch decodes in the prefill step (needs chunking)
     clip: int = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
     init_ratio: float = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO * schedule_conservativeness
     queue: str = "waiting"
     running: str = "running"
+
+    def _mix(self, step: Step, pool, running, run_ids: np.ndarray, in_batch: np.ndarray):  # noqa: ANN001, ANN202
+        """Mixed chunked prefill: the running batch (in its order) decodes in this prefill step if
+        its tokens fit (`check_decode_mem`; no retraction in a mixed step). Returns its ids or None."""
+        join = step.state_column(running, JOIN.name, JOIN.default)
+        batch = run_ids[in_batch][np.argsort(join[in_batch], kind="stable")]
+        if not pool.decode_fits(batch):
+            return None
+        pool.decode(batch, mixed=True)
+        step.schedule(running, "decode", batch, np.ones(batch.size, dtype=np.int64))
+        return batch
 
     def run(self, step: Step) -> None:
         facts = step.facts
@@ -168,11 +180,17 @@ class SglangAdmit(StepPass):
             left = np.minimum(max_new[in_batch] - (total[in_batch] - prompt[in_batch]), self.clip)
             offset = float(sum(float(x) * ratio for x in left.tolist()))
         chunk = facts.token_budget if self.chunk < 0 else (self.chunk or None)
+        mixed = bool(self.mixed) and chunk is not None  # scheduler.py: is_mixed_chunk
         if chunk is not None and chunk < pool.block_size:
             raise ValueError(f"chunked prefill of {chunk} tokens is less than one page ({pool.block_size} tokens): "
                              "SGLang cuts chunks at page boundaries, so no prompt longer than it could start; "
                              "raise the token budget (max_num_batched_tokens) or the chunk option")
         budget = _Budget(pool, facts.token_budget, chunk, offset)
+        if mixed:  # PrefillAdder(num_mixed_decode_tokens=running_bs): a token per running request
+            budget.rem_input -= batch_size
+            budget.rem_chunk -= batch_size
+            budget.total_offset += batch_size
+            budget.current_offset += batch_size
         page = budget.page
         batch_rows: list[int] = []
         batch_ends: list[int] = []
@@ -271,6 +289,12 @@ class SglangAdmit(StepPass):
         # requests whose prefill completes join the running batch, in batch order
         base = int(st.get(NEXT_JOIN.name, NEXT_JOIN.default))
         joining = [r for r in batch_rows if r != new_chunked]
+        decoding = self._mix(step, pool, running, run_ids, in_batch) if mixed and batch_size else None
+        if decoding is not None:
+            # The mixed batch (prefills, then the decodes) becomes the running batch next step, in
+            # that order, and a fresh batch's batch_is_full is False
+            joining += decoding.tolist()
+            full = False
         for value, queue_ids in ((running, run_ids), (waiting, wait_ids)):
             mine = np.asarray([r for r in joining if r in set(queue_ids.tolist())], dtype=np.int64)
             if mine.size:

@@ -240,9 +240,12 @@ class Reference:
         self.policy.calc_priority(self.waiting_queue, running)
         # The order the policy chose, with each request's cached-prefix length as the sort saw it.
         rec["queue_order"] = [[r.rid, int(getattr(r, "num_matched_prefix_tokens", 0) or 0)] for r in self.waiting_queue]
+        # scheduler.py:Scheduler.__init__: is_mixed_chunk needs chunked prefill; the adder then
+        # reserves one token per running request (num_mixed_decode_tokens = running_bs).
+        mixed = self.cfg["enable_mixed_chunk"] and self.chunked_prefill_size is not None
         adder = PrefillAdder(
             self.page_size, self.tree_cache, self.allocator, running, self.ratio.current,
-            self.max_prefill_tokens, self.chunked_prefill_size, 0,  # mixed chunk off
+            self.max_prefill_tokens, self.chunked_prefill_size, running_bs if mixed else 0,
             max_running_requests=self.cfg["max_running_requests"], waiting_queue_len=len(self.waiting_queue),
         )
         resumed = self.chunked_req
@@ -285,6 +288,18 @@ class Reference:
             {"rid": r.rid, "extend": int(r.extend_len), "prefix": int(r.prefix_len), "continued": r is resumed}
             for r in can_run
         ]
+        # scheduler.py:_get_new_batch_prefill_raw, "Mixed-style chunked prefill" (no overlap, so no
+        # in-flight finishers): the running batch decodes in this step too when its tokens fit
+        # (check_decode_mem; no retraction here), and an empty batch takes its place.
+        if mixed and not running.is_empty():
+            if running.check_decode_mem():
+                running.prepare_for_decode()
+                batch.mix_with_running(running)
+                batch.decoding_reqs = running.reqs
+                rec["decode"] = [r.rid for r in running.reqs]
+                self.running_batch = self._ScheduleBatch(reqs=[], batch_is_full=running.batch_is_full)
+        else:
+            batch.decoding_reqs = None
         return batch
 
     def _update_running_batch(self, rec: dict[str, Any]) -> Any:
@@ -338,8 +353,8 @@ class Reference:
                     if req.finished():
                         release_kv_cache(req, self.tree_cache, checkpoint=True)
                         rec["finished"].append(req.rid)
-                    else:
-                        checkpoint_kv_cache(req, self.tree_cache)
+                    elif not batch.decoding_reqs or req not in batch.decoding_reqs:
+                        checkpoint_kv_cache(req, self.tree_cache)  # a mixed batch's decodes are not
                 else:
                     req.inflight_middle_chunks -= 1  # a middle chunk: no token, no stream
         else:

@@ -31,7 +31,8 @@ def pipeline_for(cfg: dict[str, Any]) -> str:
     chunk = cfg["chunked_prefill_size"] if cfg["chunked_prefill_size"] and cfg["chunked_prefill_size"] > 0 else 0
     init = float(cfg["init_new_token_ratio"])
     return (f"reject-oversized,sglang-order{{seed={cfg['random_seed']}}},"
-            f"sglang-admit{{chunk={chunk} clip={cfg['clip_max_new_tokens']} init-ratio={init!r}}},"
+            f"sglang-admit{{chunk={chunk} clip={cfg['clip_max_new_tokens']} init-ratio={init!r} "
+            f"mixed={int(cfg['enable_mixed_chunk'])}}},"
             f"sglang-decode{{init-ratio={init!r} min-factor={float(cfg['min_new_token_ratio_factor'])!r} "
             f"decay-steps={cfg['new_token_ratio_decay_steps']} retract-steps={cfg['retract_decode_steps']}}}")
 
@@ -78,8 +79,12 @@ def run(cfg: dict[str, Any], trace: dict[str, Any]) -> dict[str, Any]:
         names = out.names.tolist()
         if pool.extend_rows.size:
             rec["mode"] = "extend"
+            extend = set(pool.extend_rows.tolist())
+            rows = out.rows.tolist()
             rec["admitted"] = [{"rid": n, "extend": int(t), "prefix": int(c), "continued": n == chunked_before}
-                               for n, t, c in zip(names, out.num_tokens.tolist(), out.computed.tolist(), strict=True)]
+                               for n, t, c, r in zip(names, out.num_tokens.tolist(), out.computed.tolist(), rows,
+                                                     strict=True) if r in extend]
+            rec["decode"] = [n for n, r in zip(names, rows, strict=True) if r not in extend]  # a mixed step's
         elif names:
             rec["mode"] = "decode"
             rec["decode"] = names
@@ -205,6 +210,7 @@ def random_scenarios(count: int, seed: int = 0) -> dict[str, tuple[dict[str, Any
             "retract_decode_steps": rng.choice([5, 20]),
             "random_seed": rng.randrange(1000),
             "max_steps": 4000,
+            "enable_mixed_chunk": rng.random() < 0.3,
         }
         if cfg["chunked_prefill_size"] is not None and cfg["chunked_prefill_size"] < page:
             cfg["chunked_prefill_size"] = page * 4

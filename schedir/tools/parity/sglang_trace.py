@@ -53,6 +53,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "clip_max_new_tokens": 4096,
     "max_steps": 5000,
     "random_seed": 0,
+    "enable_mixed_chunk": False,
 }
 """The reference loop's knobs, named after SGLang's server args / environment variables:
 `num_kv_tokens` is the token-to-KV pool size (`max_total_num_tokens`), `max_running_requests`
@@ -82,6 +83,8 @@ def check_config(cfg: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(f"chunked_prefill_size must be an integer or null, got {out['chunked_prefill_size']!r}")
     if not 0.0 < float(out["init_new_token_ratio"]) <= 1.0:
         raise ValueError("init_new_token_ratio must be in (0, 1]")
+    if not isinstance(out["enable_mixed_chunk"], bool):
+        raise ValueError(f"enable_mixed_chunk must be true or false, got {out['enable_mixed_chunk']!r}")
     return out
 
 
@@ -170,6 +173,8 @@ def scenarios() -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
     - chunked: prompts of 300-1200 tokens with chunked_prefill_size 256;
     - retract: a KV pool of 1000 tokens, long outputs and a low initial new_token_ratio, so
       decode runs out of memory and retract_decode fires several times;
+    - mixed / mixed-tight: SGLang's mixed chunked prefill (`enable_mixed_chunk`): running requests
+      decode in the prefill step when their tokens fit; the tight one also retracts;
     - dfs-weight, lof, random: the other policies on small traces.
     """
     shared = dict(num_prefixes=3, prefix_len=(64, 160), share_prob=0.8)
@@ -191,6 +196,16 @@ def scenarios() -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
             make_trace(num_requests=60, seed=4, arrival_rate=1.0, prompt_len=(32, 96), output_len=(64, 200), **shared),
             {"policy": "lpm", "num_kv_tokens": 1000, "chunked_prefill_size": 256, "max_running_requests": 32,
              "init_new_token_ratio": 0.2, "new_token_ratio_decay_steps": 10},
+        ),
+        "mixed": (
+            make_trace(num_requests=30, seed=8, arrival_rate=1.0, prompt_len=(100, 600), output_len=(8, 40), **shared),
+            {"policy": "lpm", "num_kv_tokens": 8192, "chunked_prefill_size": 256, "max_prefill_tokens": 1024,
+             "enable_mixed_chunk": True},
+        ),
+        "mixed-tight": (
+            make_trace(num_requests=40, seed=9, arrival_rate=1.0, prompt_len=(32, 200), output_len=(32, 150), **shared),
+            {"policy": "fcfs", "num_kv_tokens": 1200, "chunked_prefill_size": 128, "max_running_requests": 32,
+             "init_new_token_ratio": 0.2, "new_token_ratio_decay_steps": 10, "enable_mixed_chunk": True},
         ),
         "dfs-weight": (
             make_trace(num_requests=24, seed=5, burst_at=10, **shared),
