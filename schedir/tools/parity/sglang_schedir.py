@@ -219,6 +219,12 @@ def random_scenarios(count: int, seed: int = 0) -> dict[str, tuple[dict[str, Any
             prefix_len=(16, 200), share_prob=rng.random(), prompt_len=(8, 300), output_len=(2, 120),
             arrival_rate=rng.choice([0.0, 0.5, 2.0, 8.0]), early_stop_prob=rng.choice([0.0, 0.3]),
         )
+        # SGLang never admits a request whose prompt and reserved output exceed the whole pool (its
+        # server refuses such requests up front; schedir rejects them, see sglang-admit): keep every
+        # request admissible, so a difference found is a difference in scheduling
+        need = max(len(r["prompt"]) + r["max_new_tokens"] for r in trace["requests"]) + 2 * page
+        if cfg["num_kv_tokens"] < need:
+            cfg["num_kv_tokens"] = -(-need // page) * page
         out[f"random-{seed + i}"] = (trace, cfg)
     return out
 
