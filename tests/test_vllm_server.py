@@ -330,7 +330,9 @@ def test_concurrent_clients(server: Server, client: httpx.Client) -> None:
     """Eight clients at once (twice max_num_seqs, half of them streaming, prompts up to two
     token budgets long): all complete with their own lengths, the running gauge never exceeds
     max_num_seqs and the others are seen waiting."""
-    jobs = [(prompt_ids(10_000 + 1000 * i, 20 + 60 * i), 32 + 8 * i, i % 2 == 1) for i in range(8)]
+    # long enough (256-704 tokens) that the watcher, polling /metrics every 50 ms, sees the queue even
+    # on a loaded machine (with 32-88 tokens every request could finish between two samples)
+    jobs = [(prompt_ids(10_000 + 1000 * i, 20 + 60 * i), 256 + 64 * i, i % 2 == 1) for i in range(8)]
     seen: list[dict[str, float]] = []
 
     async def one(c: httpx.AsyncClient, prompt: list[int], n: int, stream: bool) -> tuple[list[int], str]:
