@@ -48,8 +48,32 @@ def new_cache(num_blocks: int) -> np.ndarray:
     return np.zeros((2, capacity), dtype=np.int64)
 
 
+class BlockTables:
+    """What the runtime reads from any pool kind: per-row block (page) tables and their shape.
+    A pool has `num_blocks` (block 0 reserved), `table` (rows x width) and `nblk` (per row)."""
+
+    num_blocks: int
+    table: np.ndarray
+    nblk: np.ndarray
+
+    @property
+    def usable_blocks(self) -> int:
+        return self.num_blocks - 1
+
+    @property
+    def rows(self) -> int:
+        return self.table.shape[0]
+
+    @property
+    def width(self) -> int:
+        return self.table.shape[1]
+
+    def blocks_of(self, row: int) -> np.ndarray:
+        return self.table[row, : self.nblk[row]]
+
+
 @attrs.define(eq=False)
-class KVPool:
+class KVPool(BlockTables):
     """Block pool + prefix cache + per-request block tables (arrays; see module docstring)."""
 
     num_blocks: int
@@ -104,27 +128,12 @@ class KVPool:
     def num_free(self) -> int:
         return int(self.meta[NUM_FREE])
 
-    @property
-    def usable_blocks(self) -> int:
-        return self.num_blocks - 1
-
-    @property
-    def rows(self) -> int:
-        return self.table.shape[0]
-
-    @property
-    def width(self) -> int:
-        return self.table.shape[1]
-
     def num_cached_free(self) -> int:
         """Free blocks that still hold a cached prefix (revivable by a hit); kept as a counter."""
         return int(self.meta[CACHED_FREE])
 
     def free_queue(self) -> np.ndarray:
         return free_queue_order(self.nxt, self.num_blocks, int(self.meta[NUM_FREE]))
-
-    def blocks_of(self, row: int) -> np.ndarray:
-        return self.table[row, : self.nblk[row]]
 
     # ------------------------------------------------------------ growth and copies
     def grow_rows(self, rows: int) -> None:

@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from schedir.lowering.kv_pool import BlockTables
 from schedir.lowering.radix_cache import ROOT, RadixCache
 
 KIND = "radix"
 
 
-class RadixKVPool:
+class RadixKVPool(BlockTables):
     """Pages + radix tree + per-row page tables, prefix locks and token streams."""
 
     kind = KIND
@@ -108,21 +109,6 @@ class RadixKVPool:
 
     def num_cached_free(self) -> int:
         return self.evictable // self.block_size
-
-    @property
-    def usable_blocks(self) -> int:
-        return self.num_blocks - 1
-
-    @property
-    def rows(self) -> int:
-        return self.table.shape[0]
-
-    @property
-    def width(self) -> int:
-        return self.table.shape[1]
-
-    def blocks_of(self, row: int) -> np.ndarray:
-        return self.table[row, : self.nblk[row]]
 
     def grow_rows(self, rows: int) -> None:
         if rows <= self.rows:
