@@ -362,6 +362,7 @@ class Step:
         return out
 
     def _pool(self):  # noqa: ANN202
+        """The step's `mem.pool` pool (either kind), None when the step carries none."""
         op = self.block.first_op
         while op is not None:
             if type(op) is PoolOp:
@@ -624,10 +625,8 @@ def steps_of(module: Operation) -> list[StepOp]:
 
 def pool_of(step: Step) -> KVPool:
     """The KV pool a pool-level pass decides against (the step's `mem.pool`)."""
-    op = step.block.first_op
-    while op is not None:
-        if type(op) is PoolOp:
-            return op.pool()  # type: ignore[attr-defined]
-        op = op._next_op
+    pool = step._pool()
+    if pool is not None:
+        return pool
     raise ValueError("this pass decides against the KV pool, but the step has no mem.pool op "
                      "(build the step with the runtime's pool, or load a dump that has one)")

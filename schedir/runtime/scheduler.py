@@ -655,7 +655,8 @@ class Scheduler:
         pool.append_tokens(rows, sampled)
         extend = dict(zip(pool.extend_rows.tolist(), pool.extend_ends.tolist(), strict=True))
         middle: list[tuple[int, int]] = []
-        for r, code, took in zip(rows.tolist(), done.tolist(), grew.tolist(), strict=True):
+        act = (done > 0) | np.isin(rows, pool.extend_rows)  # a decode step's unfinished rows: nothing to do
+        for r, code, took in zip(rows[act].tolist(), done[act].tolist(), grew[act].tolist(), strict=True):
             if code > 0:
                 pool.release(r, insert=True)
             elif r in extend:
