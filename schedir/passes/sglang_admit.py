@@ -11,7 +11,7 @@ from schedir.dialects.codes import Reason
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step, pool_of
 from schedir.passes.sglang_state import (
-    BATCH_FULL, BATCH_SIZE, CHUNKED, JOIN, LAST_RAN, NEXT_JOIN, RATIO, SCHEDULER_STATE,
+    BATCH_FULL, BATCH_SIZE, CHUNKED, JOIN, NEXT_JOIN, RATIO, SCHEDULER_STATE,
 )
 
 NO_TOKEN, OTHER, CONTINUE = 1, 2, 3  # schedule_policy.py: AddReqResult
@@ -159,17 +159,17 @@ class SglangAdmit(StepPass):
             ratio = self.init_ratio
         wait_ids = step.ids(waiting) if waiting is not None else np.zeros(0, dtype=np.int64)
 
-        def done(admitted: bool, new_chunked: int, admitted_count: int, next_join: float | None = None) -> None:
+        def done(new_chunked: int, admitted_count: int, next_join: float | None = None) -> None:
             new = {NEXT_JOIN.name: st.get(NEXT_JOIN.name, 0.0) if next_join is None else next_join,
                    BATCH_FULL.name: float(full),
                    CHUNKED.name: float(new_chunked), BATCH_SIZE.name: float(batch_size + admitted_count),
-                   RATIO.name: ratio, LAST_RAN.name: 1.0 if admitted else st.get(LAST_RAN.name, 0.0)}
+                   RATIO.name: ratio}
             changed = {k: v for k, v in new.items() if st.get(k) != v}  # a quiet step writes nothing
             if changed:
                 step.set_state(**changed)
 
         if gate.skip:
-            done(False, chunked, 0)
+            done(chunked, 0)
             return
         slots = facts.max_seqs - batch_size
 
@@ -276,7 +276,7 @@ class SglangAdmit(StepPass):
             step.reject(waiting, np.asarray(hopeless, dtype=np.int64),
                         np.full(len(hopeless), int(Reason.EXCEEDS_CACHE), dtype=np.int64))
         if not batch_rows:
-            done(False, chunked, 0)
+            done(chunked, 0)
             return
         pool.extend(np.asarray(batch_rows, dtype=np.int64), np.asarray(batch_ends, dtype=np.int64))
         if resumed >= 0:
@@ -307,4 +307,4 @@ class SglangAdmit(StepPass):
             # The running batch was empty: next step the new prefill batch *becomes* the running
             # batch (`self.running_batch = last`), a fresh ScheduleBatch whose batch_is_full is False.
             full = False
-        done(True, new_chunked, len(batch_rows), float(base + len(joining)))
+        done(new_chunked, len(batch_rows), float(base + len(joining)))

@@ -11,7 +11,7 @@ from schedir.dialects.codes import Reason
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step, pool_of
 from schedir.passes.sglang_state import (
-    BATCH_FULL, BATCH_SIZE, CHUNKED, JOIN, LAST_RAN, NEXT_JOIN, NEXT_POS, POS, RATIO, SCHEDULER_STATE,
+    BATCH_FULL, BATCH_SIZE, CHUNKED, JOIN, NEXT_JOIN, NEXT_POS, POS, RATIO, SCHEDULER_STATE,
 )
 
 
@@ -69,7 +69,7 @@ class SglangDecode(StepPass):
             # of its finished requests at this step's start, is then empty too)
             idle = ids.size == 0 and (waiting is None or len(step.ids(waiting)) == 0)
             pool.idle()
-            step.set_state(**{RATIO.name: self.init_ratio if idle else ratio, LAST_RAN.name: 0.0,
+            step.set_state(**{RATIO.name: self.init_ratio if idle else ratio,
                               BATCH_SIZE.name: 0.0, BATCH_FULL.name: 0.0})
             return
         full = st.get(BATCH_FULL.name, 0.0) > 0
@@ -124,7 +124,7 @@ class SglangDecode(StepPass):
             step.schedule(running, "decode", batch, np.ones(batch.size, dtype=np.int64))
         else:
             pool.idle()
-        writes.update({RATIO.name: ratio, LAST_RAN.name: float(batch.size > 0), BATCH_SIZE.name: float(batch.size),
+        writes.update({RATIO.name: ratio, BATCH_SIZE.name: float(batch.size),
                        BATCH_FULL.name: float(full)})
         changed = {k: v for k, v in writes.items() if st.get(k) != v}
         if changed:

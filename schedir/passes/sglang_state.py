@@ -16,7 +16,6 @@ SGLang's `Scheduler` carries, from one `get_next_batch_to_run` to the next
   later steps skip admission until the running batch shrinks.
 - `running_batch.reqs` in order: a prefill batch is appended when it joins; a retraction
   reorders it (`filter_batch` keeps the retraction order). Kept as request state (`sglang_join`).
-- whether the last step ran a batch (`last_batch`), for the idle reset.
 
 All of it is declared here (`schedir.ir.state`), so every step's IR shows it and a dumped step
 replays alone.
@@ -37,6 +36,5 @@ CHUNKED = SchedulerState("sglang_chunked", default=-1.0, doc="id of the request 
 BATCH_FULL = SchedulerState("sglang_batch_full", default=0.0, doc="running_batch.batch_is_full (1: skip admission)")
 BATCH_SIZE = SchedulerState("sglang_batch_size", default=0.0,
                             doc="requests in the running batch after the last step (a smaller one clears batch_full)")
-LAST_RAN = SchedulerState("sglang_last_ran", default=0.0, doc="1 if the last step ran a batch")
 
-SCHEDULER_STATE = (NEXT_POS, NEXT_JOIN, RATIO, CHUNKED, BATCH_FULL, BATCH_SIZE, LAST_RAN)
+SCHEDULER_STATE = (NEXT_POS, NEXT_JOIN, RATIO, CHUNKED, BATCH_FULL, BATCH_SIZE)
