@@ -19,9 +19,14 @@ directly and a step dump can print it (`mem.pool`).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import attrs
 import numba as nb
 import numpy as np
+
+if TYPE_CHECKING:
+    from schedir.lowering.host_pool import HostPool
 
 # meta[] slots
 NUM_FREE = 0
@@ -90,10 +95,12 @@ class KVPool(BlockTables):
     ncached: np.ndarray  # int32[R]: leading blocks already registered in the cache
     rhash: np.ndarray  # int64[R, W]: chained hashes of the row's full blocks
     nhash: np.ndarray  # int32[R]
+    # the host tier a request preempted by swap keeps its KV in (vLLM v0); None: no swap space
+    host: HostPool | None = None
 
     @classmethod
     def create(cls, num_blocks: int, block_size: int, max_blocks_per_request: int, rows: int = 16,
-               enable_caching: bool = True) -> KVPool:
+               enable_caching: bool = True, host_blocks: int = 0) -> KVPool:
         if num_blocks < 2:
             raise ValueError(f"num_blocks must be at least 2 (block 0 is reserved), got {num_blocks}")
         if block_size < 1:
@@ -110,6 +117,8 @@ class KVPool(BlockTables):
         meta[CACHING] = int(enable_caching)
         meta[BLOCK_SIZE] = block_size
         width = max(1, max_blocks_per_request)
+        from schedir.lowering.host_pool import HostPool  # the host tier's kernels use this module's
+
         return cls(
             num_blocks=n, block_size=block_size,
             ref=np.zeros(n, dtype=np.int32), bhash=np.zeros(n, dtype=np.int64),
@@ -117,6 +126,7 @@ class KVPool(BlockTables):
             table=np.zeros((rows, width), dtype=np.int32), nblk=np.zeros(rows, dtype=np.int32),
             ncached=np.zeros(rows, dtype=np.int32), rhash=np.zeros((rows, width), dtype=np.int64),
             nhash=np.zeros(rows, dtype=np.int32),
+            host=HostPool.create(host_blocks, rows, width, n) if host_blocks > 0 else None,
         )
 
     # ------------------------------------------------------------ facts
@@ -146,6 +156,8 @@ class KVPool(BlockTables):
         self.nblk = np.concatenate([self.nblk, np.zeros(extra, dtype=np.int32)])
         self.ncached = np.concatenate([self.ncached, np.zeros(extra, dtype=np.int32)])
         self.nhash = np.concatenate([self.nhash, np.zeros(extra, dtype=np.int32)])
+        if self.host is not None:
+            self.host.grow_rows(rows)
 
     def copy(self) -> KVPool:
         """A private copy (dumped steps run on one, so the dump shows the state they started from)."""
@@ -154,6 +166,7 @@ class KVPool(BlockTables):
             dup_next=self.dup_next.copy(), nxt=self.nxt.copy(), prv=self.prv.copy(), meta=self.meta.copy(),
             cache=self.cache.copy(), table=self.table.copy(), nblk=self.nblk.copy(), ncached=self.ncached.copy(),
             rhash=self.rhash.copy(), nhash=self.nhash.copy(),
+            host=self.host.copy() if self.host is not None else None,
         )
 
     def cached_blocks(self) -> tuple[np.ndarray, np.ndarray]:
@@ -194,7 +207,10 @@ class KVPool(BlockTables):
 
     # ------------------------------------------------------------ request-level operations
     def free_request(self, row: int) -> int:
-        """Free a row's blocks tail first; returns how many went back to the free queue."""
+        """Free a row's blocks tail first (and its host blocks, if it was swapped out); returns
+        how many device blocks went back to the free queue."""
+        if self.host is not None and self.host.hnblk[row]:
+            self.host.free_request(row)
         return int(free_row(row, self.ref, self.bhash, self.dup_next, self.nxt, self.prv, self.meta, self.cache,
                             self.table, self.nblk, self.ncached))
 
@@ -227,6 +243,11 @@ class KVPool(BlockTables):
         blocks, hashes = self.cached_blocks()
         if not np.array_equal(self.bhash[blocks], hashes) or np.count_nonzero(self.bhash) != blocks.size:
             raise AssertionError("cache map and block hashes disagree")
+        if self.host is not None:
+            self.host.check()
+            both = np.flatnonzero((self.host.hnblk > 0) & (self.nblk > 0))
+            if both.size:
+                raise AssertionError(f"request rows {both[:10].tolist()} hold blocks on the device and the host")
 
 
 # ---------------------------------------------------------------- free queue primitives

@@ -28,6 +28,12 @@ PRESETS: dict[str, str] = {
     "vtc": "reject-oversized,vtc-order,vllm-schedule-running,vllm-admit,vtc-account",
     # vLLM 0.32's v1 Scheduler.schedule(): same decisions, step by step (needs the step's mem.pool).
     "vllm": "reject-oversized,order-vllm,vllm-schedule-running,vllm-admit",
+    # vLLM v0's scheduler (0.6.3's, checked against 0.8.5's real v0 Scheduler), chunked prefill off:
+    # prefill-first steps (whole prompts; none while requests are swapped out), else decodes
+    # with preemption from the back, then swapped requests back in. `vllm-v0-swap` preempts by
+    # swap to the host tier (SchedulerConfig.num_cpu_blocks), as v0's --preemption-mode swap.
+    "vllm-v0": "order-vllm,v0-prefills,v0-running,v0-swapped",
+    "vllm-v0-swap": "order-vllm,v0-prefills,v0-running{preemption=swap},v0-swapped",
     # SGLang 0.5.23's scheduler (managers/scheduler.py, schedule_policy.py): SGLang's KV memory (a
     # radix tree over a page pool), the waiting list ordered by the config's policy (fcfs, lpm,
     # dfs-weight, lof, random), PrefillAdder's admission with new_token_ratio, prefill-first steps,

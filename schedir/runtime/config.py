@@ -50,6 +50,9 @@ class SchedulerConfig:
     """vLLM's async scheduling: a step's sampled tokens are placeholders until they come back, so a
     decoding request is scheduled again before its previous token is known (its steps overlap).
     Needs a pipeline whose running pass provides 'decode-overlap' (the vllm preset's)."""
+    num_cpu_blocks: int = 0
+    """Host (CPU) KV blocks for preemption by swap (vLLM v0's `num_cpu_blocks`, from its
+    `swap_space`); 0: no swap space, a pass that would swap preempts by recompute instead."""
     verify_each: bool = False
     dump_dir: Path | None = attrs.field(default=None, converter=attrs.converters.optional(Path))
     dump_steps: frozenset[int] | str = attrs.field(default=None, converter=_steps)
@@ -63,6 +66,8 @@ class SchedulerConfig:
     def __attrs_post_init__(self) -> None:
         if self.num_blocks < 2:
             raise ValueError("SchedulerConfig.num_blocks must be at least 2 (block 0 is reserved)")
+        if self.num_cpu_blocks < 0:
+            raise ValueError(f"SchedulerConfig.num_cpu_blocks must be >= 0, got {self.num_cpu_blocks}")
         if self.long_prefill_token_threshold < 0:
             raise ValueError("SchedulerConfig.long_prefill_token_threshold must be >= 0")
 

@@ -16,12 +16,13 @@ PROMPT, COMPUTED, TOTAL, MAX_TOKENS, STATUS, BLOCKS, IN_FLIGHT, QUEUED = 1, 2, 3
 PLACEHOLDERS, STALE_OUTPUTS = 12, 13
 EOS, IGNORE_EOS, PREEMPTIONS, OUTPUTS, HAS_STOP, SERIAL = 14, 15, 16, 17, 18, 19
 QUEUE_COLUMN_COUNT = 14
-WAITING, RUNNING, PREEMPTED, FINISHED = 0, 1, 2, 9
+WAITING, RUNNING, PREEMPTED, SWAPPED, FINISHED = 0, 1, 2, 3, 9
 assert (PROMPT, COMPUTED, TOTAL, MAX_TOKENS, STATUS, BLOCKS, IN_FLIGHT, QUEUED, PLACEHOLDERS, STALE_OUTPUTS, EOS, IGNORE_EOS,
-        PREEMPTIONS, OUTPUTS, HAS_STOP, SERIAL, QUEUE_COLUMN_COUNT, WAITING, RUNNING, PREEMPTED, FINISHED) == (
+        PREEMPTIONS, OUTPUTS, HAS_STOP, SERIAL, QUEUE_COLUMN_COUNT, WAITING, RUNNING, PREEMPTED, SWAPPED, FINISHED) == (
     _table.PROMPT, _table.COMPUTED, _table.TOTAL, _table.MAX_TOKENS, _table.STATUS, _table.BLOCKS, _table.IN_FLIGHT,
     _table.QUEUED, _table.PLACEHOLDERS, _table.STALE_OUTPUTS, _table.EOS, _table.IGNORE_EOS, _table.PREEMPTIONS, _table.OUTPUTS, _table.HAS_STOP,
-    _table.SERIAL, _table.QUEUE_COLUMN_COUNT, _table.WAITING, _table.RUNNING, _table.PREEMPTED, _table.FINISHED), \
+    _table.SERIAL, _table.QUEUE_COLUMN_COUNT, _table.WAITING, _table.RUNNING, _table.PREEMPTED, _table.SWAPPED,
+    _table.FINISHED), \
     "runtime/kernels.py column indices are stale: update them"
 
 NOT_DONE, STOPPED, LENGTH = 0, 1, 2
@@ -79,7 +80,8 @@ def settle_step(rows, tokens, new_rows, gone, front, data, running, waiting, tab
     in order, then the newcomers (with `preempted_first`, preempted rows go to the front of
     waiting, last preempted first, so an FCFS waiting queue stays in `queued` order). Returns (running, waiting, per_request, sampled,
     query_start_loc, per_token, seq_lens, block_table): `per_request` is int64[5, n] with
-    rows STEP_COMPUTED, STEP_BLOCKS_BEFORE, STEP_KIND (0 running, 1 new, 2 resumed),
+    rows STEP_COMPUTED, STEP_BLOCKS_BEFORE, STEP_KIND (0 running, 1 new, 2 resumed: after a
+    preemption by recompute, or swapped back in),
     STEP_BLOCKS_AFTER and STEP_GENERATION; `per_token` is int64[2, T] (positions, slots).
     A chunk samples when it reaches the end of the known tokens and the placeholders; with
     `async_mode` each sampling chunk adds a placeholder (vLLM's AsyncScheduler). A preempted
@@ -94,7 +96,7 @@ def settle_step(rows, tokens, new_rows, gone, front, data, running, waiting, tab
         st = data[STATUS, r]
         per_request[STEP_COMPUTED, i] = data[COMPUTED, r]
         per_request[STEP_BLOCKS_BEFORE, i] = data[BLOCKS, r] if st == RUNNING else 0
-        per_request[STEP_KIND, i] = 1 if st == WAITING else (2 if st == PREEMPTED else 0)
+        per_request[STEP_KIND, i] = 1 if st == WAITING else (2 if st == PREEMPTED or st == SWAPPED else 0)
         sampled[i] = data[COMPUTED, r] + tokens[i] >= data[TOTAL, r] + data[PLACEHOLDERS, r]
     for k in range(gone.size):
         r = gone[k]

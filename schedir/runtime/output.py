@@ -67,6 +67,13 @@ class SchedulerOutput:
     batch: BatchPlan
     generation: np.ndarray  # per request: who held the row when scheduled (guards recycled rows)
     applied: bool = False  # set by Scheduler.update: an output is applied once
+    # Preemption by swap (vLLM v0; a pipeline with a swapped queue): requests whose KV moved to host
+    # blocks this step (the engine keeps their state; they come back as resumed requests), and the
+    # block copies the engine's cache engine makes before the forward pass, as (source, destination)
+    # rows: device -> host for swap-out, host -> device for swap-in (v0's SchedulerOutputs fields).
+    swapped_out_req_ids: frozenset[str] = frozenset()
+    blocks_to_swap_out: np.ndarray = attrs.field(factory=lambda: np.zeros((0, 2), dtype=np.int64))
+    blocks_to_swap_in: np.ndarray = attrs.field(factory=lambda: np.zeros((0, 2), dtype=np.int64))
 
     @cached_property
     def req_ids(self) -> list[str]:

@@ -63,6 +63,8 @@ from schedir.runtime.metrics import RuntimeMetrics
 from schedir.runtime.output import BatchPlan, SchedulerOutput
 
 _EMPTY = np.zeros(0, dtype=np.int64)
+_NO_PAIRS = np.zeros((0, 2), dtype=np.int64)
+_NO_PAIRS.flags.writeable = False
 _NO_ROWS = np.zeros(0, dtype=np.int64)
 _NO_ROWS.flags.writeable = False
 
@@ -114,7 +116,8 @@ class Scheduler:
         self.table = T.RequestTable(64, cfg.block_size)
         self.pool: KVPool | RadixKVPool = KVPool.create(cfg.num_blocks, cfg.block_size, width,
                                                         rows=self.table.capacity,
-                                                        enable_caching=cfg.enable_prefix_caching)
+                                                        enable_caching=cfg.enable_prefix_caching,
+                                                        host_blocks=cfg.num_cpu_blocks)
         self._install_pipeline(cfg)
         # Rows reject-oversized will refuse (decided at arrival: a waiting request's length and
         # peak never change), so the window includes them without checking every row each step.
@@ -122,6 +125,7 @@ class Scheduler:
         self._oversized_waiting = 0
         self.running = _EMPTY
         self.waiting = _EMPTY
+        self.swapped = _EMPTY  # preempted by swap, KV on the host tier, in swap-out order (vLLM v0)
         self.metrics = RuntimeMetrics()
         self._step = 0
         self._front = 0  # FCFS key of the next request put back at the front (preempted)
@@ -174,6 +178,12 @@ class Scheduler:
         if current != kind and getattr(self, "table", None) is not None and len(self.table):
             raise PipelineError(f"pipeline '{spec}' needs a {kind} KV pool and the scheduler has a {current} one "
                                 "holding requests: switch pipelines between these kinds only when no request is live")
+        # a third queue, of requests preempted by swap (vLLM v0), for pipelines that schedule from it
+        swap_queue = any("swapped-queue" in p.requires for p in manager.passes)
+        if not swap_queue and getattr(self, "swapped", _EMPTY).size:
+            raise PipelineError(f"pipeline '{spec}' has no pass that schedules swapped requests (one that requires "
+                                f"'swapped-queue'), and {self.swapped.size} request(s) are swapped out: switch to it "
+                                "once they are back")
         # checked: install it
         self.config, self.spec, self.manager = cfg, spec, manager
         if current != kind:
@@ -181,12 +191,16 @@ class Scheduler:
             rows = self.table.capacity
             self.pool = (RadixKVPool(cfg.num_blocks, cfg.block_size, width, rows=rows) if radix
                          else KVPool.create(cfg.num_blocks, cfg.block_size, width, rows=rows,
-                                            enable_caching=cfg.enable_prefix_caching))
+                                            enable_caching=cfg.enable_prefix_caching,
+                                            host_blocks=cfg.num_cpu_blocks))
         self.radix = radix
         self._install_state(manager)
         self.pool_level = any("kv-pool" in p.requires or "radix-pool" in p.requires for p in manager.passes)
         self._reads_clock = any(p.reads_clock for p in manager.passes)  # the step records now_us then
         self._initial_facts = (("radix-pool",) if radix else ("kv-pool",)) if self.pool_level else ()
+        self.swap_queue = swap_queue
+        if swap_queue:
+            self._initial_facts += ("swapped-queue",)
         self._recycled: RecycledStep | None = None  # the step skeleton: the pipeline's shape (mem.pool or not)
         # vLLM's AsyncScheduler registers a running request's newly filled blocks when its token returns
         self._register_on_update = cfg.async_scheduling and cfg.enable_prefix_caching
@@ -374,12 +388,18 @@ class Scheduler:
                           now_us=max(round(self.clock() * 1e6), 0) if self._reads_clock else -1)
         if self._state_rows.size:
             queues = {"running": self._queue_attr(running, True), "waiting": self._queue_attr(waiting, False)}
+            if self.swap_queue:
+                queues["swapped"] = self._queue_attr(self.swapped, False)
             state = {n: self.scheduler_state[n] for n in self._state_names} if self._state_names else None
         else:  # the common case, inline: no declared request state
             queues = {"running": ColumnsAttr.of_matrix(_QUEUE_NAMES, queue_columns(d, running, pool.nblk, True),
                                                        copy=False) if running.size else _NO_REQUESTS,
                       "waiting": ColumnsAttr.of_matrix(_QUEUE_NAMES, queue_columns(d, waiting, pool.nblk, False),
                                                        copy=False) if waiting.size else _NO_REQUESTS}
+            if self.swap_queue:
+                swapped = self.swapped
+                queues["swapped"] = (ColumnsAttr.of_matrix(_QUEUE_NAMES, queue_columns(d, swapped, pool.nblk, False),
+                                                           copy=False) if swapped.size else _NO_REQUESTS)
             state = {n: self.scheduler_state[n] for n in self._state_names} if self._state_names else None
         hits = None
         if not self.pool_level and cfg.enable_prefix_caching and waiting.size:
@@ -473,6 +493,8 @@ class Scheduler:
         part_tokens: list[np.ndarray] = []
         admitted: list[np.ndarray] = []
         preempted: list[np.ndarray] = []
+        swapped_in: list[np.ndarray] = []
+        swapped_out: list[np.ndarray] = []
         rejected: list[tuple[np.ndarray, np.ndarray]] = []
         matches: list[MatchOp] = []
         state_writes: list = []
@@ -483,10 +505,13 @@ class Scheduler:
                 ids = op.ids  # type: ignore[attr-defined]
                 parts.append(ids)
                 part_tokens.append(op.col("tokens"))  # type: ignore[attr-defined]
-                if _root_queue(op) != "running":
+                queue = _root_queue(op)
+                if queue == "swapped":
+                    swapped_in.append(ids)
+                elif queue != "running":
                     admitted.append(ids)
             elif kind is PreemptOp:
-                preempted.append(op.ids)  # type: ignore[attr-defined]
+                (swapped_out if op.mode.data == "swap" else preempted).append(op.ids)  # type: ignore[attr-defined]
             elif kind is RejectOp:
                 rejected.append((op.ids, op.col("reason")))  # type: ignore[attr-defined]
             elif kind is MatchOp:
@@ -497,6 +522,14 @@ class Scheduler:
         if state_writes:
             self._apply_state(state_writes)
         rows, tokens, new_rows, gone = _joined(parts), _joined(part_tokens), _joined(admitted), _joined(preempted)
+        if swapped_out or swapped_in:  # vLLM v0's swap: rows move between running and the swapped queue
+            resumed = _joined(swapped_in)
+            out_rows = _joined(swapped_out)
+            d[T.STATUS, out_rows] = T.SWAPPED  # before settle_step: it keeps RUNNING rows in running
+            d[T.BLOCKS, out_rows] = 0
+            d[T.PREEMPTIONS, out_rows] += 1
+        else:
+            resumed = out_rows = _NO_ROWS
 
         # Admitted requests start from their prefix hit.
         if new_rows.size:
@@ -530,13 +563,21 @@ class Scheduler:
                 pool.nhash[r] = 0
                 self._release_row(r)
             self.metrics.rejected += ids.size
+        joining = _joined([new_rows, resumed]) if resumed.size else new_rows  # admitted, then swapped in
         (self.running, self.waiting, per_request, sampled, qsl, per_token, seq_lens,
-         block_table) = settle_step(rows, tokens, new_rows, gone, self._front, d, self.running, self.waiting,
+         block_table) = settle_step(rows, tokens, joining, gone, self._front, d, self.running, self.waiting,
                                     pool.table, pool.nblk, cfg.block_size, cfg.async_scheduling,
                                     self._fcfs_window)
         if gone.size:
             self._front -= gone.size
             self.metrics.preemptions += gone.size
+        swap_out_pairs = swap_in_pairs = _NO_PAIRS
+        if self.swap_queue:
+            kept = self.swapped[d[T.STATUS, self.swapped] == T.SWAPPED] if self.swapped.size else _EMPTY
+            self.swapped = np.concatenate([kept, out_rows]) if out_rows.size else kept
+            self.metrics.preemptions += out_rows.size
+            if pool.host is not None:
+                swap_out_pairs, swap_in_pairs = pool.host.take_log()
 
         # Output.
         names = table.names
@@ -548,6 +589,8 @@ class Scheduler:
             block_table=block_table,
             new_prompts=[table.prompts[r] for r in rows[kind == 1].tolist()] if new_rows.size else [],
             preempted_req_ids=frozenset([names[r] for r in gone.tolist()]) if gone.size else frozenset(),
+            swapped_out_req_ids=frozenset([names[r] for r in out_rows.tolist()]) if out_rows.size else frozenset(),
+            blocks_to_swap_out=swap_out_pairs, blocks_to_swap_in=swap_in_pairs,
             finished_req_ids=frozenset(self._finished), rejected=rejected_out,
             batch=BatchPlan(query_start_loc=qsl, positions=per_token[POSITIONS],
                             slot_mapping=per_token[SLOTS], seq_lens=seq_lens,
@@ -702,6 +745,8 @@ class Scheduler:
             self.running = self.running[d[T.STATUS, self.running] == T.RUNNING]
             st = d[T.STATUS, self.waiting]
             self.waiting = self.waiting[(st == T.WAITING) | (st == T.PREEMPTED)]
+            if self.swapped.size:
+                self.swapped = self.swapped[d[T.STATUS, self.swapped] == T.SWAPPED]
             if self.table.stop_ids:
                 self._refresh_stops()
         return done
@@ -742,7 +787,7 @@ class Scheduler:
 
     # ------------------------------------------------------------ state
     def has_unfinished_requests(self) -> bool:
-        return bool(self.running.size or self.waiting.size)
+        return bool(self.running.size or self.waiting.size or self.swapped.size)
 
     def has_finished_requests(self) -> bool:
         """Finished (or rejected, aborted) requests that no output has reported yet."""
@@ -754,7 +799,7 @@ class Scheduler:
         return self.has_unfinished_requests() or self.has_finished_requests()
 
     def get_num_unfinished_requests(self) -> int:
-        return int(self.running.size + self.waiting.size)
+        return int(self.running.size + self.waiting.size + self.swapped.size)
 
     def get_metrics(self) -> dict[str, float]:
         return self.metrics.summary()

@@ -35,7 +35,7 @@ QUEUE_COLUMN_COUNT = STALE_OUTPUTS + 1  # id .. stale go into the step IR
 #   reset). vLLM's num_stale_output_tokens / drop_stale_output, counted in outputs.
 
 # Lifecycle (the first values match schedir.dialects.codes.Status).
-WAITING, RUNNING, PREEMPTED = 0, 1, 2
+WAITING, RUNNING, PREEMPTED, SWAPPED = 0, 1, 2, 3  # SWAPPED: its KV is on the host tier (vLLM v0)
 FINISHED = 9  # finished or rejected, row not yet released (an output naming it is in flight)
 FREE = 10
 

@@ -1,0 +1,214 @@
+"""Numba kernels of the `v0-*` passes: vLLM v0's `_schedule_default` loops over the pool's arrays.
+
+Line numbers are vLLM 0.8.5's `vllm/core/scheduler.py` (the v0 scheduler, also in 0.6.3) and
+`vllm/core/block_manager.py` (`SelfAttnBlockSpaceManager`, v0's block manager over a naive
+allocator); docs/vllm-v0-reference.md lists the rules and how they were checked.
+
+v0's block manager counts differently from v1's pool, and the kernels follow it:
+- its GPU allocator has no null block: `total_gpu` is the pool's usable blocks;
+- `can_allocate` (block_manager.py:109) keeps a watermark (1% of the GPU blocks): a prompt
+  needing more than `total - watermark` blocks can NEVER run, one needing more than
+  `free - watermark` waits (LATER);
+- `can_append_slots` (block_manager.py:206) assumes each decode touches one new block (its
+  worst case), so a decode needs one free block even when its last block has room;
+- `_can_swap` (block_manager.py:470) counts a request's full blocks plus that one block.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from schedir.dialects.codes import Reason
+from schedir.lowering.host_pool import swap_in_row, swap_out_row
+from schedir.lowering.kv_pool import NUM_FREE, allocate, free_row
+
+R_BUDGET = int(Reason.BUDGET)
+R_MAX_SEQS = int(Reason.MAX_SEQS)
+R_MEMORY = int(Reason.MEMORY)
+R_BLOCKED = int(Reason.BLOCKED)
+R_POLICY = int(Reason.POLICY)
+R_TOO_LONG = int(Reason.TOO_LONG)
+R_EXCEEDS_CACHE = int(Reason.EXCEEDS_CACHE)
+
+# rows of every kernel's per-request result
+V0_TOKENS, V0_ALLOC, V0_REASON, V0_MOVED, V0_SEQ, V0_MODE = range(6)
+MODE_RECOMPUTE, MODE_SWAP = 0, 1
+
+
+@nb.njit(cache=True, inline="always")
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@nb.njit(cache=True)
+def watermark_blocks(total_gpu: int) -> int:
+    """v0's `watermark_blocks = int(0.01 * num_gpu_blocks)` (block_manager.py:92)."""
+    return int(0.01 * total_gpu)
+
+
+@nb.njit(cache=True)
+def v0_prefills(rows, total, arrival_us, budget: int, seqs_used: int, max_seqs: int, prompt_limit: int,
+                total_gpu: int, delay_threshold_us: float, delay_on: bool, any_running: bool, now_us: int,
+                ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk):
+    """`_schedule_prefills` without chunking (scheduler.py:1035), in waiting order.
+
+    Each request prefills its whole sequence (prompt plus outputs after a recompute). One over
+    the prompt limit, or needing more blocks than the pool can ever give (can_allocate NEVER),
+    is ignored and the loop goes on; the loop stops at the delay rule (`_passed_delay`: while
+    requests run, the oldest waiting one must have waited longer than the threshold), at a
+    request that must wait for blocks (LATER), and at the token or sequence budget.
+    Returns (out[6, n], scheduled count)."""
+    n = rows.size
+    out = np.zeros((6, n), dtype=np.int64)
+    bs = meta[2]
+    water = watermark_blocks(total_gpu)
+    oldest = np.empty(n + 1, dtype=np.int64)  # oldest arrival among requests i.. (v0: min over self.waiting)
+    oldest[n] = np.iinfo(np.int64).max
+    for i in range(n - 1, -1, -1):
+        oldest[i] = min(oldest[i + 1], arrival_us[i])
+    used = 0
+    scheduled = 0
+    stop = -1
+    stop_reason = 0
+    i = 0
+    while i < n:
+        if delay_on and any_running and not (now_us - oldest[i] > delay_threshold_us):
+            stop, stop_reason = i, R_POLICY
+            break
+        want = total[i]
+        if want > prompt_limit:
+            out[V0_REASON, i] = R_TOO_LONG
+            i += 1
+            continue
+        need = _cdiv(want, bs)
+        if total_gpu - need < water:
+            out[V0_REASON, i] = R_EXCEEDS_CACHE
+            i += 1
+            continue
+        if meta[NUM_FREE] - need < water:
+            stop, stop_reason = i, R_MEMORY
+            break
+        if used >= budget or used + want > budget:
+            stop, stop_reason = i, R_BUDGET
+            break
+        if seqs_used + 1 > max_seqs:
+            stop, stop_reason = i, R_MAX_SEQS
+            break
+        allocate(rows[i], need, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk)
+        out[V0_TOKENS, i] = want
+        out[V0_ALLOC, i] = need
+        used += want
+        seqs_used += 1
+        scheduled += 1
+        i += 1
+    if stop >= 0:
+        out[V0_REASON, stop] = stop_reason
+        for j in range(stop + 1, n):
+            out[V0_REASON, j] = R_BLOCKED
+    return out, scheduled
+
+
+@nb.njit(cache=True)
+def v0_running(rows, computed, swap: bool, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk, ncached,
+               hfree, hmeta, htable, hnblk, log):
+    """`_schedule_running` without chunking (scheduler.py:700): every running request decodes
+    one token, in order. While no block is free (`can_append_slots`), the last running request
+    not yet scheduled is preempted (`running_queue.pop()`), or the request itself when it is
+    the last; by swap when `swap` and the host has room for its full blocks plus one
+    (`can_swap_out`), else by recompute. A request that preempts itself ends the loop.
+    Returns (out[6, n], preemption count): V0_SEQ is the preemption order (-1: none), V0_MODE
+    its mode, V0_MOVED the blocks freed or moved to the host."""
+    n = rows.size
+    out = np.zeros((6, n), dtype=np.int64)
+    out[V0_SEQ, :] = -1
+    bs = meta[2]
+    alive = np.ones(n, dtype=np.bool_)
+    preempted = 0
+    i = 0
+    while i < n:
+        if not alive[i]:
+            i += 1
+            continue
+        fits = True
+        while meta[NUM_FREE] < 1:
+            victim = i
+            for j in range(n - 1, i, -1):
+                if alive[j]:
+                    victim = j
+                    break
+            r = rows[victim]
+            moved = -1
+            if swap and hmeta[0] - (computed[victim] // bs + 1) >= 0:
+                moved = swap_out_row(r, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk, ncached,
+                                     hfree, hmeta, htable, hnblk, log)
+            if moved >= 0:
+                out[V0_MODE, victim] = MODE_SWAP
+            else:
+                moved = free_row(r, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk, ncached)
+                out[V0_MODE, victim] = MODE_RECOMPUTE
+            out[V0_MOVED, victim] = moved
+            out[V0_SEQ, victim] = preempted
+            preempted += 1
+            alive[victim] = False
+            if victim == i:
+                fits = False
+                break
+        if not fits:
+            break
+        need = _cdiv(computed[i] + 1, bs) - nblk[rows[i]]
+        if need > 0:
+            allocate(rows[i], need, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk)
+            out[V0_ALLOC, i] = need
+        out[V0_TOKENS, i] = 1
+        i += 1
+    return out, preempted
+
+
+@nb.njit(cache=True)
+def v0_swapped(rows, computed, budget: int, seqs_used: int, max_seqs: int, total_gpu: int,
+               ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk, hfree, hmeta, htable, hnblk, log):
+    """`_schedule_swapped` (scheduler.py:821), FCFS over the swapped queue: a request whose
+    full blocks plus one exceed the whole pool can NEVER come back and is ignored; one that does
+    not fit above the watermark stops the loop (LATER), as do the token and sequence budgets.
+    A request swapped in gets its blocks back (V0_MOVED) and decodes one token, taking a new
+    block when its last one is full (`_append_slots`). `budget` is the tokens left.
+    Returns (out[6, n], swapped-in count)."""
+    n = rows.size
+    out = np.zeros((6, n), dtype=np.int64)
+    bs = meta[2]
+    water = watermark_blocks(total_gpu)
+    used = 0
+    count = 0
+    stop = -1
+    stop_reason = 0
+    for i in range(n):
+        touched = computed[i] // bs + 1
+        if total_gpu < touched:
+            out[V0_REASON, i] = R_EXCEEDS_CACHE
+            continue
+        if meta[NUM_FREE] - touched < water:
+            stop, stop_reason = i, R_MEMORY
+            break
+        if used + 1 > budget:
+            stop, stop_reason = i, R_BUDGET
+            break
+        if seqs_used + 1 > max_seqs:
+            stop, stop_reason = i, R_MAX_SEQS
+            break
+        r = rows[i]
+        out[V0_MOVED, i] = swap_in_row(r, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk,
+                                       hfree, hmeta, htable, hnblk, log)
+        need = _cdiv(computed[i] + 1, bs) - nblk[r]
+        if need > 0:
+            allocate(r, need, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk)
+            out[V0_ALLOC, i] = need
+        out[V0_TOKENS, i] = 1
+        used += 1
+        seqs_used += 1
+        count += 1
+    if stop >= 0:
+        out[V0_REASON, stop] = stop_reason
+        for j in range(stop + 1, n):
+            out[V0_REASON, j] = R_BLOCKED
+    return out, count

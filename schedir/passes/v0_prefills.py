@@ -1,0 +1,80 @@
+"""v0-prefills: vLLM v0's `_schedule_prefills` (chunked prefill off), prefill-first steps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from schedir.dialects.codes import Reason
+from schedir.dialects.mem import AllocOp
+from schedir.ir.pass_base import StepPass
+from schedir.ir.step import Step, pool_of
+from schedir.passes import v0_kernels as K
+from schedir.passes.v0_state import LAST_LATENCY, PREV_PROMPT, PREV_TIME, SCHEDULER_STATE
+
+_REJECT = (int(Reason.TOO_LONG), int(Reason.EXCEEDS_CACHE))
+
+
+@dataclass(frozen=True)
+class V0Prefills(StepPass):
+    """Admit whole prompts in waiting order, as vLLM v0 does with chunked prefill off.
+
+    v0's `_schedule_default` (vllm/core/scheduler.py:1230, 0.8.5) runs this first and only
+    when nothing is swapped out (swapped requests resume before new ones). In order, each
+    waiting request prefills its whole sequence (a recomputed one: prompt plus outputs):
+    one longer than the prompt limit (min(max_model_len, token budget), `_get_prompt_limit`)
+    or needing more blocks than the pool minus the watermark can ever give (`can_allocate`
+    NEVER) is ignored (v0's FINISHED_IGNORED: `req.reject` with reason too-long or
+    exceeds-cache) and the loop goes on; it stops at a request that must wait for blocks,
+    at the token budget and at max_seqs running requests. With `delay-factor` > 0 prompts
+    wait, while requests run, until the oldest waiting one has waited longer than
+    delay-factor times the last prompt step's latency (`_passed_delay`, state in v0_state).
+    """
+
+    name: ClassVar[str] = "v0-prefills"
+    requires: ClassVar[frozenset[str]] = frozenset({"kv-pool", "order", "swapped-queue"})
+    provides: ClassVar[frozenset[str]] = frozenset({"admissible", "waiting-scheduled"})
+    scheduler_state: ClassVar[tuple] = SCHEDULER_STATE
+    reads_clock: ClassVar[bool] = True
+
+    delay_factor: float = 0.0
+    queue: str = "waiting"
+
+    def run(self, step: Step) -> None:
+        swapped = step.queue("swapped")
+        if swapped is not None and len(swapped):
+            return  # `if not self.swapped:` — swapped requests come back first
+        facts = step.facts
+        pending = step.pending(self.queue)
+        running = step.queue("running")
+        seqs = len(running) if running is not None else 0
+        # `_passed_delay` runs once the loop starts, even over an empty queue (its clock moves)
+        now = float(max(facts.now_us, 0))
+        state = step.states()
+        latency = state.get(LAST_LATENCY.name, 0.0)
+        if state.get(PREV_PROMPT.name, 0.0):
+            latency = now - state.get(PREV_TIME.name, 0.0)
+        if pending is None:
+            step.set_state(**{PREV_TIME.name: now, PREV_PROMPT.name: 0.0, LAST_LATENCY.name: latency})
+            return
+        pool = pool_of(step)
+        ids = step.ids(pending)
+        total, arrival = step.columns(pending, ("total", "arrival"))
+        limit = min(facts.max_model_len, facts.token_budget)
+        out, admitted = K.v0_prefills(
+            ids, total, arrival, facts.token_budget, seqs, facts.max_seqs, limit, pool.usable_blocks,
+            self.delay_factor * latency, self.delay_factor > 0, seqs > 0, int(now),
+            pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache, pool.table, pool.nblk)
+        step.set_state(**{PREV_TIME.name: now, PREV_PROMPT.name: 1.0 if admitted else 0.0,
+                          LAST_LATENCY.name: latency})
+        reasons = out[K.V0_REASON]
+        ignored = (reasons == _REJECT[0]) | (reasons == _REJECT[1])
+        if ignored.any():
+            step.reject(pending, ids[ignored], reasons[ignored])
+        if admitted:
+            take = out[K.V0_TOKENS] > 0
+            scheduled = step.schedule(pending, "prefill", ids[take], out[K.V0_TOKENS][take])
+            step.blocks(AllocOp, scheduled, ids[take], out[K.V0_ALLOC][take])
+        rest = (reasons > 0) & ~ignored
+        if rest.any():
+            step.defer(pending, ids[rest], reasons[rest])

@@ -1,0 +1,80 @@
+"""v0-running: vLLM v0's `_schedule_running` (chunked prefill off), preemption by recompute or swap."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from schedir.dialects.mem import AllocOp, FreeOp, SwapOutOp
+from schedir.dialects.req import ScheduleOp
+from schedir.ir.pass_base import StepPass
+from schedir.ir.step import Step, pool_of, root_queue
+from schedir.passes import v0_kernels as K
+
+_MODES = ("auto", "swap", "recompute")
+_NO_HOST = (np.zeros(1, dtype=np.int32), np.zeros(2, dtype=np.int64), np.zeros((1, 1), dtype=np.int32),
+            np.zeros(1, dtype=np.int32), np.zeros((3, 1), dtype=np.int64))
+
+
+def scheduled_from(step: Step, queue: str) -> bool:
+    """Whether an earlier pass of this step scheduled a request of `queue`."""
+    for op in step.ops_of(ScheduleOp):
+        if len(op) and root_queue(op.operands[0]).properties["queue"].data == queue:  # type: ignore[union-attr]
+            return True
+    return False
+
+
+@dataclass(frozen=True)
+class V0Running(StepPass):
+    """Decode every running request one token, preempting from the back when blocks run out.
+
+    vLLM v0 (vllm/core/scheduler.py:700, 0.8.5) schedules decodes only in a step that
+    scheduled no prefill (`_schedule_default`: a step is all-prefill or all-decode). Each
+    decode needs one free block (`can_append_slots` assumes the worst case); while none is
+    free, the last running request not yet scheduled is preempted, or the request itself
+    when it is the last. `preemption`: `auto` is v0's choice for a single-sequence request,
+    recompute (0.8.5's `_preempt`: swap only for groups of several sequences, which 0.8.5's
+    engine never builds); `swap` moves the victim's blocks to the host tier (the runtime's
+    `num_cpu_blocks`) and queues it in `swapped`; `recompute` frees them and puts it at the
+    front of the waiting queue. Where v0 raises "Aborted due to the lack of CPU swap space",
+    schedir preempts by recompute instead (the request is not lost; see docs/policies.md).
+    """
+
+    name: ClassVar[str] = "v0-running"
+    requires: ClassVar[frozenset[str]] = frozenset({"kv-pool", "waiting-scheduled"})
+    provides: ClassVar[frozenset[str]] = frozenset({"running-scheduled"})
+
+    preemption: str = "auto"
+    queue: str = "running"
+
+    def __post_init__(self) -> None:
+        if self.preemption not in _MODES:
+            raise ValueError(f"v0-running: preemption must be one of {', '.join(_MODES)}, got '{self.preemption}'")
+
+    def run(self, step: Step) -> None:
+        pending = step.pending(self.queue)
+        if pending is None or scheduled_from(step, "waiting"):
+            return  # "Don't schedule decodes if prefills are scheduled."
+        pool = pool_of(step)
+        ids = step.ids(pending)
+        (computed,) = step.columns(pending, ("computed",))
+        host = pool.host
+        h = _NO_HOST if host is None else (host.hfree, host.hmeta, host.htable, host.hnblk, host.log)
+        out, preempted = K.v0_running(ids, computed, self.preemption == "swap" and host is not None,
+                                      pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache,
+                                      pool.table, pool.nblk, pool.ncached, *h)
+        take = out[K.V0_TOKENS] > 0
+        if take.any():
+            scheduled = step.schedule(pending, "decode", ids[take], out[K.V0_TOKENS][take])
+            got = out[K.V0_ALLOC] > 0
+            step.blocks(AllocOp, scheduled, ids[got], out[K.V0_ALLOC][got])
+        if preempted:
+            gone = np.flatnonzero(out[K.V0_SEQ] >= 0)
+            gone = gone[np.argsort(out[K.V0_SEQ, gone])]  # in the order they were preempted
+            swap = out[K.V0_MODE, gone] == K.MODE_SWAP
+            for mode, effect, pick in (("recompute", FreeOp, ~swap), ("swap", SwapOutOp, swap)):
+                if pick.any():
+                    victims = step.preempt(pending, mode, ids[gone[pick]])
+                    step.blocks(effect, victims, ids[gone[pick]], out[K.V0_MOVED, gone[pick]])

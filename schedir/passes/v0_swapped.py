@@ -1,0 +1,68 @@
+"""v0-swapped: vLLM v0's `_schedule_swapped`, swapped requests back before new ones."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from schedir.dialects.codes import Reason
+from schedir.dialects.mem import AllocOp, SwapInOp
+from schedir.dialects.req import PreemptOp
+from schedir.ir.pass_base import StepPass
+from schedir.ir.step import Step, pool_of
+from schedir.passes import v0_kernels as K
+from schedir.passes.v0_running import scheduled_from
+
+
+@dataclass(frozen=True)
+class V0Swapped(StepPass):
+    """Swap requests back in, in swap-out order, in a decode step that preempted nobody.
+
+    vLLM v0 (vllm/core/scheduler.py:821, 0.8.5; `_schedule_default` calls it only when
+    `_schedule_running` preempted nobody, since a preemption means there is no room): a
+    request whose full blocks plus one exceed the whole pool can never come back and is
+    ignored (`req.reject` exceeds-cache); one that does not fit above the watermark stops
+    the loop, as do the token budget and max_seqs. Its blocks are copied back from the host
+    tier (`mem.swap_in`, listed in the output's `blocks_to_swap_in`) and it decodes one
+    token; it joins the back of the running queue. Needs the runtime's `num_cpu_blocks`.
+    """
+
+    name: ClassVar[str] = "v0-swapped"
+    queue_options: ClassVar[tuple[str, ...]] = ("queue", "running")
+    requires: ClassVar[frozenset[str]] = frozenset({"kv-pool", "swapped-queue", "running-scheduled"})
+    provides: ClassVar[frozenset[str]] = frozenset({"swapped-scheduled"})
+
+    queue: str = "swapped"
+    running: str = "running"
+
+    def run(self, step: Step) -> None:
+        pending = step.pending(self.queue)
+        if pending is None or scheduled_from(step, "waiting") or step.ops_of(PreemptOp):
+            return
+        pool = pool_of(step)
+        host = pool.host
+        if host is None:
+            raise ValueError("v0-swapped: the step's pool has no host tier, but requests are swapped out")
+        facts = step.facts
+        usage = step.usage()
+        running = step.queue(self.running)
+        seqs = len(running) if running is not None else 0
+        ids = step.ids(pending)
+        (computed,) = step.columns(pending, ("computed",))
+        out, count = K.v0_swapped(ids, computed, facts.token_budget - usage.tokens, seqs, facts.max_seqs,
+                                  pool.usable_blocks, pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv,
+                                  pool.meta, pool.cache, pool.table, pool.nblk,
+                                  host.hfree, host.hmeta, host.htable, host.hnblk, host.log)
+        reasons = out[K.V0_REASON]
+        never = reasons == int(Reason.EXCEEDS_CACHE)
+        if never.any():
+            step.reject(pending, ids[never], reasons[never])
+        if count:
+            take = out[K.V0_TOKENS] > 0
+            scheduled = step.schedule(pending, "decode", ids[take], out[K.V0_TOKENS][take])
+            step.blocks(SwapInOp, scheduled, ids[take], out[K.V0_MOVED][take])
+            got = out[K.V0_ALLOC] > 0
+            step.blocks(AllocOp, scheduled, ids[got], out[K.V0_ALLOC][got])
+        rest = (reasons > 0) & ~never
+        if rest.any():
+            step.defer(pending, ids[rest], reasons[rest])

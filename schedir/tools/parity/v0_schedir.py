@@ -1,0 +1,214 @@
+"""schedir's `vllm-v0` preset against vLLM 0.8.5's real v0 scheduler, step by step.
+
+The reference (`v0_driver.py`, run in the v0 environment) replays a trace through v0's
+`Scheduler` and records every step; this module replays the same trace through schedir's
+runtime with the same engine loop (arrivals at their step, aborts, schedule, the same fake
+token for every sampling request, stop at max_tokens, idle stretches skipped) and compares
+the records field by field: who was scheduled with how many tokens in which phase, who was
+swapped out and in with how many blocks, who was recomputed or ignored, who finished, the
+three queues in order, and the free GPU and CPU blocks.
+
+    python -m schedir.tools.parity.v0_schedir              # every scenario in scope, a table
+    python -m schedir.tools.parity.v0_schedir --show swap  # the first difference in detail
+
+Scope (docs/vllm-v0-reference.md §7): v0's default path (chunked prefill off, no prefix
+caching, FCFS). Scenarios outside it are listed with the reason and not compared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import numpy as np
+
+from schedir.runtime import table as T
+from schedir.runtime.config import Request, SchedulerConfig
+from schedir.runtime.scheduler import Scheduler
+from schedir.tools.parity import v0_reference, v0_trace
+
+COMPARED = ("kind", "scheduled", "swapped_out", "swapped_in", "recomputed", "ignored", "finished", "waiting",
+            "running", "swapped", "free_gpu_blocks", "free_cpu_blocks")
+
+
+def out_of_scope(cfg: dict[str, Any]) -> str | None:
+    """Why the `vllm-v0` preset does not reproduce a reference config (None: it does)."""
+    if cfg["enable_chunked_prefill"]:
+        return "chunked prefill (v0's _schedule_chunked_prefill) is not reproduced yet"
+    if cfg["enable_prefix_caching"]:
+        return "v0's prefix-caching block allocator is not reproduced yet"
+    if cfg["policy"] != "fcfs":
+        return "v0's priority policy (_schedule_priority_preemption) is not reproduced yet"
+    return None
+
+
+def pipeline_for(cfg: dict[str, Any]) -> str:
+    """The `vllm-v0` pipeline with a reference config's preemption mode and delay factor."""
+    mode = {None: "auto", "swap": "swap", "recompute": "recompute"}[cfg["preemption_mode"]]
+    return (f"order-vllm,v0-prefills{{delay-factor={float(cfg['delay_factor'])}}},"
+            f"v0-running{{preemption={mode}}},v0-swapped")
+
+
+def scheduler_config(cfg: dict[str, Any]) -> SchedulerConfig:
+    """schedir's config for a reference config (v0's GPU allocator has no null block: one more here)."""
+    return SchedulerConfig(num_blocks=cfg["num_gpu_blocks"] + 1, block_size=cfg["block_size"],
+                           max_num_batched_tokens=cfg["max_num_batched_tokens"], max_num_seqs=cfg["max_num_seqs"],
+                           max_model_len=cfg["max_model_len"], enable_prefix_caching=False,
+                           pipeline=pipeline_for(cfg), num_cpu_blocks=cfg["num_cpu_blocks"])
+
+
+def run_schedir(trace: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
+    """Replay `trace` through the `vllm-v0` preset with the reference driver's engine loop."""
+    c = v0_trace.check_config(cfg)
+    reqs = v0_trace.check_trace(trace)
+    now = [0.0]
+    sched = Scheduler(scheduler_config(c), clock=lambda: now[0])
+    d = sched.table.data
+    names = sched.table.names
+    pending = sorted(reqs, key=lambda r: r["arrival_step"])
+    aborts = sorted((r["abort_step"], r["rid"]) for r in reqs if r["abort_step"] is not None)
+    added: set[str] = set()
+    steps: list[dict[str, Any]] = []
+    step = i = 0
+    empty_run = 0
+    error = None
+    while i < len(pending) or sched.has_unfinished_requests():
+        while i < len(pending) and pending[i]["arrival_step"] <= step:
+            r = pending[i]
+            sched.add_request(Request(r["rid"], r["prompt"], max_tokens=r["max_tokens"], ignore_eos=True,
+                                      arrival_time=step * c["step_seconds"]))
+            added.add(r["rid"])
+            i += 1
+        due = [rid for at, rid in aborts if at <= step and rid in added]
+        if due:
+            sched.finish_requests(due)
+            aborts = [a for a in aborts if a[1] not in set(due)]
+        if not sched.has_unfinished_requests():
+            if i >= len(pending):
+                break
+            step = pending[i]["arrival_step"]
+            continue
+        now[0] = step * c["step_seconds"]
+        status_before = {r: int(d[T.STATUS, r]) for r in np.concatenate([sched.running, sched.waiting,
+                                                                          sched.swapped]).tolist()}
+        out = sched.schedule()
+        rec = _record(sched, out, status_before, step)
+        tokens = np.where(out.sampled, [v0_trace.fake_token(int(d[T.TOTAL, r])) for r in out.rows.tolist()], -1)
+        rec["finished"] = sorted(sched.update(out, np.asarray(tokens, dtype=np.int64)))
+        rec.update(_queues(sched, names))
+        rec["free_gpu_blocks"] = sched.pool.num_free
+        rec["free_cpu_blocks"] = sched.pool.host.num_free if sched.pool.host is not None else 0
+        steps.append(rec)
+        empty_run = 0 if rec["scheduled"] else empty_run + 1
+        if empty_run >= 1000 or step >= c["max_steps"]:
+            error = "stalled" if empty_run >= 1000 else "max_steps reached"
+            break
+        step += 1
+    sched.pool.check()
+    return {"steps": steps, "error": error}
+
+
+def _record(sched: Scheduler, out: Any, status_before: dict[int, int], step: int) -> dict[str, Any]:
+    rows = out.rows.tolist()
+    came = [status_before.get(r, T.WAITING) for r in rows]
+    phases = ["prefill" if s in (T.WAITING, T.PREEMPTED) else "decode" for s in came]
+    scheduled = [{"rid": n, "tokens": int(t), "phase": p}
+                 for n, t, p in zip(out.req_ids, out.num_tokens.tolist(), phases, strict=True)]
+    kinds = set(phases)
+    kind = "empty" if not kinds else ("mixed" if len(kinds) == 2 else kinds.pop())
+    names = sched.table.names
+    moved_in = {names[r]: int(b) for r, b, s in zip(rows, out.nblk_after.tolist(), came, strict=True)
+                if s == T.SWAPPED}
+    out_blocks: dict[str, int] = {}
+    if out.swapped_out_req_ids:  # their blocks now sit on the host tier
+        host = sched.pool.host
+        out_blocks = {n: int(host.hnblk[sched.table.row_of[n]]) for n in out.swapped_out_req_ids}
+    recomputed = sorted(out.preempted_req_ids)
+    # a swapped-in request needs one more block when its last one was full: count the copies only
+    for n in list(moved_in):
+        moved_in[n] = int(np.count_nonzero(np.isin(out.blocks_to_swap_in[:, 1],
+                                                   out.block_table[out.req_ids.index(n)])))
+    return {"step": step, "kind": kind, "scheduled": scheduled, "swapped_out": out_blocks, "swapped_in": moved_in,
+            "recomputed": recomputed, "ignored": sorted(out.rejected)}
+
+
+def _queues(sched: Scheduler, names: np.ndarray) -> dict[str, list[str]]:
+    d = sched.table.data
+    waiting = sched.waiting[np.argsort(d[T.QUEUED, sched.waiting], kind="stable")]
+    return {"waiting": [names[r] for r in waiting.tolist()], "running": [names[r] for r in sched.running.tolist()],
+            "swapped": [names[r] for r in sched.swapped.tolist()]}
+
+
+def normalise_reference(rec: dict[str, Any]) -> dict[str, Any]:
+    """A reference step in the comparable shape (sorted sets, scheduled entries without extras)."""
+    return {"step": rec["step"], "kind": rec["kind"],
+            "scheduled": [{"rid": s["rid"], "tokens": s["tokens"], "phase": s["phase"]} for s in rec["scheduled"]],
+            "swapped_out": dict(rec["swapped_out"]), "swapped_in": dict(rec["swapped_in"]),
+            "recomputed": sorted(rec["recomputed"]), "ignored": sorted(rec["ignored"]),
+            "finished": sorted(rec["finished"]), "waiting": rec["waiting"], "running": rec["running"],
+            "swapped": rec["swapped"], "free_gpu_blocks": rec["free_gpu_blocks"],
+            "free_cpu_blocks": rec["free_cpu_blocks"]}
+
+
+def compare(reference: dict[str, Any], ours: dict[str, Any]) -> list[str]:
+    """Differences, one line each, up to the reference's error step (v0 raised there: no decision)."""
+    ref_steps = [s for s in reference["steps"] if "error" not in s]
+    ref_steps = [s for s in ref_steps if s.get("scheduled") is not None and "kind" in s]
+    mine = {s["step"]: s for s in ours["steps"]}
+    diffs: list[str] = []
+    for rs in ref_steps:
+        r = normalise_reference(rs)
+        m = mine.get(r["step"])
+        if m is None:
+            diffs.append(f"step {r['step']}: schedir ran no such step")
+            continue
+        for f in COMPARED:
+            if r[f] != m[f]:
+                diffs.append(f"step {r['step']}: {f}: v0 {r[f]!s} / schedir {m[f]!s}")
+    ref_error = next((s["error"] for s in reference["steps"] if "error" in s), None)
+    if ref_error is None:
+        extra = sorted(set(mine) - {s["step"] for s in ref_steps})
+        if extra:
+            diffs.append(f"schedir ran steps the reference did not: {extra[:5]}")
+    return diffs
+
+
+def scenarios_in_scope() -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+    return {n: tc for n, tc in v0_trace.scenarios().items() if out_of_scope(v0_trace.check_config(tc[1])) is None}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Compare schedir's vllm-v0 preset with vLLM 0.8.5's v0 scheduler.")
+    ap.add_argument("--show", help="print every difference of this scenario")
+    args = ap.parse_args(argv)
+    reason = v0_reference.unavailable_reason()
+    if reason:
+        print(f"no v0 reference here: {reason}", file=sys.stderr)
+        return 2
+    every = v0_trace.scenarios()
+    runnable = {n: tc for n, tc in every.items() if out_of_scope(v0_trace.check_config(tc[1])) is None}
+    refs = v0_reference.run_reference(runnable)
+    total_steps = total_diffs = 0
+    print(f"{'scenario':20} {'steps':>6} {'differences':>12}  note")
+    for name, (trace, cfg) in every.items():
+        why = out_of_scope(v0_trace.check_config(cfg))
+        if why:
+            print(f"{name:20} {'-':>6} {'-':>12}  not compared: {why}")
+            continue
+        ours = run_schedir(trace, cfg)
+        diffs = compare(refs[name], ours)
+        err = refs[name]["summary"].get("error")
+        total_steps += len(ours["steps"])
+        total_diffs += len(diffs)
+        note = f"v0 stops: {err}" if err else ""
+        print(f"{name:20} {len(ours['steps']):>6} {len(diffs):>12}  {note}")
+        if args.show == name:
+            for line in diffs[:40]:
+                print("   ", line)
+    print(f"{'total':20} {total_steps:>6} {total_diffs:>12}")
+    return 0 if total_diffs == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
