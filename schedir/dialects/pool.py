@@ -28,6 +28,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from schedir.dialects.base import parse_attr_dict, parse_columns, print_attr_dict, print_columns
 from schedir.dialects.columns import ColumnsAttr
+from schedir.lowering.host_pool import HostPool
 from schedir.lowering.kv_pool import CACHED_FREE, KVPool, register_hash
 from schedir.lowering.radix_cache import ARENA_TOP, NODE_TOP, RadixCache
 from schedir.lowering.radix_pool import RadixKVPool
@@ -61,7 +62,60 @@ def pool_columns(pool: KVPool | RadixKVPool) -> dict[str, np.ndarray]:
         "row_hashes": pool.nhash[live].astype(i64),
         "table": np.concatenate(tables).astype(i64) if tables else np.zeros(0, dtype=i64),
         "hash": np.concatenate(hashes).astype(i64) if hashes else np.zeros(0, dtype=i64),
+        **(host_columns(pool.host) if pool.host is not None else {}),
     }
+
+
+# The host tier (vLLM v0's CPU blocks for preemption by swap), when the pool has one:
+#     host_blocks = [N], host_free = [free stack, bottom first], host_rows = [...],
+#     host_row_blocks = [...], host_table = [...]
+_HOST_NAMES = ("host_blocks", "host_free", "host_rows", "host_row_blocks", "host_table")
+
+
+def host_columns(host: HostPool) -> dict[str, np.ndarray]:
+    live = np.flatnonzero(host.hnblk > 0)
+    tables = [host.htable[r, : host.hnblk[r]] for r in live]
+    i64 = np.int64
+    return {
+        "host_blocks": np.array([host.num_blocks], dtype=i64),
+        "host_free": host.hfree[: host.num_free].astype(i64),
+        "host_rows": live.astype(i64),
+        "host_row_blocks": host.hnblk[live].astype(i64),
+        "host_table": np.concatenate(tables).astype(i64) if tables else np.zeros(0, dtype=i64),
+    }
+
+
+def check_host_columns(cols: ColumnsAttr) -> None:
+    present = [n for n in _HOST_NAMES if cols.has(n)]
+    if not present:
+        return
+    if len(present) != len(_HOST_NAMES):
+        raise VerifyException(f"mem.pool: the host tier lacks {', '.join(n for n in _HOST_NAMES if n not in present)}")
+    if cols.get("host_blocks").size != 1 or int(cols.get("host_blocks")[0]) < 1:
+        raise VerifyException("mem.pool: 'host_blocks' must hold one positive value")
+    n = int(cols.get("host_blocks")[0])
+    if cols.get("host_row_blocks").size != cols.get("host_rows").size:
+        raise VerifyException("mem.pool: 'host_row_blocks' must have one entry per host row")
+    if int(cols.get("host_row_blocks").sum()) != cols.get("host_table").size:
+        raise VerifyException("mem.pool: 'host_table' length differs from the sum of 'host_row_blocks'")
+    seen = np.concatenate([cols.get("host_free"), cols.get("host_table")])
+    if seen.size != n or np.unique(seen).size != n or (seen.min() < 0 or seen.max() >= n):
+        raise VerifyException(f"mem.pool: host blocks 0..{n - 1} must each be free or in one host table")
+
+
+def host_from_columns(cols: ColumnsAttr, rows: int, width: int, device_blocks: int) -> HostPool:
+    n = int(cols.get("host_blocks")[0])
+    host_rows = cols.get("host_rows")
+    host = HostPool.create(n, max(rows, int(host_rows.max()) + 1 if host_rows.size else 1), width, device_blocks)
+    free = cols.get("host_free")
+    host.hfree[: free.size] = free
+    host.hmeta[0] = free.size
+    at = 0
+    for row, k in zip(host_rows.tolist(), cols.get("host_row_blocks").tolist(), strict=True):
+        host.htable[row, :k] = cols.get("host_table")[at: at + k]
+        host.hnblk[row] = k
+        at += k
+    return host
 
 
 def check_pool_columns(cols: ColumnsAttr) -> None:
@@ -105,6 +159,7 @@ def check_pool_columns(cols: ColumnsAttr) -> None:
         raise VerifyException("mem.pool: a block is both in a table and in the free queue")
     if int((held | in_free)[1:].sum()) != n - 1:
         raise VerifyException("mem.pool: blocks are lost (neither held nor free)")
+    check_host_columns(cols)
 
 
 def pool_from_columns(cols: ColumnsAttr) -> KVPool | RadixKVPool:
@@ -137,6 +192,9 @@ def pool_from_columns(cols: ColumnsAttr) -> KVPool | RadixKVPool:
     for b, h in zip(cols.get("cached"), cols.get("cached_hash"), strict=True):
         register_hash(int(b), np.int64(h), pool.bhash, pool.dup_next, pool.cache)
     pool.meta[CACHED_FREE] = int(np.count_nonzero(pool.bhash[free]))
+    if cols.has("host_blocks"):
+        pool.host = host_from_columns(cols, pool.rows, width, n)
+        pool.grow_rows(pool.host.htable.shape[0])
     return pool
 
 
@@ -255,6 +313,19 @@ class PoolOp(IRDLOperation):
         live = getattr(self, "_live", None)
         if live is None:
             live = self._live = pool_from_columns(self.state)
+            # rows of the step's requests that hold nothing are not printed: give them table rows
+            # too (a pass allocating for such a row would index past the tables)
+            top = -1
+            block = self.parent
+            op = block.first_op if block is not None else None
+            while op is not None:
+                if op.name == "req.queue":
+                    ids = op.properties["columns"].get("id")  # type: ignore[union-attr]
+                    if ids.size:
+                        top = max(top, int(ids.max()))
+                op = op.next_op
+            if top >= live.rows:
+                live.grow_rows(top + 1)
         return live
 
     def materialize(self) -> None:

@@ -42,6 +42,11 @@ class StepPass(ModulePass):
     scheduler_state: ClassVar[tuple[SchedulerState, ...]] = ()
     # reads the step's clock (`now_us`): the runtime records it only for pipelines that do
     reads_clock: ClassVar[bool] = False
+    # decides without the prefix cache (its engine's cache is not reproduced): the runtime refuses
+    # it with prefix caching on rather than silently not caching
+    no_prefix_cache: ClassVar[bool] = False
+    # the config policies it reproduces (empty: any); the runtime refuses the others
+    policies: ClassVar[tuple[str, ...]] = ()
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for step_op in steps_of(op):

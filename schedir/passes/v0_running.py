@@ -45,13 +45,15 @@ class V0Running(StepPass):
     name: ClassVar[str] = "v0-running"
     requires: ClassVar[frozenset[str]] = frozenset({"kv-pool", "waiting-scheduled"})
     provides: ClassVar[frozenset[str]] = frozenset({"running-scheduled"})
+    no_prefix_cache: ClassVar[bool] = True  # v0's prefix-caching allocator is not reproduced yet
+    policies: ClassVar[tuple[str, ...]] = ("fcfs",)  # v0's _schedule_priority_preemption is not reproduced yet
 
     preemption: str = "auto"
     queue: str = "running"
 
     def __post_init__(self) -> None:
         if self.preemption not in _MODES:
-            raise ValueError(f"v0-running: preemption must be one of {', '.join(_MODES)}, got '{self.preemption}'")
+            raise ValueError(f"preemption must be one of {', '.join(_MODES)}, got '{self.preemption}'")
 
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)

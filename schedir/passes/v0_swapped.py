@@ -31,6 +31,8 @@ class V0Swapped(StepPass):
     queue_options: ClassVar[tuple[str, ...]] = ("queue", "running")
     requires: ClassVar[frozenset[str]] = frozenset({"kv-pool", "swapped-queue", "running-scheduled"})
     provides: ClassVar[frozenset[str]] = frozenset({"swapped-scheduled"})
+    no_prefix_cache: ClassVar[bool] = True  # v0's prefix-caching allocator is not reproduced yet
+    policies: ClassVar[tuple[str, ...]] = ("fcfs",)  # v0's _schedule_priority_preemption is not reproduced yet
 
     queue: str = "swapped"
     running: str = "running"

@@ -173,6 +173,14 @@ class Scheduler:
         if sglang_order and cfg.policy == "priority":
             raise PipelineError("policy 'priority': SGLang's priority scheduling is not reproduced by the sglang "
                                 f"preset; use one of fcfs, {', '.join(SGLANG_POLICIES)}")
+        for p in manager.passes:
+            if p.no_prefix_cache and cfg.enable_prefix_caching:
+                raise PipelineError(f"pass '{p.name}' decides without the prefix cache (its engine's prefix caching "
+                                    "is not reproduced yet): run it with prefix caching off "
+                                    "(enable_prefix_caching=False)")
+            if p.policies and cfg.policy not in p.policies:
+                raise PipelineError(f"pass '{p.name}' reproduces policy {' or '.join(p.policies)} only, not "
+                                    f"'{cfg.policy}'")
         kind = RADIX_KIND if radix else "blocks"
         current = getattr(getattr(self, "pool", None), "kind", "blocks")
         if current != kind and getattr(self, "table", None) is not None and len(self.table):

@@ -61,6 +61,8 @@ class ParityConfig:
     async_scheduling: bool = False
     """vLLM's async scheduling: the engine loop keeps two steps in flight (`run_engine`) and the
     schedulers are vLLM's AsyncScheduler and schedir with output placeholders."""
+    num_cpu_blocks: int = 0
+    """Host blocks for preemption by swap (schedir's vllm-v0 presets; vLLM v1 has none)."""
 
     @property
     def label(self) -> str:
@@ -279,6 +281,7 @@ class SchedirEngine:
                 policy=cfg.policy,
                 long_prefill_token_threshold=cfg.long_prefill_token_threshold,
                 async_scheduling=cfg.async_scheduling,
+                num_cpu_blocks=cfg.num_cpu_blocks,
             ),
             clock=self._clock,
         )

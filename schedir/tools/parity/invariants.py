@@ -70,6 +70,9 @@ def config_for(case: FuzzCase, preset: str) -> Any:
             cfg = attrs.evolve(cfg, async_scheduling=False)  # the preset has no async mode (it would refuse it)
         if any(getattr(p, "runs_prompts_whole", False) for p in passes):  # no chunking: the budget must hold a prompt
             cfg = attrs.evolve(cfg, max_num_batched_tokens=max(cfg.max_num_batched_tokens, cfg.max_model_len))
+        if any(p.no_prefix_cache for p in passes):  # vLLM v0's presets: no prefix cache, FCFS, swap space
+            cfg = attrs.evolve(cfg, prefix_caching=False, policy="fcfs",
+                               num_cpu_blocks=cfg.num_blocks if "swapped-queue" in passes[-1].requires else 0)
         if any("radix-pool" in p.requires for p in passes):  # SGLang's memory is its prefix cache; no priority order
             cfg = attrs.evolve(cfg, prefix_caching=True, policy="fcfs",  # chunks are whole pages in SGLang
                                max_num_batched_tokens=max(cfg.max_num_batched_tokens, cfg.block_size))
@@ -116,6 +119,14 @@ def check_pool(pool: Any, where: str) -> None:
     if held + free.size != n - 1:
         raise InvariantViolation(f"{where}: blocks not conserved: {held} held + {free.size} free "
                                  f"({cached_free} of them cached) != {n - 1} usable")
+    if pool.host is not None:  # the host tier (swap): conserved, and no row on both tiers
+        try:
+            pool.host.check()
+        except AssertionError as exc:
+            raise InvariantViolation(f"{where}: {exc}") from None
+        both = np.flatnonzero((pool.host.hnblk > 0) & (pool.nblk > 0))
+        if both.size:
+            raise InvariantViolation(f"{where}: rows {both[:8].tolist()} hold blocks on the device and the host")
 
 
 @attrs.frozen
@@ -187,6 +198,11 @@ class CheckedEngine:
         if holding.size:
             raise InvariantViolation(f"{where}: waiting or preempted requests hold blocks: "
                                      f"{[sched.table.names[r] for r in holding.tolist()]}")
+        swapped = sched.swapped
+        if swapped.size and (pool.nblk[swapped] > 0).any():
+            raise InvariantViolation(f"{where}: swapped-out requests hold device blocks")
+        if swapped.size and (d[T.STATUS, swapped] != T.SWAPPED).any():
+            raise InvariantViolation(f"{where}: rows {swapped.tolist()[:8]} in the swapped queue are not swapped")
         bad_status = sched.running[d[T.STATUS, sched.running] != T.RUNNING]
         if bad_status.size:
             raise InvariantViolation(f"{where}: rows {bad_status.tolist()} in the running queue are not running")
@@ -195,7 +211,7 @@ class CheckedEngine:
         # preset such as `base` may spend a step preempting and schedule the request next step: that
         # frees blocks, so it is progress; a step that changes nothing would repeat forever.)
         if (had_work and not rows.size and sched.has_unfinished_requests() and not out.rejected
-                and not out.preempted_req_ids):
+                and not out.preempted_req_ids and not out.swapped_out_req_ids):
             raise InvariantViolation(
                 f"{where}: stalled: nothing scheduled, preempted or rejected with {sched.running.size} running and "
                 f"{waiting.size} waiting ({pool.num_free} free blocks of {pool.usable_blocks}), though every request "
@@ -214,6 +230,9 @@ class CheckedEngine:
         if sched.has_unfinished_requests():
             raise InvariantViolation(f"{where}: {sched.get_num_unfinished_requests()} requests never finished")
         held = getattr(pool, "ref", pool.nblk)
+        host = getattr(pool, "host", None)
+        if host is not None and host.num_free != host.num_blocks:
+            raise InvariantViolation(f"{where}: drained, yet {host.num_blocks - host.num_free} host blocks are held")
         if pool.num_free != pool.usable_blocks or np.count_nonzero(held) or np.count_nonzero(pool.nblk):
             raise InvariantViolation(f"{where}: drained, yet {pool.usable_blocks - pool.num_free} blocks are not "
                                      f"free (held: {np.flatnonzero(held).tolist()[:8]})")
