@@ -20,6 +20,7 @@ import time
 import numpy as np
 
 from schedir import Request, Scheduler, SchedulerConfig
+from schedir.ir.pipeline import PassManager
 from schedir.passes.presets import PRESETS
 from schedir.passes.route_presets import ROUTER_PRESETS
 
@@ -31,8 +32,11 @@ def engine_presets() -> list[str]:
 
 
 def median_step_us(preset: str, n: int, steps: int) -> float:
+    passes = PassManager.parse(PRESETS[preset]).passes
+    no_cache = any(p.no_prefix_cache for p in passes)  # vllm-v0: v0's prefix caching is not reproduced
     cfg = SchedulerConfig(num_blocks=n * 80 + 64, block_size=16, max_num_batched_tokens=16384, max_num_seqs=n,
-                          max_model_len=2048, pipeline=preset)
+                          max_model_len=2048, pipeline=preset, enable_prefix_caching=not no_cache,
+                          num_cpu_blocks=n * 80 if no_cache else 0)
     s = Scheduler(cfg, clock=lambda: 0.0)  # every request fresh: order-slo keeps them all
     for i in range(n + n // 2):
         tokens = (np.arange(PROMPT) + i * PROMPT) % 30000 + 1
