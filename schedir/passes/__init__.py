@@ -73,9 +73,11 @@ for _cls in (SglangOrder, SglangAdmit, SglangDecode):
     register_pass(_cls)
 
 # vLLM v0's scheduler (issue 15): three queues, preemption by recompute or swap to the host tier.
+from schedir.passes.v0_chunked_prefills import V0ChunkedPrefills  # noqa: E402
+from schedir.passes.v0_chunked_running import V0ChunkedRunning  # noqa: E402
 from schedir.passes.v0_prefills import V0Prefills  # noqa: E402
 from schedir.passes.v0_running import V0Running  # noqa: E402
 from schedir.passes.v0_swapped import V0Swapped  # noqa: E402
 
-for _cls in (V0Prefills, V0Running, V0Swapped):
+for _cls in (V0Prefills, V0Running, V0Swapped, V0ChunkedRunning, V0ChunkedPrefills):
     register_pass(_cls)

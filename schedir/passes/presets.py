@@ -34,6 +34,9 @@ PRESETS: dict[str, str] = {
     # swap to the host tier (SchedulerConfig.num_cpu_blocks), as v0's --preemption-mode swap.
     "vllm-v0": "order-vllm,v0-prefills,v0-running,v0-swapped",
     "vllm-v0-swap": "order-vllm,v0-prefills,v0-running{preemption=swap},v0-swapped",
+    # ... with chunked prefill (v0's _schedule_chunked_prefill): running requests first (decodes and
+    # prefill chunks), then swapped ones, then new prefills in chunks, in one mixed batch.
+    "vllm-v0-chunked": "order-vllm,v0-chunked-running,v0-swapped,v0-chunked-prefills",
     # SGLang 0.5.23's scheduler (managers/scheduler.py, schedule_policy.py): SGLang's KV memory (a
     # radix tree over a page pool), the waiting list ordered by the config's policy (fcfs, lpm,
     # dfs-weight, lof, random), PrefillAdder's admission with new_token_ratio, prefill-first steps,

@@ -32,7 +32,7 @@ R_TOO_LONG = int(Reason.TOO_LONG)
 R_EXCEEDS_CACHE = int(Reason.EXCEEDS_CACHE)
 
 # rows of every kernel's per-request result
-V0_TOKENS, V0_ALLOC, V0_REASON, V0_MOVED, V0_SEQ, V0_MODE = range(6)
+V0_TOKENS, V0_ALLOC, V0_REASON, V0_MOVED, V0_SEQ, V0_MODE, V0_PHASE = range(7)  # V0_PHASE: 1 = a prefill chunk
 MODE_RECOMPUTE, MODE_SWAP = 0, 1
 
 
@@ -60,7 +60,7 @@ def v0_prefills(rows, total, arrival_us, budget: int, seqs_used: int, max_seqs: 
     request that must wait for blocks (LATER), and at the token or sequence budget.
     Returns (out[6, n], scheduled count)."""
     n = rows.size
-    out = np.zeros((6, n), dtype=np.int64)
+    out = np.zeros((7, n), dtype=np.int64)
     bs = meta[2]
     water = watermark_blocks(total_gpu)
     oldest = np.empty(n + 1, dtype=np.int64)  # oldest arrival among requests i.. (v0: min over self.waiting)
@@ -120,7 +120,7 @@ def v0_running(rows, computed, swap: bool, ref, bhash, dup_next, nxt, prv, meta,
     Returns (out[6, n], preemption count): V0_SEQ is the preemption order (-1: none), V0_MODE
     its mode, V0_MOVED the blocks freed or moved to the host."""
     n = rows.size
-    out = np.zeros((6, n), dtype=np.int64)
+    out = np.zeros((7, n), dtype=np.int64)
     out[V0_SEQ, :] = -1
     bs = meta[2]
     alive = np.ones(n, dtype=np.bool_)
@@ -166,16 +166,18 @@ def v0_running(rows, computed, swap: bool, ref, bhash, dup_next, nxt, prv, meta,
 
 
 @nb.njit(cache=True)
-def v0_swapped(rows, computed, budget: int, seqs_used: int, max_seqs: int, total_gpu: int,
+def v0_swapped(rows, computed, total, prefill_end, budget: int, seqs_used: int, max_seqs: int, total_gpu: int,
                ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk, hfree, hmeta, htable, hnblk, log):
     """`_schedule_swapped` (scheduler.py:821), FCFS over the swapped queue: a request whose
-    full blocks plus one exceed the whole pool can NEVER come back and is ignored; one that does
-    not fit above the watermark stops the loop (LATER), as do the token and sequence budgets.
-    A request swapped in gets its blocks back (V0_MOVED) and decodes one token, taking a new
-    block when its last one is full (`_append_slots`). `budget` is the tokens left.
-    Returns (out[6, n], swapped-in count)."""
+    touched blocks exceed the whole pool can NEVER come back and is ignored; one that does not
+    fit above the watermark stops the loop (LATER), as do the token and sequence budgets.
+    A decode touches its full blocks plus one; a request swapped out mid-prefill (chunked
+    prefill: computed < prefill_end) touches its whole allocation and asks for all its remaining
+    tokens (v0 does not chunk here). A request swapped in gets its blocks back (V0_MOVED); a
+    decode takes a new block when its last one is full (`_append_slots`). `budget` is the tokens
+    left. Returns (out[7, n], swapped-in count)."""
     n = rows.size
-    out = np.zeros((6, n), dtype=np.int64)
+    out = np.zeros((7, n), dtype=np.int64)
     bs = meta[2]
     water = watermark_blocks(total_gpu)
     used = 0
@@ -183,14 +185,16 @@ def v0_swapped(rows, computed, budget: int, seqs_used: int, max_seqs: int, total
     stop = -1
     stop_reason = 0
     for i in range(n):
-        touched = computed[i] // bs + 1
+        prefill = computed[i] < prefill_end[i]
+        touched = _cdiv(total[i], bs) if prefill else computed[i] // bs + 1
+        want = total[i] - computed[i] if prefill else 1
         if total_gpu < touched:
             out[V0_REASON, i] = R_EXCEEDS_CACHE
             continue
         if meta[NUM_FREE] - touched < water:
             stop, stop_reason = i, R_MEMORY
             break
-        if used + 1 > budget:
+        if used + want > budget:
             stop, stop_reason = i, R_BUDGET
             break
         if seqs_used + 1 > max_seqs:
@@ -199,12 +203,14 @@ def v0_swapped(rows, computed, budget: int, seqs_used: int, max_seqs: int, total
         r = rows[i]
         out[V0_MOVED, i] = swap_in_row(r, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk,
                                        hfree, hmeta, htable, hnblk, log)
-        need = _cdiv(computed[i] + 1, bs) - nblk[r]
-        if need > 0:
-            allocate(r, need, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk)
-            out[V0_ALLOC, i] = need
-        out[V0_TOKENS, i] = 1
-        used += 1
+        if not prefill:
+            need = _cdiv(computed[i] + 1, bs) - nblk[r]
+            if need > 0:
+                allocate(r, need, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk)
+                out[V0_ALLOC, i] = need
+        out[V0_TOKENS, i] = want
+        out[V0_PHASE, i] = 1 if prefill else 0
+        used += want
         seqs_used += 1
         count += 1
     if stop >= 0:
@@ -212,3 +218,175 @@ def v0_swapped(rows, computed, budget: int, seqs_used: int, max_seqs: int, total
         for j in range(stop + 1, n):
             out[V0_REASON, j] = R_BLOCKED
     return out, count
+
+
+# ---------------------------------------------------------------- chunked prefill (_schedule_chunked_prefill)
+
+
+@nb.njit(cache=True)
+def partial_prefills(running_computed, running_end, running_total, waiting_new, max_partial: int,
+                     long_threshold: int, max_long: int):
+    """v0's `PartialPrefillMetadata.from_queues` (scheduler.py:392): prefills that may run this step
+    (those running in prefill, then waiting ones, long ones beyond `max_long` skipped), capped by
+    `max_partial`, and how many running prefills are long. Returns (schedulable, long_running)."""
+    prefills = 0
+    long_running = 0
+    for i in range(running_computed.size):
+        if running_computed[i] < running_end[i]:
+            prefills += 1
+            if running_total[i] - running_computed[i] > long_threshold:
+                long_running += 1
+    waiting_long = 0
+    for i in range(waiting_new.size):
+        if prefills >= max_partial:
+            break
+        if waiting_new[i] > long_threshold:
+            if long_running + waiting_long >= max_long:
+                continue
+            waiting_long += 1
+        prefills += 1
+    return min(prefills, max_partial), long_running
+
+
+@nb.njit(cache=True)
+def v0_chunked_running(rows, computed, total, prefill_end, budget: int, slot_budget: int, swap: bool,
+                       ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk, ncached,
+                       hfree, hmeta, htable, hnblk, log):
+    """`_schedule_running` with chunking (scheduler.py:700, enable_chunking=True), in running order.
+
+    A request in its prefill (computed < prefill_end: the length it was admitted with) asks for its
+    remaining tokens, a decode for one; either is cut to the token budget left and the prefill
+    slot's budget, and a request that gets none ends the loop (the rest stay unscheduled). A
+    prefill's blocks were all allocated at admission: it touches one block only when its last is
+    partial; a decode touches one (v0's worst case). While the touched blocks are not free, the
+    last request not yet reached is preempted (or the request itself), as in `v0_running`.
+    Returns (out[7, n], preemption count)."""
+    n = rows.size
+    out = np.zeros((7, n), dtype=np.int64)
+    out[V0_SEQ, :] = -1
+    bs = meta[2]
+    alive = np.ones(n, dtype=np.bool_)
+    preempted = 0
+    used = 0
+    i = 0
+    while i < n:
+        if not alive[i]:
+            i += 1
+            continue
+        prefill = computed[i] < prefill_end[i]
+        want = total[i] - computed[i] if prefill else 1
+        chunk = min(want, budget - used, slot_budget)
+        if chunk <= 0:
+            for j in range(i, n):
+                if alive[j]:
+                    out[V0_REASON, j] = R_BUDGET
+            break
+        touched = (1 if total[i] % bs else 0) if prefill else 1
+        fits = True
+        while meta[NUM_FREE] < touched:
+            victim = i
+            for j in range(n - 1, i, -1):
+                if alive[j]:
+                    victim = j
+                    break
+            r = rows[victim]
+            vprefill = computed[victim] < prefill_end[victim]
+            need_host = _cdiv(total[victim], bs) if vprefill else computed[victim] // bs + 1
+            moved = -1
+            if swap and hmeta[0] - need_host >= 0:
+                moved = swap_out_row(r, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk, ncached,
+                                     hfree, hmeta, htable, hnblk, log)
+            if moved >= 0:
+                out[V0_MODE, victim] = MODE_SWAP
+            else:
+                moved = free_row(r, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk, ncached)
+                out[V0_MODE, victim] = MODE_RECOMPUTE
+            out[V0_MOVED, victim] = moved
+            out[V0_SEQ, victim] = preempted
+            preempted += 1
+            alive[victim] = False
+            if victim == i:
+                fits = False
+                break
+        if not fits:
+            break
+        if not prefill:
+            need = _cdiv(computed[i] + 1, bs) - nblk[rows[i]]
+            if need > 0:
+                allocate(rows[i], need, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk)
+                out[V0_ALLOC, i] = need
+        out[V0_TOKENS, i] = chunk
+        out[V0_PHASE, i] = 1 if prefill else 0
+        used += chunk
+        i += 1
+    return out, preempted
+
+
+@nb.njit(cache=True)
+def v0_chunked_prefills(rows, total, arrival_us, used: int, seqs_used: int, budget: int, max_seqs: int,
+                        prompt_limit: int, slot_budget: int, max_partial: int, long_threshold: int, long_running: int,
+                        max_long: int, total_gpu: int, delay_threshold_us: float, delay_on: bool, any_running: bool,
+                        now_us: int, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk):
+    """`_schedule_prefills` with chunking (scheduler.py:1035, enable_chunking=True), in waiting order.
+
+    Like `v0_prefills`, but a request gets a chunk (its tokens cut to the budget left and the
+    prefill slot's budget) while its whole sequence's blocks are allocated; the prompt limit
+    (max_model_len) is compared with the chunk; with several partial prefills, a long request
+    (more new tokens than `long_threshold`) is passed over once `max_long` long ones run, and
+    stays in its place. Returns (out[7, n], scheduled count)."""
+    n = rows.size
+    out = np.zeros((7, n), dtype=np.int64)
+    bs = meta[2]
+    water = watermark_blocks(total_gpu)
+    oldest = np.empty(n + 1, dtype=np.int64)
+    oldest[n] = np.iinfo(np.int64).max
+    for i in range(n - 1, -1, -1):
+        oldest[i] = min(oldest[i + 1], arrival_us[i])
+    scheduled = 0
+    stop = -1
+    stop_reason = 0
+    long_prefills = long_running
+    i = 0
+    while i < n:
+        if delay_on and any_running and not (now_us - oldest[i] > delay_threshold_us):
+            stop, stop_reason = i, R_POLICY
+            break
+        new_tokens = total[i]
+        if max_partial > 1 and new_tokens > long_threshold and long_prefills >= max_long:
+            out[V0_REASON, i] = R_POLICY  # passed over, keeps its place
+            i += 1
+            continue
+        chunk = min(new_tokens, budget - used, slot_budget)
+        if chunk > prompt_limit:
+            out[V0_REASON, i] = R_TOO_LONG
+            i += 1
+            continue
+        need = _cdiv(total[i], bs)
+        if total_gpu - need < water:
+            out[V0_REASON, i] = R_EXCEEDS_CACHE
+            i += 1
+            continue
+        if meta[NUM_FREE] - need < water:
+            stop, stop_reason = i, R_MEMORY
+            break
+        if used >= budget or chunk <= 0 or used + chunk > budget:
+            stop, stop_reason = i, R_BUDGET
+            break
+        if seqs_used + 1 > max_seqs:
+            stop, stop_reason = i, R_MAX_SEQS
+            break
+        allocate(rows[i], need, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk)
+        out[V0_TOKENS, i] = chunk
+        out[V0_ALLOC, i] = need
+        out[V0_PHASE, i] = 1
+        if new_tokens > long_threshold:
+            long_prefills += 1
+        used += chunk
+        seqs_used += 1
+        scheduled += 1
+        i += 1
+    if stop >= 0:
+        out[V0_REASON, stop] = stop_reason
+        for j in range(stop + 1, n):
+            out[V0_REASON, j] = R_BLOCKED
+    return out, scheduled

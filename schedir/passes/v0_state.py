@@ -10,7 +10,7 @@ Declared here (`schedir.ir.state`), so every step's IR shows it and a dumped ste
 
 from __future__ import annotations
 
-from schedir.ir.state import SchedulerState
+from schedir.ir.state import RequestState, SchedulerState
 
 PREV_TIME = SchedulerState("v0_prev_time_us", default=0.0, doc="the clock at the last _passed_delay call (µs)")
 PREV_PROMPT = SchedulerState("v0_prev_prompt", default=0.0, doc="1: the last prefill pass scheduled prompts")
@@ -18,3 +18,14 @@ LAST_LATENCY = SchedulerState("v0_last_prompt_latency_us", default=0.0,
                               doc="time from the last prompt step to the next prefill pass (µs)")
 
 SCHEDULER_STATE = (PREV_TIME, PREV_PROMPT, LAST_LATENCY)
+
+# Chunked prefill (`_schedule_chunked_prefill`): a request's stage, and the running queue's order,
+# which v0 rebuilds every step (requests it did not reach first, then those swapped in, the
+# decodes, the prefills that finish, those that do not, and the new ones).
+PREFILL_END = RequestState("v0_prefill_end", default=-1,
+                           doc="tokens the request was admitted with: in its prefill while computed is below it")
+RUN_POS = RequestState("v0_run_pos", default=-1, doc="place in v0's running queue (chunked prefill)")
+NEXT_RUN_POS = SchedulerState("v0_next_run_pos", default=0.0, doc="the first free place in v0's running queue")
+RUN_BANDS = 6  # places are handed out in bands: swapped-in decodes, swapped-in prefills, decodes,
+#                finishing prefills, other prefills, new prefills (each band holds any number)
+BAND = 1 << 24  # a band's width; a step never places more requests than this

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numpy as np
+
 from schedir.dialects.codes import Reason
 from schedir.dialects.mem import AllocOp, SwapInOp
 from schedir.dialects.req import PreemptOp
@@ -12,6 +14,7 @@ from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step, pool_of
 from schedir.passes import v0_kernels as K
 from schedir.passes.v0_running import scheduled_from
+from schedir.passes.v0_state import BAND, NEXT_RUN_POS, PREFILL_END, RUN_BANDS, RUN_POS
 
 
 @dataclass(frozen=True)
@@ -25,12 +28,17 @@ class V0Swapped(StepPass):
     the loop, as do the token budget and max_seqs. Its blocks are copied back from the host
     tier (`mem.swap_in`, listed in the output's `blocks_to_swap_in`) and it decodes one
     token; it joins the back of the running queue. Needs the runtime's `num_cpu_blocks`.
+    With chunked prefill, a request swapped out mid-prefill comes back with all its remaining
+    tokens (v0 does not chunk here), and the requests swapped in take the first places of v0's
+    rebuilt running queue (`v0_run_pos`, decodes before prefills).
     """
 
     name: ClassVar[str] = "v0-swapped"
     queue_options: ClassVar[tuple[str, ...]] = ("queue", "running")
     requires: ClassVar[frozenset[str]] = frozenset({"kv-pool", "swapped-queue", "running-scheduled"})
     provides: ClassVar[frozenset[str]] = frozenset({"swapped-scheduled"})
+    request_state: ClassVar[tuple] = (PREFILL_END, RUN_POS)
+    scheduler_state: ClassVar[tuple] = (NEXT_RUN_POS,)
     no_prefix_cache: ClassVar[bool] = True  # v0's prefix-caching allocator is not reproduced yet
     policies: ClassVar[tuple[str, ...]] = ("fcfs",)  # v0's _schedule_priority_preemption is not reproduced yet
 
@@ -46,14 +54,13 @@ class V0Swapped(StepPass):
         if host is None:
             raise ValueError("v0-swapped: the step's pool has no host tier, but requests are swapped out")
         facts = step.facts
-        usage = step.usage()
-        running = step.queue(self.running)
-        seqs = len(running) if running is not None else 0
+        usage = step.usage()  # what the running pass scheduled: its tokens and requests
         ids = step.ids(pending)
-        (computed,) = step.columns(pending, ("computed",))
-        out, count = K.v0_swapped(ids, computed, facts.token_budget - usage.tokens, seqs, facts.max_seqs,
-                                  pool.usable_blocks, pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv,
-                                  pool.meta, pool.cache, pool.table, pool.nblk,
+        computed, total = step.columns(pending, ("computed", "total"))
+        prefill_end = step.state_column(pending, PREFILL_END.name, PREFILL_END.default)
+        out, count = K.v0_swapped(ids, computed, total, prefill_end, facts.token_budget - usage.tokens, usage.seqs,
+                                  facts.max_seqs, pool.usable_blocks, pool.ref, pool.bhash, pool.dup_next, pool.nxt,
+                                  pool.prv, pool.meta, pool.cache, pool.table, pool.nblk,
                                   host.hfree, host.hmeta, host.htable, host.hnblk, host.log)
         reasons = out[K.V0_REASON]
         never = reasons == int(Reason.EXCEEDS_CACHE)
@@ -61,7 +68,12 @@ class V0Swapped(StepPass):
             step.reject(pending, ids[never], reasons[never])
         if count:
             take = out[K.V0_TOKENS] > 0
-            scheduled = step.schedule(pending, "decode", ids[take], out[K.V0_TOKENS][take])
+            base = int(step.state(NEXT_RUN_POS.name, 0.0)) - RUN_BANDS * BAND  # this step's bands
+            phase = out[K.V0_PHASE][take]
+            places = base + phase * BAND + np.arange(int(take.sum()), dtype=np.int64)
+            step.set_request_state(pending, ids[take], **{RUN_POS.name: places})
+            scheduled = step.schedule(pending, "decode" if not phase.any() else "mixed", ids[take],
+                                      out[K.V0_TOKENS][take])
             step.blocks(SwapInOp, scheduled, ids[take], out[K.V0_MOVED][take])
             got = out[K.V0_ALLOC] > 0
             step.blocks(AllocOp, scheduled, ids[got], out[K.V0_ALLOC][got])

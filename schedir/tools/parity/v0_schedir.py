@@ -34,8 +34,6 @@ COMPARED = ("kind", "scheduled", "swapped_out", "swapped_in", "recomputed", "ign
 
 def out_of_scope(cfg: dict[str, Any]) -> str | None:
     """Why the `vllm-v0` preset does not reproduce a reference config (None: it does)."""
-    if cfg["enable_chunked_prefill"]:
-        return "chunked prefill (v0's _schedule_chunked_prefill) is not reproduced yet"
     if cfg["enable_prefix_caching"]:
         return "v0's prefix-caching block allocator is not reproduced yet"
     if cfg["policy"] != "fcfs":
@@ -46,8 +44,12 @@ def out_of_scope(cfg: dict[str, Any]) -> str | None:
 def pipeline_for(cfg: dict[str, Any]) -> str:
     """The `vllm-v0` pipeline with a reference config's preemption mode and delay factor."""
     mode = {None: "auto", "swap": "swap", "recompute": "recompute"}[cfg["preemption_mode"]]
-    return (f"order-vllm,v0-prefills{{delay-factor={float(cfg['delay_factor'])}}},"
-            f"v0-running{{preemption={mode}}},v0-swapped")
+    delay = float(cfg["delay_factor"])
+    if cfg["enable_chunked_prefill"]:
+        p = cfg["max_num_partial_prefills"]
+        return (f"order-vllm,v0-chunked-running{{preemption={mode} partial={p}}},v0-swapped,"
+                f"v0-chunked-prefills{{delay-factor={delay} partial={p}}}")
+    return f"order-vllm,v0-prefills{{delay-factor={delay}}},v0-running{{preemption={mode}}},v0-swapped"
 
 
 def scheduler_config(cfg: dict[str, Any]) -> SchedulerConfig:
@@ -92,8 +94,11 @@ def run_schedir(trace: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
         now[0] = step * c["step_seconds"]
         status_before = {r: int(d[T.STATUS, r]) for r in np.concatenate([sched.running, sched.waiting,
                                                                           sched.swapped]).tolist()}
+        end = sched.table.state_index.get("v0_prefill_end")
+        in_prefill = {r for r in status_before
+                      if end is not None and d[T.COMPUTED, r] < sched.table.state[end, r]}
         out = sched.schedule()
-        rec = _record(sched, out, status_before, step)
+        rec = _record(sched, out, status_before, in_prefill, step, sort=c["enable_chunked_prefill"])
         tokens = np.where(out.sampled, [v0_trace.fake_token(int(d[T.TOTAL, r])) for r in out.rows.tolist()], -1)
         rec["finished"] = sorted(sched.update(out, np.asarray(tokens, dtype=np.int64)))
         rec.update(_queues(sched, names))
@@ -109,12 +114,16 @@ def run_schedir(trace: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
     return {"steps": steps, "error": error}
 
 
-def _record(sched: Scheduler, out: Any, status_before: dict[int, int], step: int) -> dict[str, Any]:
+def _record(sched: Scheduler, out: Any, status_before: dict[int, int], in_prefill: set[int], step: int,
+            sort: bool) -> dict[str, Any]:
     rows = out.rows.tolist()
     came = [status_before.get(r, T.WAITING) for r in rows]
-    phases = ["prefill" if s in (T.WAITING, T.PREEMPTED) else "decode" for s in came]
+    phases = ["prefill" if s in (T.WAITING, T.PREEMPTED) or r in in_prefill else "decode"
+              for r, s in zip(rows, came, strict=True)]
     scheduled = [{"rid": n, "tokens": int(t), "phase": p}
                  for n, t, p in zip(out.req_ids, out.num_tokens.tolist(), phases, strict=True)]
+    if sort:  # v0 lists a chunked batch's prefills first; schedir's batch is in pass order
+        scheduled.sort(key=lambda e: e["rid"])
     kinds = set(phases)
     kind = "empty" if not kinds else ("mixed" if len(kinds) == 2 else kinds.pop())
     names = sched.table.names
@@ -136,14 +145,21 @@ def _record(sched: Scheduler, out: Any, status_before: dict[int, int], step: int
 def _queues(sched: Scheduler, names: np.ndarray) -> dict[str, list[str]]:
     d = sched.table.data
     waiting = sched.waiting[np.argsort(d[T.QUEUED, sched.waiting], kind="stable")]
-    return {"waiting": [names[r] for r in waiting.tolist()], "running": [names[r] for r in sched.running.tolist()],
+    running = sched.running
+    pos = sched.table.state_index.get("v0_run_pos")
+    if pos is not None and "v0-chunked-running" in sched.spec:  # the order v0-chunked-running sorts it into
+        running = running[np.argsort(sched.table.state[pos, running], kind="stable")]
+    return {"waiting": [names[r] for r in waiting.tolist()], "running": [names[r] for r in running.tolist()],
             "swapped": [names[r] for r in sched.swapped.tolist()]}
 
 
-def normalise_reference(rec: dict[str, Any]) -> dict[str, Any]:
-    """A reference step in the comparable shape (sorted sets, scheduled entries without extras)."""
-    return {"step": rec["step"], "kind": rec["kind"],
-            "scheduled": [{"rid": s["rid"], "tokens": s["tokens"], "phase": s["phase"]} for s in rec["scheduled"]],
+def normalise_reference(rec: dict[str, Any], sort: bool = False) -> dict[str, Any]:
+    """A reference step in the comparable shape (sorted sets, scheduled entries without extras;
+    with `sort`, the batch by request id: v0 lists a chunked batch's prefills first)."""
+    scheduled = [{"rid": s["rid"], "tokens": s["tokens"], "phase": s["phase"]} for s in rec["scheduled"]]
+    if sort:
+        scheduled.sort(key=lambda e: e["rid"])
+    return {"step": rec["step"], "kind": rec["kind"], "scheduled": scheduled,
             "swapped_out": dict(rec["swapped_out"]), "swapped_in": dict(rec["swapped_in"]),
             "recomputed": sorted(rec["recomputed"]), "ignored": sorted(rec["ignored"]),
             "finished": sorted(rec["finished"]), "waiting": rec["waiting"], "running": rec["running"],
@@ -158,7 +174,7 @@ def compare(reference: dict[str, Any], ours: dict[str, Any]) -> list[str]:
     mine = {s["step"]: s for s in ours["steps"]}
     diffs: list[str] = []
     for rs in ref_steps:
-        r = normalise_reference(rs)
+        r = normalise_reference(rs, sort=bool(reference["config"]["enable_chunked_prefill"]))
         m = mine.get(r["step"])
         if m is None:
             diffs.append(f"step {r['step']}: schedir ran no such step")

@@ -1,0 +1,109 @@
+"""v0-chunked-prefills: vLLM v0's `_schedule_prefills` with chunked prefill on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from schedir.dialects.codes import Reason
+from schedir.dialects.mem import AllocOp
+from schedir.dialects.req import PreemptOp, ScheduleOp
+from schedir.ir.pass_base import StepPass
+from schedir.ir.step import Step, pool_of, root_queue
+from schedir.passes import v0_kernels as K
+from schedir.passes.v0_chunked import long_threshold, slot_budget
+from schedir.passes.v0_state import (
+    BAND,
+    LAST_LATENCY,
+    NEXT_RUN_POS,
+    PREFILL_END,
+    PREV_PROMPT,
+    PREV_TIME,
+    RUN_BANDS,
+    RUN_POS,
+    SCHEDULER_STATE,
+)
+
+_REJECT = (int(Reason.TOO_LONG), int(Reason.EXCEEDS_CACHE))
+
+
+@dataclass(frozen=True)
+class V0ChunkedPrefills(StepPass):
+    """New prefills last, in chunks, with the budget the running and swapped requests left.
+
+    vLLM v0 with chunked prefill (`_schedule_prefills(enable_chunking=True)`,
+    vllm/core/scheduler.py:1035, 0.8.5): nothing when the token budget is spent; else, in
+    waiting order, each request gets a chunk (its tokens cut to the budget left and one
+    prefill slot's share) while the blocks of its whole sequence are allocated (`can_allocate`:
+    never → ignored, later → stop). The prompt limit (max_model_len) is compared with the chunk,
+    so a long prompt is not ignored here. With `partial` > 1, a long request (more new tokens
+    than `long-threshold`; 0: 4% of max_model_len) is passed over while `max-long` long ones
+    run. The delay rule and its state are v0-prefills'. Requests admitted take the last places
+    of v0's running queue (`v0_run_pos`).
+    """
+
+    name: ClassVar[str] = "v0-chunked-prefills"
+    requires: ClassVar[frozenset[str]] = frozenset({"kv-pool", "order", "running-scheduled", "swapped-scheduled"})
+    provides: ClassVar[frozenset[str]] = frozenset({"admissible", "waiting-scheduled"})
+    request_state: ClassVar[tuple] = (PREFILL_END, RUN_POS)
+    scheduler_state: ClassVar[tuple] = (*SCHEDULER_STATE, NEXT_RUN_POS)
+    reads_clock: ClassVar[bool] = True
+    no_prefix_cache: ClassVar[bool] = True
+    policies: ClassVar[tuple[str, ...]] = ("fcfs",)
+
+    delay_factor: float = 0.0
+    partial: int = 1
+    long_threshold: int = 0
+    max_long: int = 1
+    queue: str = "waiting"
+
+    def run(self, step: Step) -> None:
+        facts = step.facts
+        usage = step.usage()
+        if facts.token_budget - usage.tokens <= 0:
+            return  # "Do nothing: Can't add any more prefill anyway" (no delay-rule call either)
+        # v0 pops every running request it reached off `self.running` (scheduled or preempted): only
+        # those it did not reach count as running for the delay rule
+        running = step.queue("running")
+        reached = sum(len(op) for op in step.ops_of(PreemptOp))  # type: ignore[arg-type]
+        for op in step.ops_of(ScheduleOp):
+            if root_queue(op.operands[0]).properties["queue"].data == "running":  # type: ignore[union-attr]
+                reached += len(op)  # type: ignore[arg-type]
+        left_running = (len(running) if running is not None else 0) - reached
+        now = float(max(facts.now_us, 0))
+        state = step.states()
+        latency = state.get(LAST_LATENCY.name, 0.0)
+        if state.get(PREV_PROMPT.name, 0.0):
+            latency = now - state.get(PREV_TIME.name, 0.0)
+        pending = step.pending(self.queue)
+        if pending is None:
+            step.set_state(**{PREV_TIME.name: now, PREV_PROMPT.name: 0.0, LAST_LATENCY.name: latency})
+            return
+        pool = pool_of(step)
+        threshold = long_threshold(self.partial, self.long_threshold, facts.max_model_len)
+        slot, long_running = slot_budget(step, self.partial, threshold, self.max_long)
+        ids = step.ids(pending)
+        total, computed, arrival = step.columns(pending, ("total", "computed", "arrival"))
+        out, admitted = K.v0_chunked_prefills(
+            ids, total - computed, arrival, usage.tokens, usage.seqs, facts.token_budget, facts.max_seqs,
+            facts.max_model_len, slot, self.partial, threshold, long_running, self.max_long, pool.usable_blocks,
+            self.delay_factor * latency, self.delay_factor > 0, left_running > 0, int(now),
+            pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache, pool.table, pool.nblk)
+        step.set_state(**{PREV_TIME.name: now, PREV_PROMPT.name: 1.0 if admitted else 0.0,
+                          LAST_LATENCY.name: latency})
+        reasons = out[K.V0_REASON]
+        ignored = (reasons == _REJECT[0]) | (reasons == _REJECT[1])
+        if ignored.any():
+            step.reject(pending, ids[ignored], reasons[ignored])
+        if admitted:
+            take = out[K.V0_TOKENS] > 0
+            base = int(step.state(NEXT_RUN_POS.name, 0.0)) - RUN_BANDS * BAND
+            places = base + 5 * BAND + np.arange(int(take.sum()), dtype=np.int64)
+            step.set_request_state(pending, ids[take], **{RUN_POS.name: places, PREFILL_END.name: total[take]})
+            scheduled = step.schedule(pending, "prefill", ids[take], out[K.V0_TOKENS][take])
+            step.blocks(AllocOp, scheduled, ids[take], out[K.V0_ALLOC][take])
+        rest = (reasons > 0) & ~ignored
+        if rest.any():
+            step.defer(pending, ids[rest], reasons[rest])

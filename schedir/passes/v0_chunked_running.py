@@ -1,0 +1,98 @@
+"""v0-chunked-running: vLLM v0's `_schedule_running` with chunked prefill on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from schedir.dialects.mem import AllocOp, FreeOp, SwapOutOp
+from schedir.ir.pass_base import StepPass
+from schedir.ir.step import Step, pool_of
+from schedir.passes import v0_kernels as K
+from schedir.passes.ordering import sort_by_columns
+from schedir.passes.v0_chunked import long_threshold, slot_budget
+from schedir.passes.v0_running import _MODES, _NO_HOST
+from schedir.passes.v0_state import BAND, NEXT_RUN_POS, PREFILL_END, RUN_BANDS, RUN_POS
+
+
+@dataclass(frozen=True)
+class V0ChunkedRunning(StepPass):
+    """Running requests first, in v0's running order: decodes one token, prefills a chunk.
+
+    vLLM v0 with chunked prefill (`_schedule_chunked_prefill`, vllm/core/scheduler.py:1324,
+    0.8.5) schedules the running queue before anything else (then swapped requests, then new
+    prefills, passes v0-swapped and v0-chunked-prefills). A request still in its prefill asks
+    for its remaining tokens, cut to the budget left and to one prefill slot's share
+    (budget / the prefills that may run this step, with `partial` of them at most); a decode
+    asks for one; the first request that gets nothing ends the loop. Preemption as in
+    v0-running (victims from the back, by `preemption`). The running queue's order is v0's
+    (`v0_run_pos`): requests not reached keep their places, then come those swapped in, the
+    decodes, the prefills this step finishes, the other prefills and the new ones.
+    """
+
+    name: ClassVar[str] = "v0-chunked-running"
+    requires: ClassVar[frozenset[str]] = frozenset({"kv-pool"})
+    provides: ClassVar[frozenset[str]] = frozenset({"running-scheduled"})
+    request_state: ClassVar[tuple] = (PREFILL_END, RUN_POS)
+    scheduler_state: ClassVar[tuple] = (NEXT_RUN_POS,)
+    no_prefix_cache: ClassVar[bool] = True  # v0's prefix-caching allocator is not reproduced yet
+    policies: ClassVar[tuple[str, ...]] = ("fcfs",)  # v0's _schedule_priority_preemption is not reproduced yet
+
+    preemption: str = "auto"
+    partial: int = 1
+    long_threshold: int = 0
+    max_long: int = 1
+    queue: str = "running"
+
+    def __post_init__(self) -> None:
+        if self.preemption not in _MODES:
+            raise ValueError(f"preemption must be one of {', '.join(_MODES)}, got '{self.preemption}'")
+        if self.partial < 1 or self.max_long < 1 or self.long_threshold < 0:
+            raise ValueError("partial and max-long must be >= 1, long-threshold >= 0")
+
+    def run(self, step: Step) -> None:
+        base = int(step.state(NEXT_RUN_POS.name, 0.0))
+        step.set_state(**{NEXT_RUN_POS.name: float(base + RUN_BANDS * BAND)})  # this step's bands, taken
+        pending = step.pending(self.queue)
+        if pending is None:
+            return
+        pool = pool_of(step)
+        facts = step.facts
+        threshold = long_threshold(self.partial, self.long_threshold, facts.max_model_len)
+        slot, _ = slot_budget(step, self.partial, threshold, self.max_long)
+        pending = sort_by_columns(step, pending, (RUN_POS.name,)) or pending
+        ids = step.ids(pending)
+        computed, total = step.columns(pending, ("computed", "total"))
+        prefill_end = step.state_column(pending, PREFILL_END.name, PREFILL_END.default)
+        host = pool.host
+        h = _NO_HOST if host is None else (host.hfree, host.hmeta, host.htable, host.hnblk, host.log)
+        out, preempted = K.v0_chunked_running(
+            ids, computed, total, prefill_end, facts.token_budget, slot, self.preemption == "swap" and host is not None,
+            pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache, pool.table, pool.nblk,
+            pool.ncached, *h)
+        take = out[K.V0_TOKENS] > 0
+        if take.any():
+            tokens = out[K.V0_TOKENS][take]
+            prefill = out[K.V0_PHASE][take] == 1
+            finishing = prefill & (computed[take] + tokens >= total[take])
+            band = np.where(prefill, np.where(finishing, 3, 4), 2)
+            order = np.lexsort((np.arange(band.size), band))
+            places = np.empty(band.size, dtype=np.int64)
+            places[order] = base + band[order] * BAND + np.arange(band.size)
+            step.set_request_state(pending, ids[take], **{RUN_POS.name: places})
+            scheduled = step.schedule(pending, "mixed" if prefill.any() else "decode", ids[take], tokens)
+            got = out[K.V0_ALLOC] > 0
+            step.blocks(AllocOp, scheduled, ids[got], out[K.V0_ALLOC][got])
+        if preempted:
+            gone = np.flatnonzero(out[K.V0_SEQ] >= 0)
+            gone = gone[np.argsort(out[K.V0_SEQ, gone])]
+            swap = out[K.V0_MODE, gone] == K.MODE_SWAP
+            for mode, effect, pick in (("recompute", FreeOp, ~swap), ("swap", SwapOutOp, swap)):
+                if pick.any():
+                    victims = step.preempt(pending, mode, ids[gone[pick]])
+                    step.blocks(effect, victims, ids[gone[pick]], out[K.V0_MOVED, gone[pick]])
+        rest = out[K.V0_REASON] > 0
+        if rest.any():
+            step.defer(pending, ids[rest], out[K.V0_REASON][rest])
