@@ -150,7 +150,8 @@ def test_dumping_does_not_change_decisions(tmp_path: Path) -> None:
 @pytest.mark.skipif(V0_ENV is not None, reason=f"vLLM 0.8.5's v0 scheduler is not available: {V0_ENV}")
 def test_every_in_scope_scenario_matches_v0_step_by_step() -> None:
     scenarios = v0_schedir.scenarios_in_scope()
-    assert {"swap", "recompute", "ignored", "delay", "aborts", "swap-cpu-exhausted"} <= set(scenarios)
+    assert {"swap", "recompute", "ignored", "delay", "aborts", "swap-cpu-exhausted", "swap-chunked", "chunked",
+            "ignored-chunked"} <= set(scenarios)
     refs = v0_reference.run_reference(scenarios)
     for name, (trace, cfg) in scenarios.items():
         ours = v0_schedir.run_schedir(trace, cfg)
@@ -165,3 +166,34 @@ def test_the_comparison_sees_a_wrong_preemption_mode() -> None:
     ref = v0_reference.run_reference({"swap": (trace, cfg)})["swap"]
     wrong = v0_schedir.run_schedir(trace, {**cfg, "preemption_mode": "recompute"})
     assert any("swapped_out" in d for d in v0_schedir.compare(ref, wrong))
+
+
+@pytest.mark.skipif(V0_ENV is not None, reason=f"vLLM 0.8.5's v0 scheduler is not available: {V0_ENV}")
+def test_random_scenarios_match_v0_step_by_step() -> None:
+    """Random configs and traces (chunked or not, swap, recompute or v0's choice, delay, partial
+    prefills, aborts): 24 of the long run's (`python -m schedir.tools.parity.v0_schedir --random N`)."""
+    scenarios = {f"random-{k}": v0_schedir.random_scenario(k) for k in range(1000, 1024)}
+    assert {c["enable_chunked_prefill"] for _, c in scenarios.values()} == {True, False}
+    refs = v0_reference.run_reference(scenarios)
+    steps = 0
+    for name, (trace, cfg) in scenarios.items():
+        ours = v0_schedir.run_schedir(trace, cfg)
+        steps += len(ours["steps"])
+        diffs = v0_schedir.compare(refs[name], ours)
+        assert diffs == [], f"{name} {cfg}: {diffs[:5]}"
+    assert steps > 1000
+
+
+def test_chunked_prefill_mixes_decodes_and_prompt_chunks() -> None:
+    s = Scheduler(swap_config(pipeline="vllm-v0-chunked", max_num_batched_tokens=16, num_cpu_blocks=0),
+                  clock=lambda: 0.0)
+    s.add_request(Request("a", list(range(3, 9)), max_tokens=20, ignore_eos=True, arrival_time=0.0))
+    out = s.schedule()
+    s.update(out, np.where(out.sampled, 7, -1))
+    s.add_request(Request("b", list(range(3, 43)), max_tokens=4, ignore_eos=True, arrival_time=0.0))
+    out = s.schedule()
+    assert out.req_ids == ["a", "b"] and out.num_tokens.tolist() == [1, 15]  # a decode, then b's first chunk
+    assert s.pool.nblk[s.table.row_of["b"]] == 10  # v0 allocates the whole prompt's blocks at admission
+    s.update(out, np.where(out.sampled, 7, -1))
+    out = s.schedule()
+    assert out.num_tokens.tolist() == [1, 15] and not out.sampled[1]

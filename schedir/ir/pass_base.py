@@ -47,6 +47,9 @@ class StepPass(ModulePass):
     no_prefix_cache: ClassVar[bool] = False
     # the config policies it reproduces (empty: any); the runtime refuses the others
     policies: ClassVar[tuple[str, ...]] = ()
+    # its engine stops a request once it holds more than max_model_len tokens (vLLM v0's
+    # StopChecker: len > max_model_len), not once it reaches max_model_len (vLLM v1)
+    stops_past_max_model_len: ClassVar[bool] = False
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for step_op in steps_of(op):

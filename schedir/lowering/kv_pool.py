@@ -159,6 +159,21 @@ class KVPool(BlockTables):
         if self.host is not None:
             self.host.grow_rows(rows)
 
+    def grow_width(self, width: int) -> None:
+        """Make each row's block table hold `width` blocks: a pipeline that runs a request longer
+        than max_model_len (vLLM v0 with chunked prefill compares the prompt limit with the chunk)
+        needs more than the width the runtime sized from max_model_len."""
+        if width <= self.width:
+            return
+        extra = width - self.width
+        self.table = np.concatenate([self.table, np.zeros((self.rows, extra), dtype=np.int32)], axis=1)
+        self.rhash = np.concatenate([self.rhash, np.zeros((self.rows, extra), dtype=np.int64)], axis=1)
+        if self.host is not None:
+            host = self.host
+            host.htable = np.concatenate([host.htable, np.zeros((host.htable.shape[0], extra), dtype=np.int32)],
+                                         axis=1)
+            host.log = np.zeros((3, host.log.shape[1] + extra), dtype=np.int64)
+
     def copy(self) -> KVPool:
         """A private copy (dumped steps run on one, so the dump shows the state they started from)."""
         return KVPool(

@@ -50,6 +50,7 @@ class V0ChunkedPrefills(StepPass):
     request_state: ClassVar[tuple] = (PREFILL_END, RUN_POS)
     scheduler_state: ClassVar[tuple] = (*SCHEDULER_STATE, NEXT_RUN_POS)
     reads_clock: ClassVar[bool] = True
+    stops_past_max_model_len: ClassVar[bool] = True  # v0's StopChecker: len > max_model_len
     no_prefix_cache: ClassVar[bool] = True
     policies: ClassVar[tuple[str, ...]] = ("fcfs",)
 

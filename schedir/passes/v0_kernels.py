@@ -116,7 +116,9 @@ def v0_running(rows, computed, swap: bool, ref, bhash, dup_next, nxt, prv, meta,
     one token, in order. While no block is free (`can_append_slots`), the last running request
     not yet scheduled is preempted (`running_queue.pop()`), or the request itself when it is
     the last; by swap when `swap` and the host has room for its full blocks plus one
-    (`can_swap_out`), else by recompute. A request that preempts itself ends the loop.
+    (`can_swap_out`), else by recompute. A request that preempts itself ends the loop. One change
+    from v0: a request is not preempted for its own worst-case block when its last block has
+    room (v0 does, and a request alone in a full pool then preempts and re-prefills forever).
     Returns (out[6, n], preemption count): V0_SEQ is the preemption order (-1: none), V0_MODE
     its mode, V0_MOVED the blocks freed or moved to the host."""
     n = rows.size
@@ -131,12 +133,15 @@ def v0_running(rows, computed, swap: bool, ref, bhash, dup_next, nxt, prv, meta,
             i += 1
             continue
         fits = True
+        needs_block = _cdiv(computed[i] + 1, bs) > nblk[rows[i]]
         while meta[NUM_FREE] < 1:
             victim = i
             for j in range(n - 1, i, -1):
                 if alive[j]:
                     victim = j
                     break
+            if victim == i and not needs_block:
+                break  # schedir's one change: never preempt a request for a block it does not need (v0 livelocks)
             r = rows[victim]
             moved = -1
             if swap and hmeta[0] - (computed[victim] // bs + 1) >= 0:
@@ -282,6 +287,7 @@ def v0_chunked_running(rows, computed, total, prefill_end, budget: int, slot_bud
                     out[V0_REASON, j] = R_BUDGET
             break
         touched = (1 if total[i] % bs else 0) if prefill else 1
+        needs_block = not prefill and _cdiv(computed[i] + 1, bs) > nblk[rows[i]]
         fits = True
         while meta[NUM_FREE] < touched:
             victim = i
@@ -289,6 +295,8 @@ def v0_chunked_running(rows, computed, total, prefill_end, budget: int, slot_bud
                 if alive[j]:
                     victim = j
                     break
+            if victim == i and not needs_block:
+                break  # as in v0_running: no self-preemption for a block it does not need
             r = rows[victim]
             vprefill = computed[victim] < prefill_end[victim]
             need_host = _cdiv(total[victim], bs) if vprefill else computed[victim] // bs + 1

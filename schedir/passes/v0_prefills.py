@@ -34,6 +34,7 @@ class V0Prefills(StepPass):
     name: ClassVar[str] = "v0-prefills"
     requires: ClassVar[frozenset[str]] = frozenset({"kv-pool", "order", "swapped-queue"})
     provides: ClassVar[frozenset[str]] = frozenset({"admissible", "waiting-scheduled"})
+    stops_past_max_model_len: ClassVar[bool] = True  # v0's StopChecker: len > max_model_len
     no_prefix_cache: ClassVar[bool] = True  # v0's prefix-caching allocator is not reproduced yet
     policies: ClassVar[tuple[str, ...]] = ("fcfs",)  # v0's _schedule_priority_preemption is not reproduced yet
     scheduler_state: ClassVar[tuple] = SCHEDULER_STATE

@@ -205,6 +205,8 @@ class Scheduler:
         self._install_state(manager)
         self.pool_level = any("kv-pool" in p.requires or "radix-pool" in p.requires for p in manager.passes)
         self._reads_clock = any(p.reads_clock for p in manager.passes)  # the step records now_us then
+        # the length at which update() stops a request: max_model_len tokens (vLLM v1), or one more (v0)
+        self._stop_len = cfg.max_model_len + int(any(p.stops_past_max_model_len for p in manager.passes))
         self._initial_facts = (("radix-pool",) if radix else ("kv-pool",)) if self.pool_level else ()
         self.swap_queue = swap_queue
         if swap_queue:
@@ -214,8 +216,10 @@ class Scheduler:
         self._register_on_update = cfg.async_scheduling and cfg.enable_prefix_caching
         # vLLM's order is known here, so a long waiting queue enters the step as its head only
         # (see `_admission_window`); a pipeline with another order sees the whole queue.
+        # (a rule of vllm-admit's: the window is its admission's reach, so other admissions see all)
         self.window = (cfg.max_num_seqs + WINDOW_SLACK
-                       if any(p.name == "order-vllm" for p in manager.passes) else 0)
+                       if any(p.name == "order-vllm" for p in manager.passes)
+                       and any(p.name == "vllm-admit" for p in manager.passes) else 0)
         # ... and while max_num_seqs requests run, as the requests it rejects only (see `_rejectable`),
         # unless a long-prefill cap is set: whether it applies depends on how many requests wait
         self.window_full = bool(self.window) and not any(getattr(p, "long_prefill", 0) for p in manager.passes)
@@ -285,6 +289,10 @@ class Scheduler:
             table.state[index, row] = value
         if table.capacity > self.pool.rows:
             self.pool.grow_rows(table.capacity)
+        # a request longer than max_model_len that a pipeline may still run (vLLM v0 chunked: until
+        # it holds one token past the limit) needs a wider block table than max_model_len gives
+        if self._stop_len > self.config.max_model_len and prompt.size >= self.config.max_model_len:
+            self.pool.grow_width(-(-(prompt.size + 1) // self.config.block_size) + 1)
         cfg = self.config
         d = table.data
         n = prompt.size
@@ -656,7 +664,7 @@ class Scheduler:
         before_total = d[T.TOTAL, rows].copy() if self.radix else None
         done, attention = apply_samples(rows, output.generation, offsets, toks, one_each, d, table.tail,
                                         pool.rhash, pool.nhash, self.config.block_size,
-                                        self.config.max_model_len, self._stop_rows, self._stop_ids,
+                                        self._stop_len, self._stop_rows, self._stop_ids,
                                         self._register_on_update, pool.bhash, pool.dup_next, pool.cache, pool.meta,
                                         pool.table, pool.ncached)
         self.last_update_codes = done

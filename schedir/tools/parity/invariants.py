@@ -72,7 +72,8 @@ def config_for(case: FuzzCase, preset: str) -> Any:
             cfg = attrs.evolve(cfg, max_num_batched_tokens=max(cfg.max_num_batched_tokens, cfg.max_model_len))
         if any(p.no_prefix_cache for p in passes):  # vLLM v0's presets: no prefix cache, FCFS, swap space
             cfg = attrs.evolve(cfg, prefix_caching=False, policy="fcfs",
-                               num_cpu_blocks=cfg.num_blocks if "swapped-queue" in passes[-1].requires else 0)
+                               num_cpu_blocks=cfg.num_blocks if any("swapped-queue" in p.requires for p in passes)
+                               else 0)
         if any("radix-pool" in p.requires for p in passes):  # SGLang's memory is its prefix cache; no priority order
             cfg = attrs.evolve(cfg, prefix_caching=True, policy="fcfs",  # chunks are whole pages in SGLang
                                max_num_batched_tokens=max(cfg.max_num_batched_tokens, cfg.block_size))

@@ -18,6 +18,7 @@ caching, FCFS). Scenarios outside it are listed with the reason and not compared
 from __future__ import annotations
 
 import argparse
+import random
 import sys
 from typing import Any
 
@@ -83,10 +84,16 @@ def run_schedir(trace: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
             added.add(r["rid"])
             i += 1
         due = [rid for at, rid in aborts if at <= step and rid in added]
+        aborted = []
         if due:
-            sched.finish_requests(due)
+            aborted = sched.finish_requests(due)
             aborts = [a for a in aborts if a[1] not in set(due)]
         if not sched.has_unfinished_requests():
+            if aborted:  # the reference records a step whose aborts emptied the queues
+                steps.append({"step": step, "kind": "empty", "scheduled": [], "swapped_out": {}, "swapped_in": {},
+                              "recomputed": [], "ignored": [], "finished": [], **_queues(sched, names),
+                              "free_gpu_blocks": sched.pool.num_free,
+                              "free_cpu_blocks": sched.pool.host.num_free if sched.pool.host is not None else 0})
             if i >= len(pending):
                 break
             step = pending[i]["arrival_step"]
@@ -190,6 +197,33 @@ def compare(reference: dict[str, Any], ours: dict[str, Any]) -> list[str]:
     return diffs
 
 
+def random_scenario(seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A random trace and config in the presets' scope (chunked prefill on or off, swap, recompute
+    or v0's choice, CPU pools from none to ample, pools from tight to ample, the delay rule,
+    partial prefills, aborts while waiting, running or swapped). Every request fits the GPU pool
+    alone; a CPU pool too small for a swap makes v0 raise, which the comparison stops at."""
+    rng = random.Random(seed)
+    bs = rng.choice((4, 8, 16))
+    chunked = rng.random() < 0.5
+    mml = rng.choice((256, 512, 1024))
+    budget = rng.choice((64, 128, 256, 512)) if chunked else rng.choice((mml, 2 * mml))
+    prompt_hi = rng.choice((64, 200, 600))
+    out_hi = rng.choice((16, 64, 160))
+    need = -(-min(prompt_hi + out_hi + 1, mml + 1) // bs)  # the longest request's blocks
+    gpu = rng.randint(need + 2, need * rng.choice((2, 4, 8)) + 4)
+    cfg = {"block_size": bs, "num_gpu_blocks": gpu, "num_cpu_blocks": rng.choice((0, gpu // 4, gpu, 4 * gpu)),
+           "max_num_batched_tokens": budget, "max_num_seqs": rng.choice((2, 4, 8, 32)), "max_model_len": mml,
+           "enable_chunked_prefill": chunked, "preemption_mode": rng.choice((None, "swap", "swap", "recompute")),
+           "delay_factor": rng.choice((0.0, 0.0, 0.5, 2.0)),
+           "max_num_partial_prefills": rng.choice((1, 1, 2, 3)) if chunked else 1}
+    trace = v0_trace.make_trace(num_requests=rng.randint(4, 40), seed=seed, prompt_len=(1, prompt_hi),
+                                output_len=(1, out_hi), arrival_rate=rng.choice((0.3, 1.0, 4.0)))
+    for r in trace["requests"]:
+        if rng.random() < 0.1:
+            r["abort_step"] = r["arrival_step"] + rng.randint(0, 40)
+    return trace, cfg
+
+
 def scenarios_in_scope() -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
     return {n: tc for n, tc in v0_trace.scenarios().items() if out_of_scope(v0_trace.check_config(tc[1])) is None}
 
@@ -197,12 +231,16 @@ def scenarios_in_scope() -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Compare schedir's vllm-v0 preset with vLLM 0.8.5's v0 scheduler.")
     ap.add_argument("--show", help="print every difference of this scenario")
+    ap.add_argument("--random", type=int, default=0, metavar="N", help="also N random scenarios")
+    ap.add_argument("--seed", type=int, default=0, help="first random seed")
+    ap.add_argument("--no-named", action="store_true", help="only the random scenarios")
     args = ap.parse_args(argv)
     reason = v0_reference.unavailable_reason()
     if reason:
         print(f"no v0 reference here: {reason}", file=sys.stderr)
         return 2
-    every = v0_trace.scenarios()
+    every = {} if args.no_named else v0_trace.scenarios()
+    every.update({f"random-{k}": random_scenario(k) for k in range(args.seed, args.seed + args.random)})
     runnable = {n: tc for n, tc in every.items() if out_of_scope(v0_trace.check_config(tc[1])) is None}
     refs = v0_reference.run_reference(runnable)
     total_steps = total_diffs = 0
@@ -218,11 +256,12 @@ def main(argv: list[str] | None = None) -> int:
         total_steps += len(ours["steps"])
         total_diffs += len(diffs)
         note = f"v0 stops: {err}" if err else ""
-        print(f"{name:20} {len(ours['steps']):>6} {len(diffs):>12}  {note}")
+        if not name.startswith("random-") or diffs or args.show == name:
+            print(f"{name:20} {len(ours['steps']):>6} {len(diffs):>12}  {note}")
         if args.show == name:
             for line in diffs[:40]:
                 print("   ", line)
-    print(f"{'total':20} {total_steps:>6} {total_diffs:>12}")
+    print(f"{'total':20} {total_steps:>6} {total_diffs:>12}  ({len(every)} scenarios)")
     return 0 if total_diffs == 0 else 1
 
 
