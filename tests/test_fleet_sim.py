@@ -245,3 +245,55 @@ def test_kv_pool_adopt_cached_keeps_the_pool_whole():
     _, hashes = pool.cached_blocks()
     assert 5 not in hashes.tolist() and {6, 12, 20, 21} <= set(hashes.tolist())
     pool.check()
+
+
+def read_csv(path):
+    import csv
+
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def test_fleet_plots_hold_the_load_and_the_routing_timeline(tmp_path):
+    from schedir.sim.fleet_plots import write_fleet_plots
+
+    workload = hot_prefix_workload()
+    out = run(workload, "replicate-hot-prefix,route-cache-aware", instances=2)
+    m = summarize(out.result)
+    m["fleet"] = out.fleet
+    paths = write_fleet_plots(m, tmp_path)
+    assert sorted(p.name for p in paths) == sorted(f"{m['config']}-{kind}.{ext}".replace(",", "_")
+                                                   for kind in ("load", "routing") for ext in ("png", "csv"))
+    assert all(p.stat().st_size > 0 for p in paths)
+    load = read_csv(next(p for p in paths if p.name.endswith("load.csv")))
+    busy = [row for row in load if row["instance"] == "0"]
+    assert max(float(row["running"]) for row in busy) >= 9 and max(float(row["kv"]) for row in busy) > 0.05
+    assert {row["instance"] for row in load} == {"0", "1"}
+    events = read_csv(next(p for p in paths if p.name.endswith("routing.csv")))
+    routes = [row for row in events if row["event"] == "route"]
+    assert [int(row["dst"]) for row in routes] == out.instance_of.tolist()
+    (copy,) = [row for row in events if row["event"] == "replicate"]
+    assert (copy["src"], copy["dst"], copy["detail"]) == ("0", "1", "256 blocks")
+    assert float(copy["landed_s"]) > float(copy["t_s"]) == 0.2  # decided at the batch's arrival, landed later
+
+
+def test_fleet_routing_timeline_shows_rejections_and_transfers(tmp_path):
+    from schedir.sim.fleet_plots import write_fleet_plots
+
+    n = 6
+    input_len = np.full(n, 1000)
+    input_len[3] = 20000  # longer than the model's context: rejected
+    offsets = np.concatenate([[0], np.cumsum(-(-input_len // 512))])
+    workload = Workload(name="pd", source="test", arrival_s=np.arange(n) * 0.1, input_len=input_len,
+                        output_len=np.full(n, 4), priority=np.zeros(n), block_offsets=offsets,
+                        block_ids=np.arange(offsets[-1]))
+    fleet = FleetConfig(instances=3, router="mooncake-pd", prefill_instances=1)
+    out = FleetSimulator(SimConfig(num_blocks=4000, max_model_len=8192), fleet).run(workload)
+    m = summarize(out.result)
+    m["fleet"] = out.fleet
+    write_fleet_plots(m, tmp_path)
+    events = read_csv(tmp_path / "mooncake-pd-routing.csv")
+    (reject,) = [row for row in events if row["event"] == "reject"]
+    assert reject["request"] == "3" and reject["detail"]
+    transfers = [row for row in events if row["event"] == "transfer"]
+    assert len(transfers) == n - 1 and all(row["src"] == "0" and row["dst"] in ("1", "2") for row in transfers)

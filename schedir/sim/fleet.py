@@ -291,6 +291,7 @@ class FleetSimulator:
         pending: dict[int, PendingCopy] = {}  # copy number -> the copy on the link
         # prefix copies done or skipped: (decided, landed, src, dst, blocks, migrate, why)
         copies: list[tuple[float, float, int, int, int, int, str]] = []
+        moved: list[tuple[float, float, int, int, int]] = []  # P/D transfers: (sent, landed, request, src, dst)
         copy_no = itertools.count()
         link = next((p for p in self.manager.passes if isinstance(p, LinkOptions)), LinkOptions())
         alive = np.ones(m, dtype=bool)
@@ -519,6 +520,7 @@ class FleetSimulator:
                         t_done = float(reqs.finish_s[r])
                         reqs.finish_s[r] = math.nan
                         heapq.heappush(arriving, (t_done + seconds, r, j))
+                        moved.append((t_done, t_done + seconds, r, i, j))
                     else:
                         kept.append(r)
                 finished = kept
@@ -634,14 +636,8 @@ class FleetSimulator:
                                  "mean_running": float(log.column("num_reqs").mean()) if log.size else 0.0})
         rs = int(stats["route_steps"])  # type: ignore[arg-type]
         routed = max(int(stats["routed"]), 1)  # type: ignore[arg-type]
-        load_t, load_running = [], []
-        for log in logs:  # each instance's batch size over time, in at most 200 bins
-            if log.size:
-                t, running = _binned(log.column("start_s"), log.column("num_reqs"))
-            else:
-                t, running = [], []
-            load_t.append(t)
-            load_running.append(running)
+        load = _load_series(logs)
+        rejected = sorted(reqs.rejected)
         routed_at = np.where(finish_count > 0, instance_of, -1)
         fleet_info = {"router": fc.router, "pipeline": manager.spec, "instances": m,
                       "route_steps": rs, "routed": stats["routed"],
@@ -654,21 +650,44 @@ class FleetSimulator:
                       "copied_blocks": stats["copied_blocks"], "copy_skipped": stats["copy_skipped"],
                       "rerouted": stats["rerouted"], "lost": stats["lost"], "why": stats["why"],
                       "per_instance": per_instance,
-                      "series": {"load_t_s": load_t, "load_running": load_running,
+                      "series": {**load,
+                                 "rejected": [[round(float(arrivals[r]), 3), r, reqs.rejected[r]] for r in rejected],
+                                 "transfers": [[round(a, 4), round(b, 4), r, i, j] for a, b, r, i, j in moved],
+                                 "copies": [[round(a, 4), round(b, 4), s_, d, k, mig, why]
+                                            for a, b, s_, d, k, mig, why in copies],
                                  "arrival_s": [round(float(x), 3) for x in arrivals.tolist()],
                                  "instance": routed_at.tolist()}}
         return FleetResult(result=result, fleet=fleet_info, instance_of=instance_of, finish_count=finish_count,
                            reject_why=reject_why)
 
 
-def _binned(t: np.ndarray, values: np.ndarray, bins: int = 200) -> tuple[list[float], list[float]]:
-    edges = np.linspace(t[0], t[-1] + 1e-9, bins + 1)
-    which = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, bins - 1)
-    count = np.bincount(which, minlength=bins)
-    keep = count > 0
-    mean = np.bincount(which, weights=values, minlength=bins)[keep] / count[keep]
-    mid = ((edges[:-1] + edges[1:]) / 2)[keep]
-    return [round(float(x), 3) for x in mid], [round(float(x), 2) for x in mean]
+LOAD_SERIES = (("load_running", "num_reqs", 2), ("load_queued", "num_waiting", 2), ("load_kv", "kv_usage", 4))
+
+
+def _load_series(logs: Sequence[StepLog], bins: int = 200) -> dict[str, list[list[float]]]:
+    """Each instance's load over time on one grid of at most `bins` bins over the run: the mean
+    per bin of its batch size (`load_running`), waiting queue (`load_queued`) and KV use
+    (`load_kv`, 0-1) over its steps starting in the bin; bins without a step are left out."""
+    out: dict[str, list[list[float]]] = {"load_t_s": [], **{key: [] for key, _, _ in LOAD_SERIES}}
+    starts = [log.column("start_s") for log in logs if log.size]
+    lo = min((float(t[0]) for t in starts), default=0.0)
+    hi = max((float(t[-1]) for t in starts), default=0.0)
+    edges = np.linspace(lo, hi + 1e-9, bins + 1)
+    mid = (edges[:-1] + edges[1:]) / 2
+    for log in logs:
+        if not log.size:
+            for key in out:
+                out[key].append([])
+            continue
+        t = log.column("start_s")
+        which = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, bins - 1)
+        count = np.bincount(which, minlength=bins)
+        keep = count > 0
+        out["load_t_s"].append(np.round(mid[keep], 3).tolist())
+        for key, column, digits in LOAD_SERIES:
+            mean = np.bincount(which, weights=log.column(column), minlength=bins)[keep] / count[keep]
+            out[key].append(np.round(mean, digits).tolist())
+    return out
 
 
 def _merge(logs: Sequence[StepLog]) -> StepLog:
