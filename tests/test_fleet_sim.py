@@ -297,3 +297,27 @@ def test_fleet_routing_timeline_shows_rejections_and_transfers(tmp_path):
     assert reject["request"] == "3" and reject["detail"]
     transfers = [row for row in events if row["event"] == "transfer"]
     assert len(transfers) == n - 1 and all(row["src"] == "0" and row["dst"] in ("1", "2") for row in transfers)
+
+
+class FreshRouteSteps:
+    """A new route step IR per arrival batch (what the fleet built before it recycled one)."""
+
+    def build(self, *args):
+        from schedir.ir.route_step import build_route_step
+
+        return build_route_step(*args)
+
+
+@pytest.mark.parametrize("router", ["mooncake", "sglang-router"])
+def test_recycled_route_steps_decide_as_fresh_ones(workload, router, monkeypatch):
+    recycled = run(workload, router)
+    monkeypatch.setattr(FleetSimulator, "route_steps", FreshRouteSteps)
+    fresh = run(workload, router)
+    np.testing.assert_array_equal(recycled.instance_of, fresh.instance_of)
+    a, b = summarize(recycled.result), summarize(fresh.result)
+    for m in (a, b):
+        for key in ("sim_wall_s", "scheduler_us_per_step", "scheduler_us", "scheduler_share_of_gpu_time"):
+            m.pop(key, None)
+    assert a == b
+    for key in ("why", "replicas", "copied_blocks", "per_instance"):
+        assert recycled.fleet[key] == fresh.fleet[key]

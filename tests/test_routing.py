@@ -177,3 +177,33 @@ def test_a_router_preset_is_refused_as_an_engine_pipeline() -> None:
     with pytest.raises(PipelineError, match=r"pipeline 'mooncake' routes requests over a fleet .*"
                                             r"schedir sim --instances N --router mooncake"):
         Scheduler(SchedulerConfig(pipeline="mooncake"))
+
+
+@pytest.mark.parametrize("router", ["round-robin", "least-load", "mooncake", "sglang-router", "mooncake-pd"])
+def test_recycled_route_step_gives_the_fresh_step_ir(router):
+    """The fleet's refilled skeleton: after the pipeline, the same text as a freshly built step,
+    step after step (the previous step's decisions gone), and it verifies and reloads."""
+    from schedir.ir.route_step import RecycledRouteStep
+
+    rng = np.random.default_rng(7)
+    manager = PassManager.parse(router)
+    skeleton = RecycledRouteStep()
+    m = 6
+    for step in range(12):
+        k = 1 + step % 4
+        f = fleet(m, queued=rng.integers(0, 8, m), running=rng.integers(0, 40, m), role=[1] + [2] * 5
+                  if router == "mooncake-pd" else None, position=np.arange(m) // 3,
+                  queued_tokens=rng.integers(0, 60000, m), digest_blocks=rng.integers(0, 3000, m))
+        a = arrivals(np.arange(step * 4, step * 4 + k), prompt=8 * 512 - 100, ttft_ms=2000, tbt_ms=100)
+        chains = rng.integers(0, 3, k)[:, None] * 100 + np.arange(8)[None, :] + 1
+        prefix = (np.repeat(a["id"], 8), chains.ravel())
+        held = np.unique(chains)
+        digest = (rng.integers(0, m, held.size), held)
+        with_digest = None if step % 5 == 4 else digest  # a step of another layout rebuilds the skeleton
+        fresh = build_route_step(step, step * 1000, f, a, with_digest, prefix)
+        manager.run(fresh)
+        again = skeleton.build(step, step * 1000, f, a, with_digest, prefix)
+        manager.run(again)
+        again.verify()
+        assert print_ir(again) == print_ir(fresh)
+    assert print_ir(parse_step_text(print_ir(again))) == print_ir(fresh)

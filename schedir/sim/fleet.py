@@ -39,9 +39,8 @@ import numpy as np
 from schedir.dialects.cluster import MigrateOp, RejectOp, ReplicateOp, RouteOp, TransferOp
 from schedir.dialects.codes import Role, Why, keyword
 from schedir.ir.errors import PipelineError
-from schedir.ir.fastop import dispose
 from schedir.ir.pipeline import PassManager
-from schedir.ir.route_step import build_route_step
+from schedir.ir.route_step import RecycledRouteStep
 from schedir.sim.config import SimConfig
 from schedir.sim.cost_model import CostModel
 from schedir.sim.engine import engine_sizes
@@ -243,6 +242,8 @@ class FleetResult:
 class FleetSimulator:
     """Replays one workload through a fleet of identical engines behind a router."""
 
+    route_steps = RecycledRouteStep  # what builds each route step's IR (`build(...)` -> module)
+
     def __init__(self, engine: SimConfig, fleet: FleetConfig, backend: Backend = LocalInstances) -> None:
         self.engine_config = engine
         self.fleet_config = fleet
@@ -313,6 +314,7 @@ class FleetSimulator:
                  "migrations": 0, "transfers": 0, "copied_blocks": 0, "copy_skipped": {}, "rerouted": 0, "lost": [],
                  "why": {}}
         manager = self.manager
+        skeleton = self.route_steps()  # one route step IR, refilled per arrival batch
         route_step_no = 0
         done = 0
         reported = 0
@@ -343,7 +345,7 @@ class FleetSimulator:
                 if k > 1 else hashes[starts[0]:ends[0]]
             digest = index.digest(np.unique(p_hash))
             keep = alive[digest[0]]
-            module = build_route_step(route_step_no, round(at * 1e6), fleet, arr, (digest[0][keep], digest[1][keep]),
+            module = skeleton.build(route_step_no, round(at * 1e6), fleet, arr, (digest[0][keep], digest[1][keep]),
                                       (p_id, p_hash))
             route_step_no += 1
             t1 = time.perf_counter()
@@ -398,7 +400,6 @@ class FleetSimulator:
                 reject_why[r] = reqs.rejected[r] = "router: no_instance"
                 settled[r] = True
                 done += 1
-            dispose(module)
             if moves and self.fleet_config.copy_kv:
                 holders: dict[int, tuple[int, int]] = {}  # router hash -> (a request with it, its depth there)
                 for r in ids.tolist():
