@@ -321,3 +321,18 @@ def test_recycled_route_steps_decide_as_fresh_ones(workload, router, monkeypatch
     assert a == b
     for key in ("why", "replicas", "copied_blocks", "per_instance"):
         assert recycled.fleet[key] == fresh.fleet[key]
+
+
+@pytest.mark.parametrize("kill", [False, True])
+def test_requests_waiting_for_a_copy_survive_the_target_leaving(kill):
+    """Instance 1 leaves while the prefix is on the link to it: the two requests routed onto the
+    replica are routed again (none lost, none twice) and the copy is skipped, its reason kept;
+    routed again, they make the router replicate the prefix to instance 2."""
+    workload = hot_prefix_workload()
+    fleet = FleetConfig(instances=3, router="replicate-hot-prefix,route-cache-aware",
+                        removals=(Removal(at_s=0.201, instance=1, kill=kill),))
+    out = FleetSimulator(ENGINE, fleet).run(workload)
+    assert out.fleet["replicas"] == 2 and out.fleet["copy_skipped"] == {"target_lost": 1}
+    assert out.fleet["copied_blocks"] == 256 and out.fleet["rerouted"] == 2
+    assert out.instance_of[9:].tolist() == [2, 2] and (out.result.requests.prefix_hit_tokens[9:] >= 4096).all()
+    assert_conserved(out, len(workload))
