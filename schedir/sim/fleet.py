@@ -41,10 +41,10 @@ from schedir.dialects.codes import Role, Why, keyword
 from schedir.ir.errors import PipelineError
 from schedir.ir.pipeline import PassManager
 from schedir.ir.route_step import RecycledRouteStep
+from schedir.passes.route_kernels import LinkOptions
 from schedir.sim.config import SimConfig
 from schedir.sim.cost_model import CostModel
 from schedir.sim.engine import engine_sizes
-from schedir.passes.route_kernels import LinkOptions
 from schedir.sim.fleet_instances import Advanced, Copied, InstanceLost, Instances, LocalInstances, receive_kv
 from schedir.sim.records import RequestLog, SimResult, StepLog
 from schedir.sim.simulator import plain_value
@@ -433,14 +433,13 @@ class FleetSimulator:
             waiting: list[tuple[int, int]] = []
             queue = adds.get(dst)
             if queue is not None:
-                keep = ([], [])
+                keep: tuple[list[int], list[int]] = ([], [])
                 for q, mt in zip(*queue, strict=True):
-                    target = keep if h not in hashes[offsets[q]:offsets[q + 1]] else None
-                    if target is None:
+                    if h in hashes[offsets[q]:offsets[q + 1]]:  # its chain holds the prefix: it waits for it
                         waiting.append((q, mt))
                     else:
-                        target[0].append(q)
-                        target[1].append(mt)
+                        keep[0].append(q)
+                        keep[1].append(mt)
                 if keep[0]:
                     adds[dst] = keep
                 else:
