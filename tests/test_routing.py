@@ -207,3 +207,25 @@ def test_recycled_route_step_gives_the_fresh_step_ir(router):
         again.verify()
         assert print_ir(again) == print_ir(fresh)
     assert print_ir(parse_step_text(print_ir(again))) == print_ir(fresh)
+
+
+def test_slo_miss_kernel_is_the_documented_prediction():
+    """slo-early-reject's kernel against its formulas in numpy (per instance: TTFT = (queued +
+    uncached tokens) / prefill rate, TBT = a decode step at running + 1; best over the instances
+    that prefill / decode), on random fleets with every role: the same requests miss."""
+    from schedir.passes.route_kernels import slo_miss_kernel
+
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        k, m = int(rng.integers(1, 6)), int(rng.integers(1, 10))
+        prompt, hits = rng.integers(1, 30000, k), rng.integers(0, 60, (k, m))
+        queued, running, role = rng.integers(0, 200000, m), rng.integers(0, 300, m), rng.integers(0, 3, m)
+        ttft, tbt, slack = rng.choice([0, 500, 2000], k), rng.choice([0, 10, 30, 100], k), float(rng.choice([0.7, 1.0]))
+        rate, step_us, per_running_us = 55.3, 6931.7, 12.37
+        ttft_ms = (queued[None, :] + np.maximum(prompt[:, None] - hits * 512, 1)) / rate / 1e3
+        ttft_ms = np.where(role[None, :] != int(Role.DECODE), ttft_ms, np.inf).min(axis=1)
+        tbt_ms = np.where(role != int(Role.PREFILL), (step_us + per_running_us * (running + 1)) / 1e3, np.inf).min()
+        want = ((ttft * slack > 0) & (ttft_ms > ttft * slack)) | ((tbt * slack > 0) & (tbt_ms > tbt * slack))
+        got = slo_miss_kernel(prompt, hits, queued, running, role, ttft, tbt, slack, 512, rate, step_us,
+                              per_running_us, int(Role.PREFILL), int(Role.DECODE))
+        np.testing.assert_array_equal(got, want)
