@@ -60,7 +60,8 @@ class Advanced:
 @attrs.frozen
 class Copied:
     """What a prefix copy did: engine blocks now cached on the target (0: none), and why not
-    when it did not happen (`no_room`, `source_evicted`, `pool_kind`, ...; "" when it did)."""
+    when it did not happen (`no_room`, `source_evicted`, `target_kind`: a real engine or no hashed prefix cache
+    there, ...; "" when it did)."""
 
     blocks: int
     why: str = ""
@@ -134,9 +135,10 @@ class InstanceCore:
 
     def prefix_hashes(self, content: np.ndarray) -> np.ndarray | None:
         """The engine's chained block hashes of the prefix made of `content` blocks (the workload's
-        512-token block ids), or None when this instance's pool has no hashed prefix cache."""
+        512-token block ids), or None when the instance cannot take a copied prefix: a real engine
+        (its KV lives on its device, not in the simulator) or a pool without hashed prefix caching."""
         e = self.engine
-        pool = getattr(getattr(e, "sched", None), "pool", None)
+        pool = e.sched.pool if isinstance(e, Engine) else None
         if not isinstance(pool, KVPool) or not pool.enable_caching:
             return None
         bt = self.workload.block_tokens
@@ -303,7 +305,7 @@ def copy_between(cached: Callable[[np.ndarray], int], adopt: Callable[[np.ndarra
     """One prefix copy through an instance pair's three calls (in process or on Ray actors):
     what the source still caches of it is what travels; the target takes it only if it fits."""
     if not target_caches:
-        return Copied(0, "pool_kind")
+        return Copied(0, "target_kind")
     have = cached(content)
     if have == 0:
         return Copied(0, "source_evicted")
