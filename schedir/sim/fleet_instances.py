@@ -59,9 +59,9 @@ class Advanced:
 
 @attrs.frozen
 class Copied:
-    """What a prefix copy did: engine blocks now cached on the target (0: none), and why not
-    when it did not happen (`no_room`, `source_evicted`, `target_kind`: a real engine or no hashed prefix cache
-    there, ...; "" when it did)."""
+    """What a prefix copy did: engine blocks now cached on the target (0: none), and why not when
+    it did not happen (`no_room`, `source_evicted`, `target_kind`: a real engine or no hashed
+    prefix cache there, ...; "" when it did)."""
 
     blocks: int
     why: str = ""
