@@ -154,3 +154,185 @@ def test_pd_disaggregation_moves_requests_to_decode_instances_with_their_kv(work
 def test_pd_needs_a_disaggregating_router():
     with pytest.raises(ValueError, match="needs pd-disaggregate"):
         FleetSimulator(ENGINE, FleetConfig(instances=3, router="mooncake", prefill_instances=1))
+
+
+def hot_prefix_workload() -> Workload:
+    """Nine requests share an 8-block prefix and keep instance 0 busy (long outputs), then two
+    more with it arrive together: instance 0 is overloaded, so the router replicates the prefix."""
+    n = 11
+    blocks = [np.concatenate([1000 + np.arange(8), [100000 + i]]) for i in range(n)]
+    arrival = np.concatenate([np.arange(9) * 0.01, [0.2, 0.2]])
+    return Workload(name="hot", source="test", arrival_s=arrival, input_len=np.full(n, 9 * 512 - 100),
+                    output_len=np.full(n, 400), priority=np.zeros(n), block_offsets=np.arange(n + 1) * 9,
+                    block_ids=np.concatenate(blocks))
+
+
+def test_replicated_prefix_is_copied_into_the_target_pool():
+    from schedir.sim.fleet_instances import LocalInstances
+
+    workload = hot_prefix_workload()
+    router = "replicate-hot-prefix,route-cache-aware"
+    made = []
+
+    def backend(*args):
+        made.append(LocalInstances(*args))
+        return made[-1]
+
+    runs = {copy: FleetSimulator(ENGINE, FleetConfig(instances=2, router=router, copy_kv=copy), backend).run(workload)
+            for copy in (True, False)}
+    copied, counted = runs[True], runs[False]
+    for out in runs.values():
+        assert out.fleet["replicas"] == 1 and out.instance_of[9] == out.instance_of[10] == 1  # routed onto the replica
+        assert_conserved(out, len(workload))
+    hits = copied.result.requests.prefix_hit_tokens
+    assert copied.fleet["copied_blocks"] == 8 * 512 // ENGINE.block_size and not copied.fleet["copy_skipped"]
+    assert (hits[9:] >= 8 * 512).all()  # both found the copied prefix on instance 1
+    assert counted.result.requests.prefix_hit_tokens[9] == 0  # without the copy the first one recomputes it
+    assert counted.fleet["copied_blocks"] == 0
+    for instances in made:  # blocks conserved, cache map consistent, every block free again
+        for core in instances.cores:
+            pool = core.engine.sched.pool
+            pool.check()
+            assert pool.num_free == pool.usable_blocks
+
+
+def test_prefix_copy_between_instances_fits_migrates_or_is_skipped():
+    """The instances' copy primitive: a migrate leaves the source's cache; a target without room
+    takes nothing; a source still using the prefix keeps it; every pool stays consistent."""
+    from schedir.sim.engine import engine_sizes
+    from schedir.sim.fleet_instances import LocalInstances
+    from schedir.sim.records import RequestLog, StepLog
+
+    blocks_of = [np.concatenate([base + np.arange(8), [base + 99]]) for base in (1000, 2000)]  # prefixes A, B
+    workload = Workload(name="two", source="test", arrival_s=np.zeros(2), input_len=np.full(2, 9 * 512 - 100),
+                        output_len=np.array([1, 50]), priority=np.zeros(2), block_offsets=np.array([0, 9, 18]),
+                        block_ids=np.concatenate(blocks_of))
+    config = SimConfig(num_blocks=300)  # one 4.5k-token request holds 283 of the 299 blocks
+    reqs = RequestLog(workload.arrival_s, workload.input_len, workload.output_len)
+    fleet = LocalInstances(config, reqs, [StepLog(64) for _ in range(3)], engine_sizes(config), workload)
+    one = np.array([1], dtype=np.int64)
+    fleet.add({0: (np.array([0]), one)}, 0.0)  # request 0 runs on instance 0 and finishes: its prefix stays cached
+    fleet.advance([0], 10.0)
+    fleet.add({1: (np.array([1]), np.array([50]))}, 0.0)  # request 1 prefills on instance 1 and keeps decoding
+    fleet.advance([1], 10.0, 1)
+    prefix, other = workload.block_ids[:8], workload.block_ids[9:17]
+    blocks = 8 * 512 // config.block_size
+    assert fleet.copy_prefix(0, 1, prefix, migrate=False).why == "no_room"  # 16 free blocks on instance 1
+    assert fleet.cores[1].cached_prefix(prefix) == 0 and fleet.cores[1].cached_prefix(other) == blocks
+    moved = fleet.copy_prefix(0, 2, prefix, migrate=True)
+    assert (moved.blocks, moved.dropped, moved.why) == (blocks, blocks, "")
+    assert fleet.cores[2].cached_prefix(prefix) == blocks and fleet.cores[0].cached_prefix(prefix) == 0
+    kept = fleet.copy_prefix(1, 0, other, migrate=True)  # request 1 still uses it on instance 1
+    assert (kept.blocks, kept.dropped) == (blocks, 0) and fleet.cores[1].cached_prefix(other) == blocks
+    assert fleet.cores[0].cached_prefix(other) == blocks
+    assert fleet.copy_prefix(0, 2, np.array([5, 6]), migrate=False).why == "source_evicted"
+    for core in fleet.cores:
+        core.engine.sched.pool.check()
+
+
+def test_kv_pool_adopt_cached_keeps_the_pool_whole():
+    from schedir.lowering.kv_pool import KVPool
+
+    pool = KVPool.create(10, 16, 8)
+    assert pool.adopt_cached(np.array([5, 6, 7])) == 3
+    assert (pool.num_free, pool.num_cached_free()) == (9, 3)
+    assert pool.adopt_cached(np.array([5, 6, 7, 8, 9, 10, 11, 12])) == 5  # 5, 6, 7 already there
+    before = pool.copy()
+    assert pool.adopt_cached(np.arange(5, 15)) == -1  # 2 missing, 1 free block outside the chain: nothing changes
+    np.testing.assert_array_equal(pool.nxt, before.nxt)
+    np.testing.assert_array_equal(pool.cache, before.cache)
+    assert pool.adopt_cached(np.array([20, 21])) == 2  # the last uncached free block, then hash 5's (LRU)
+    _, hashes = pool.cached_blocks()
+    assert 5 not in hashes.tolist() and {6, 12, 20, 21} <= set(hashes.tolist())
+    pool.check()
+
+
+def read_csv(path):
+    import csv
+
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def test_fleet_plots_hold_the_load_and_the_routing_timeline(tmp_path):
+    from schedir.sim.fleet_plots import write_fleet_plots
+
+    workload = hot_prefix_workload()
+    out = run(workload, "replicate-hot-prefix,route-cache-aware", instances=2)
+    m = summarize(out.result)
+    m["fleet"] = out.fleet
+    paths = write_fleet_plots(m, tmp_path)
+    assert sorted(p.name for p in paths) == sorted(f"{m['config']}-{kind}.{ext}".replace(",", "_")
+                                                   for kind in ("load", "routing") for ext in ("png", "csv"))
+    assert all(p.stat().st_size > 0 for p in paths)
+    load = read_csv(next(p for p in paths if p.name.endswith("load.csv")))
+    busy = [row for row in load if row["instance"] == "0"]
+    assert max(float(row["running"]) for row in busy) >= 9 and max(float(row["kv"]) for row in busy) > 0.05
+    assert {row["instance"] for row in load} == {"0", "1"}
+    events = read_csv(next(p for p in paths if p.name.endswith("routing.csv")))
+    routes = [row for row in events if row["event"] == "route"]
+    assert [int(row["dst"]) for row in routes] == out.instance_of.tolist()
+    (copy,) = [row for row in events if row["event"] == "replicate"]
+    assert (copy["src"], copy["dst"], copy["detail"]) == ("0", "1", "256 blocks")
+    assert float(copy["landed_s"]) > float(copy["t_s"]) == 0.2  # decided at the batch's arrival, landed later
+
+
+def test_fleet_routing_timeline_shows_rejections_and_transfers(tmp_path):
+    from schedir.sim.fleet_plots import write_fleet_plots
+
+    n = 6
+    input_len = np.full(n, 1000)
+    input_len[3] = 20000  # longer than the model's context: rejected
+    offsets = np.concatenate([[0], np.cumsum(-(-input_len // 512))])
+    workload = Workload(name="pd", source="test", arrival_s=np.arange(n) * 0.1, input_len=input_len,
+                        output_len=np.full(n, 4), priority=np.zeros(n), block_offsets=offsets,
+                        block_ids=np.arange(offsets[-1]))
+    fleet = FleetConfig(instances=3, router="mooncake-pd", prefill_instances=1)
+    out = FleetSimulator(SimConfig(num_blocks=4000, max_model_len=8192), fleet).run(workload)
+    m = summarize(out.result)
+    m["fleet"] = out.fleet
+    write_fleet_plots(m, tmp_path)
+    events = read_csv(tmp_path / "mooncake-pd-routing.csv")
+    (reject,) = [row for row in events if row["event"] == "reject"]
+    assert reject["request"] == "3" and reject["detail"]
+    transfers = [row for row in events if row["event"] == "transfer"]
+    assert len(transfers) == n - 1 and all(row["src"] == "0" and row["dst"] in ("1", "2") for row in transfers)
+
+
+class FreshRouteSteps:
+    """A new route step IR per arrival batch (what the fleet built before it recycled one)."""
+
+    def build(self, *args):
+        from schedir.ir.route_step import build_route_step
+
+        return build_route_step(*args)
+
+
+@pytest.mark.parametrize("router", ["mooncake", "sglang-router"])
+def test_recycled_route_steps_decide_as_fresh_ones(workload, router, monkeypatch):
+    recycled = run(workload, router)
+    monkeypatch.setattr(FleetSimulator, "route_steps", FreshRouteSteps)
+    fresh = run(workload, router)
+    np.testing.assert_array_equal(recycled.instance_of, fresh.instance_of)
+    a, b = summarize(recycled.result), summarize(fresh.result)
+    for m in (a, b):
+        for key in ("sim_wall_s", "scheduler_us_per_step", "scheduler_us", "scheduler_share_of_gpu_time"):
+            m.pop(key, None)
+    assert a == b
+    for key in ("why", "replicas", "copied_blocks", "per_instance"):
+        assert recycled.fleet[key] == fresh.fleet[key]
+
+
+@pytest.mark.parametrize("kill", [False, True])
+def test_requests_waiting_for_a_copy_survive_the_target_leaving(kill):
+    """Instance 1 leaves while the prefix is on the link to it: the two requests routed onto the
+    replica are routed again (none lost, none twice) and the copy is skipped, its reason kept;
+    routed again, they make the router replicate the prefix to instance 2."""
+    workload = hot_prefix_workload()
+    fleet = FleetConfig(instances=3, router="replicate-hot-prefix,route-cache-aware",
+                        removals=(Removal(at_s=0.201, instance=1, kill=kill),))
+    out = FleetSimulator(ENGINE, fleet).run(workload)
+    assert out.fleet["replicas"] == 2 and out.fleet["copy_skipped"] == {"target_lost": 1}
+    assert out.fleet["copied_blocks"] == 256 and out.fleet["rerouted"] == 2
+    assert out.instance_of[9:].tolist() == [2, 2] and (out.result.requests.prefix_hit_tokens[9:] >= 4096).all()
+    assert_conserved(out, len(workload))

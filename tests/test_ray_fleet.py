@@ -82,7 +82,8 @@ def assert_same_run(a, b) -> None:
     for key in WALL_KEYS:
         ma.pop(key), mb.pop(key)
     assert ma == mb
-    for key in ("why", "routed", "route_steps", "replicas", "migrations", "transfers", "rerouted", "per_instance"):
+    for key in ("why", "routed", "route_steps", "replicas", "migrations", "transfers", "rerouted", "per_instance",
+                "copied_blocks", "copy_skipped"):
         assert a.fleet[key] == b.fleet[key], key
 
 
@@ -107,6 +108,8 @@ def test_ray_decides_as_in_process(backend, workload, router):
     remote = FleetSimulator(ENGINE, fleet, backend).run(workload)
     assert_same_run(local, remote)
     assert len(set(local.instance_of.tolist()) - {-1}) == 4  # the workload spread over the fleet
+    if router == "mooncake":  # hot prefixes were copied between pools, on the actors as in process
+        assert local.fleet["copied_blocks"] > 0
     assert_conserved(remote, len(workload))
 
 

@@ -177,3 +177,55 @@ def test_a_router_preset_is_refused_as_an_engine_pipeline() -> None:
     with pytest.raises(PipelineError, match=r"pipeline 'mooncake' routes requests over a fleet .*"
                                             r"schedir sim --instances N --router mooncake"):
         Scheduler(SchedulerConfig(pipeline="mooncake"))
+
+
+@pytest.mark.parametrize("router", ["round-robin", "least-load", "mooncake", "sglang-router", "mooncake-pd"])
+def test_recycled_route_step_gives_the_fresh_step_ir(router):
+    """The fleet's refilled skeleton: after the pipeline, the same text as a freshly built step,
+    step after step (the previous step's decisions gone), and it verifies and reloads."""
+    from schedir.ir.route_step import RecycledRouteStep
+
+    rng = np.random.default_rng(7)
+    manager = PassManager.parse(router)
+    skeleton = RecycledRouteStep()
+    m = 6
+    for step in range(12):
+        k = 1 + step % 4
+        f = fleet(m, queued=rng.integers(0, 8, m), running=rng.integers(0, 40, m), role=[1] + [2] * 5
+                  if router == "mooncake-pd" else None, position=np.arange(m) // 3,
+                  queued_tokens=rng.integers(0, 60000, m), digest_blocks=rng.integers(0, 3000, m))
+        a = arrivals(np.arange(step * 4, step * 4 + k), prompt=8 * 512 - 100, ttft_ms=2000, tbt_ms=100)
+        chains = rng.integers(0, 3, k)[:, None] * 100 + np.arange(8)[None, :] + 1
+        prefix = (np.repeat(a["id"], 8), chains.ravel())
+        held = np.unique(chains)
+        digest = (rng.integers(0, m, held.size), held)
+        with_digest = None if step % 5 == 4 else digest  # a step of another layout rebuilds the skeleton
+        fresh = build_route_step(step, step * 1000, f, a, with_digest, prefix)
+        manager.run(fresh)
+        again = skeleton.build(step, step * 1000, f, a, with_digest, prefix)
+        manager.run(again)
+        again.verify()
+        assert print_ir(again) == print_ir(fresh)
+    assert print_ir(parse_step_text(print_ir(again))) == print_ir(fresh)
+
+
+def test_slo_miss_kernel_is_the_documented_prediction():
+    """slo-early-reject's kernel against its formulas in numpy (per instance: TTFT = (queued +
+    uncached tokens) / prefill rate, TBT = a decode step at running + 1; best over the instances
+    that prefill / decode), on random fleets with every role: the same requests miss."""
+    from schedir.passes.route_kernels import slo_miss_kernel
+
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        k, m = int(rng.integers(1, 6)), int(rng.integers(1, 10))
+        prompt, hits = rng.integers(1, 30000, k), rng.integers(0, 60, (k, m))
+        queued, running, role = rng.integers(0, 200000, m), rng.integers(0, 300, m), rng.integers(0, 3, m)
+        ttft, tbt, slack = rng.choice([0, 500, 2000], k), rng.choice([0, 10, 30, 100], k), float(rng.choice([0.7, 1.0]))
+        rate, step_us, per_running_us = 55.3, 6931.7, 12.37
+        ttft_ms = (queued[None, :] + np.maximum(prompt[:, None] - hits * 512, 1)) / rate / 1e3
+        ttft_ms = np.where(role[None, :] != int(Role.DECODE), ttft_ms, np.inf).min(axis=1)
+        tbt_ms = np.where(role != int(Role.PREFILL), (step_us + per_running_us * (running + 1)) / 1e3, np.inf).min()
+        want = ((ttft * slack > 0) & (ttft_ms > ttft * slack)) | ((tbt * slack > 0) & (tbt_ms > tbt * slack))
+        got = slo_miss_kernel(prompt, hits, queued, running, role, ttft, tbt, slack, 512, rate, step_us,
+                              per_running_us, int(Role.PREFILL), int(Role.DECODE))
+        np.testing.assert_array_equal(got, want)

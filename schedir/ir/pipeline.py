@@ -253,9 +253,9 @@ class PassManager:
         route_views = self._route_views(module, bool(steps)) if self._routes or not steps else None
         if route_views is None and not steps:
             raise PipelineError("the input holds no sched.step op")
-        if (route_views is None and len(steps) == 1 and self._named_queues == [] and not self.verify_each
-                and self.instrument is None and on_pass is None):
-            self._run_one(Step(steps[0]), marks)
+        if (((route_views is None and len(steps) == 1) or (route_views is not None and len(route_views) == 1))
+                and self._named_queues == [] and not self.verify_each and self.instrument is None and on_pass is None):
+            self._run_one(Step(steps[0]) if route_views is None else route_views[0], marks)  # one step, unobserved
             return
         views = route_views if route_views is not None else [Step(op) for op in steps]
         for view in views:

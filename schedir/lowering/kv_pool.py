@@ -212,6 +212,39 @@ class KVPool(BlockTables):
         self.ncached[:] = 0
         return True
 
+    def adopt_cached(self, hashes: np.ndarray) -> int:
+        """Take in a prefix's KV copied from another pool (a fleet's replication or migration):
+        the chained block `hashes` become cached free blocks here, so a later request with that
+        prefix hits them. Hashes already registered stay (a free one moves to the back of the free
+        queue, as if just freed); each missing one takes a block from the front of the free queue
+        (evicting the least recently freed cached block, as an allocation does) and goes to the
+        back, registered. Free and held counts do not change. Returns the blocks newly registered,
+        or -1, changing nothing, when the missing ones outnumber the free blocks not in the chain
+        (or caching is off): a copy never evicts its own chain nor touches a held block."""
+        hashes = np.asarray(hashes, dtype=np.int64)
+        if not self.enable_caching or (hashes == 0).any():  # 0 means "no hash"
+            return -1
+        n = self.num_blocks
+        nxt, prv, meta = self.nxt, self.prv, self.meta
+        present = np.array([cache_get(self.cache, h) for h in hashes.tolist()], dtype=np.int64)
+        own_free = [b for b in present.tolist() if b >= 0 and self.ref[b] == 0]
+        missing = hashes[present < 0]
+        if missing.size > self.num_free - len(set(own_free)):
+            return -1
+        for b in own_free:  # refreshed: most recently freed
+            _unlink(nxt, prv, b)
+            _insert_after(nxt, prv, prv[n + 1], b)
+        for h in missing.tolist():
+            b = int(nxt[n])
+            _unlink(nxt, prv, b)
+            if self.bhash[b] != 0:
+                evict_hash(b, self.bhash, self.dup_next, self.cache)
+                meta[CACHED_FREE] -= 1
+            register_hash(b, np.int64(h), self.bhash, self.dup_next, self.cache)
+            _insert_after(nxt, prv, prv[n + 1], b)
+            meta[CACHED_FREE] += 1
+        return int(missing.size)
+
     def cached_tokens(self, rows: np.ndarray, total: np.ndarray) -> np.ndarray:
         """The prefix-cache question every pool answers: tokens of each row the cache holds
         (full blocks by chained hash, never the last known token)."""

@@ -9,8 +9,7 @@ import numpy as np
 
 from schedir.dialects.codes import Why
 from schedir.ir.route_pass import RoutePass
-from schedir.ir.route_step import RouteStep
-from schedir.ir.step import positions
+from schedir.ir.route_step import RouteStep, positions
 from schedir.passes.route_kernels import cache_balance_kernel
 
 

@@ -120,6 +120,86 @@ def cache_balance_kernel(hits: np.ndarray, prompt: np.ndarray, load: np.ndarray,
     return out, by_cache
 
 
+@nb.njit(cache=True)
+def slo_miss_kernel(prompt: np.ndarray, hits: np.ndarray, queued_tokens: np.ndarray, running: np.ndarray,
+                    role: np.ndarray, ttft_slo_ms: np.ndarray, tbt_slo_ms: np.ndarray, slack: float,
+                    block_tokens: int, prefill_per_us: float, decode_us: float, per_running_us: float,
+                    prefill_role: int, decode_role: int) -> np.ndarray:
+    """slo-early-reject's prediction per request (one call, not a dozen numpy ones on 1 x m
+    arrays): best TTFT over the instances that prefill, best TBT over those that decode; True
+    where either misses its SLO (x `slack`; an SLO of 0 is none). Same arithmetic, same order,
+    as the formulas in the pass's docstring, so the same floats."""
+    k, m = hits.shape
+    tbt = np.inf
+    for j in range(m):
+        if role[j] != prefill_role:
+            t = (decode_us + per_running_us * (running[j] + 1)) / 1e3
+            if t < tbt:
+                tbt = t
+    miss = np.zeros(k, dtype=np.bool_)
+    for i in range(k):
+        ttft = np.inf
+        for j in range(m):
+            if role[j] != decode_role:
+                uncached = max(prompt[i] - hits[i, j] * block_tokens, 1)
+                t = (queued_tokens[j] + uncached) / prefill_per_us / 1e3
+                if t < ttft:
+                    ttft = t
+        ttft_slo = float(ttft_slo_ms[i]) * slack
+        tbt_slo = float(tbt_slo_ms[i]) * slack
+        miss[i] = (ttft_slo > 0 and ttft > ttft_slo) or (tbt_slo > 0 and tbt > tbt_slo)
+    return miss
+
+
+@nb.njit(cache=True)
+def pull_kernel(hits: np.ndarray, inst: np.ndarray, skip: np.ndarray, position: np.ndarray, block_tokens: int,
+                kv_bytes_per_token: int, intra_gbs: float, inter_gbs: float, intra_latency_us: float,
+                inter_latency_us: float, prefill_per_us: float):
+    """topology-distance's test per routed request (row i of `hits`, routed to column `inst[i]`,
+    `skip[i]` for one that moves its KV anyway): the nearest instance with the longest hit as the
+    source, and whether moving the extra blocks over the link (`link_us`'s model) beats
+    recomputing them. Returns (requests kept, source column, bytes, gain µs), in request order;
+    the same arithmetic, in the same order, as the numpy formulas it replaces."""
+    k, m = hits.shape
+    want = np.empty(k, dtype=np.int64)
+    src = np.empty(k, dtype=np.int64)
+    nbytes = np.empty(k, dtype=np.int64)
+    gain = np.empty(k, dtype=np.float64)
+    n = 0
+    for i in range(k):
+        have = hits[i, inst[i]]
+        best = hits[i, 0]
+        for j in range(1, m):
+            if hits[i, j] > best:
+                best = hits[i, j]
+        if best <= have or skip[i]:
+            continue
+        here = position[inst[i]]
+        pick = -1
+        near = 0
+        for j in range(m):
+            if hits[i, j] == best:
+                d = abs(position[j] - here)
+                if pick < 0 or d < near:
+                    pick = j
+                    near = d
+        extra = best - have
+        size = extra * block_tokens * kv_bytes_per_token
+        d = abs(position[pick] - here)
+        if d == 0:
+            move = intra_latency_us + np.float64(size) / (intra_gbs * 1e3)
+        else:
+            move = inter_latency_us * max(d, 1) + np.float64(size) / (inter_gbs * 1e3)
+        g = extra * block_tokens / prefill_per_us - move
+        if g > 0:
+            want[n] = i
+            src[n] = pick
+            nbytes[n] = size
+            gain[n] = g
+            n += 1
+    return want[:n], src[:n], nbytes[:n], gain[:n]
+
+
 @dataclass(frozen=True)
 class CostOptions(RoutePass):
     """Options of the passes that estimate engine time: the model and GPU of the cost model."""

@@ -9,7 +9,7 @@ import numpy as np
 
 from schedir.dialects.codes import Role, Why
 from schedir.ir.route_step import RouteStep
-from schedir.passes.route_kernels import CostOptions
+from schedir.passes.route_kernels import CostOptions, slo_miss_kernel
 
 
 @dataclass(frozen=True)
@@ -35,18 +35,11 @@ class SloEarlyReject(CostOptions):
         if rows.size == 0:
             return
         prefill_per_us, decode_us, per_running_us = self.rates()
-        role = route.fleet_col("role")
-        can_prefill = role != int(Role.DECODE)
-        can_decode = role != int(Role.PREFILL)
-        prompt = route.arrival_col("prompt")[rows]
         queued_tokens = route.fleet_col("queued_tokens") if route.fleet.columns.has("queued_tokens") else \
             route.fleet_col("queued") * int(route.arrival_col("prompt").mean())  # type: ignore[union-attr]
-        uncached = np.maximum(prompt[:, None] - route.prefix_hits()[rows] * self.block_tokens, 1)
-        ttft_ms = (queued_tokens[None, :] + uncached) / prefill_per_us / 1e3
-        ttft_ms = np.where(can_prefill[None, :], ttft_ms, np.inf).min(axis=1)
-        tbt_ms = (decode_us + per_running_us * (route.fleet_col("running") + 1)) / 1e3
-        tbt_ms = float(np.where(can_decode, tbt_ms, np.inf).min()) if tbt_ms.size else np.inf
-        ttft_slo = route.arrival_col("ttft_slo_ms")[rows].astype(np.float64) * self.slack
-        tbt_slo = route.arrival_col("tbt_slo_ms")[rows].astype(np.float64) * self.slack
-        miss = ((ttft_slo > 0) & (ttft_ms > ttft_slo)) | ((tbt_slo > 0) & (tbt_ms > tbt_slo))
+        miss = slo_miss_kernel(route.arrival_col("prompt")[rows], np.ascontiguousarray(route.prefix_hits()[rows]),
+                               np.asarray(queued_tokens, np.int64), route.fleet_col("running"),
+                               route.fleet_col("role"), route.arrival_col("ttft_slo_ms")[rows],
+                               route.arrival_col("tbt_slo_ms")[rows], float(self.slack), self.block_tokens,
+                               prefill_per_us, decode_us, per_running_us, int(Role.PREFILL), int(Role.DECODE))
         route.reject(rows[miss], Why.SLO)

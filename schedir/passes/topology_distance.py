@@ -9,9 +9,8 @@ import numpy as np
 
 from schedir.dialects.cluster import ReplicateOp
 from schedir.dialects.codes import Why
-from schedir.ir.route_step import RouteStep
-from schedir.ir.step import positions
-from schedir.passes.route_kernels import LinkOptions
+from schedir.ir.route_step import RouteStep, positions
+from schedir.passes.route_kernels import LinkOptions, pull_kernel
 
 
 @dataclass(frozen=True)
@@ -37,35 +36,20 @@ class TopologyDistance(LinkOptions):
         rows = positions(route.arrival_col("id"), routed_ids)
         fleet_ids = route.fleet_col("id")
         inst = positions(fleet_ids, inst_ids)
-        hits = route.prefix_hits()[rows]
-        pick = np.arange(rows.size)
-        have = hits[pick, inst]
-        best = hits.max(axis=1)
-        want = np.flatnonzero(best > have)
-        if want.size == 0:
-            return
+        hits = np.ascontiguousarray(route.prefix_hits()[rows])
         # disaggregated requests move their KV anyway (cluster.transfer): leave them
         ops = route.route_ops()
         whys = ops[0].col("why") if len(ops) == 1 else np.concatenate([op.col("why") for op in ops])
-        want = want[whys[want] != int(Why.DISAGGREGATED)]
+        prefill_per_us, _, _ = self.rates()
+        want, src, nbytes, gain = pull_kernel(hits, inst, whys == int(Why.DISAGGREGATED), route.fleet_col("position"),
+                                              self.block_tokens, self.kv_bytes_per_token, self.intra_gbs,
+                                              self.inter_gbs, self.intra_latency_us, self.inter_latency_us,
+                                              prefill_per_us)
         if want.size == 0:
             return
-        position = route.fleet_col("position")
-        dist = np.abs(position[None, :] - position[inst[want], None])
-        # the nearest instance among those with the longest hit
-        score = np.where(hits[want] == best[want, None], dist, np.iinfo(np.int64).max)
-        src = np.argmin(score, axis=1)
-        extra = best[want] - have[want]
-        nbytes = extra * self.block_tokens * self.kv_bytes_per_token
-        move_us = self.move_us(position[src], position[inst[want]], nbytes)
-        prefill_per_us, _, _ = self.rates()
-        gain = extra * self.block_tokens / prefill_per_us - move_us
-        keep = gain > 0
-        if not keep.any():
-            return
-        want, src, nbytes, gain = want[keep], src[keep], nbytes[keep], gain[keep]
+        best = hits[want].max(axis=1)
         chain, starts = route.chains()
-        last = chain[starts[rows[want]] + best[want] - 1]  # the hash ending the moved chain
+        last = chain[starts[rows[want]] + best - 1]  # the hash ending the moved chain
         dst = inst[want]
         seen: set[tuple[int, int]] = set()
         first = []

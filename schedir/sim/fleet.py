@@ -13,9 +13,12 @@ held routed again the same way.
 
 The router's prefix digest is its own approximate index, as the SGLang router keeps one:
 each instance holds the block chains of the requests routed to it, least recently routed
-evicted first beyond the instance's KV capacity. `cluster.replicate` / `cluster.migrate`
-decisions are recorded with their bytes and link time (their KV is not copied into the
-target's pool). With P/D roles (`prefill_instances`), a disaggregated request runs its
+evicted first beyond the instance's KV capacity. A `cluster.replicate` / `cluster.migrate`
+copies the prefix's KV: after the link model's time (the replicating pass's bandwidth, latency
+and topology) the target's pool caches what the source still held of it (if it fits: else the
+copy is skipped with its reason), a migrate then drops it from the source unless a request
+there uses it; the requests routed onto the replica join the target when the copy lands. With
+P/D roles (`prefill_instances`), a disaggregated request runs its
 prefill and first token on its prefill instance, then, after the `cluster.transfer`'s link
 time, continues on its decode instance, whose prefix cache receives the prompt's KV.
 """
@@ -23,6 +26,7 @@ time, continues on its decode instance, whose prefix cache receives the prompt's
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import time
 from collections import OrderedDict
@@ -35,13 +39,13 @@ import numpy as np
 from schedir.dialects.cluster import MigrateOp, RejectOp, ReplicateOp, RouteOp, TransferOp
 from schedir.dialects.codes import Role, Why, keyword
 from schedir.ir.errors import PipelineError
-from schedir.ir.fastop import dispose
 from schedir.ir.pipeline import PassManager
-from schedir.ir.route_step import build_route_step
+from schedir.ir.route_step import RecycledRouteStep
+from schedir.passes.route_kernels import LinkOptions
 from schedir.sim.config import SimConfig
 from schedir.sim.cost_model import CostModel
 from schedir.sim.engine import engine_sizes
-from schedir.sim.fleet_instances import Advanced, InstanceLost, Instances, LocalInstances, receive_kv
+from schedir.sim.fleet_instances import Advanced, Copied, InstanceLost, Instances, LocalInstances, receive_kv
 from schedir.sim.records import RequestLog, SimResult, StepLog
 from schedir.sim.simulator import plain_value
 from schedir.sim.workloads import Workload
@@ -94,6 +98,7 @@ class FleetConfig:
     prefill_instances: int = 0  # P/D: the first K instances prefill, the others decode (0: all do both)
     removals: tuple[Removal, ...] = ()
     label: str | None = None
+    copy_kv: bool = True  # apply replicate / migrate decisions to the pools (False: count them only)
 
     def __attrs_post_init__(self) -> None:
         if self.instances < 1:
@@ -182,6 +187,18 @@ class PrefixIndex:
                 del self.holders[h]
         self.lru[instance].clear()
 
+    def forget(self, instance: int, hashes: Sequence[int]) -> None:
+        """The instance no longer caches `hashes` (a migrated prefix left it)."""
+        lru = self.lru[instance]
+        for h in hashes:
+            if h in lru:
+                del lru[h]
+                left = self.holders[h] & ~(1 << instance)
+                if left:
+                    self.holders[h] = left
+                else:
+                    del self.holders[h]
+
     def digest(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(instance, hash) pairs for the instances holding each of `hashes` (unique)."""
         get = self.holders.get
@@ -197,6 +214,20 @@ class PrefixIndex:
         return np.asarray(inst, dtype=np.int64), np.asarray(held, dtype=np.int64)
 
 
+@attrs.define
+class PendingCopy:
+    """A prefix copy on the link (`cluster.replicate` / `cluster.migrate`): the workload blocks
+    of the prefix, and the requests routed onto the replica, queued on `dst` when it lands."""
+
+    src: int
+    dst: int
+    content: np.ndarray  # the prefix's workload block ids
+    chain: list[int]  # its router chain hashes
+    migrate: bool
+    decided_s: float
+    waiting: list[tuple[int, int]]  # (request, max tokens) in routing order
+
+
 @attrs.frozen
 class FleetResult:
     """A fleet run: the pooled records (a `SimResult`, so `summarize` reads it) and the fleet's own."""
@@ -210,6 +241,8 @@ class FleetResult:
 
 class FleetSimulator:
     """Replays one workload through a fleet of identical engines behind a router."""
+
+    route_steps = RecycledRouteStep  # what builds each route step's IR (`build(...)` -> module)
 
     def __init__(self, engine: SimConfig, fleet: FleetConfig, backend: Backend = LocalInstances) -> None:
         self.engine_config = engine
@@ -255,6 +288,13 @@ class FleetSimulator:
         handing = np.zeros(m, dtype=np.int64)  # P/D: requests each instance will hand off after their prefill
         expecting = np.zeros(m, dtype=np.int64)  # P/D: requests each instance will receive
         arriving: list[tuple[float, int, int]] = []  # P/D: (KV lands, request, decode instance), a heap
+        landing: list[tuple[float, int]] = []  # prefix copies: (KV lands, copy number), a heap
+        pending: dict[int, PendingCopy] = {}  # copy number -> the copy on the link
+        # prefix copies done or skipped: (decided, landed, src, dst, blocks, migrate, why)
+        copies: list[tuple[float, float, int, int, int, int, str]] = []
+        moved: list[tuple[float, float, int, int, int]] = []  # P/D transfers: (sent, landed, request, src, dst)
+        copy_no = itertools.count()
+        link = next((p for p in self.manager.passes if isinstance(p, LinkOptions)), LinkOptions())
         alive = np.ones(m, dtype=bool)
         next_t = instances.next_t
         instance_of = np.full(n, -1, dtype=np.int64)
@@ -271,8 +311,10 @@ class FleetSimulator:
         removals = sorted(fc.removals, key=lambda r: r.at_s)
         stats = {"route_steps": 0, "routed": 0, "route_wall_s": 0.0, "pipeline_wall_s": 0.0, "replicas": 0,
                  "replica_bytes": 0,
-                 "migrations": 0, "transfers": 0, "rerouted": 0, "lost": [], "why": {}}
+                 "migrations": 0, "transfers": 0, "copied_blocks": 0, "copy_skipped": {}, "rerouted": 0, "lost": [],
+                 "why": {}}
         manager = self.manager
+        skeleton = self.route_steps()  # one route step IR, refilled per arrival batch
         route_step_no = 0
         done = 0
         reported = 0
@@ -303,13 +345,14 @@ class FleetSimulator:
                 if k > 1 else hashes[starts[0]:ends[0]]
             digest = index.digest(np.unique(p_hash))
             keep = alive[digest[0]]
-            module = build_route_step(route_step_no, round(at * 1e6), fleet, arr, (digest[0][keep], digest[1][keep]),
+            module = skeleton.build(route_step_no, round(at * 1e6), fleet, arr, (digest[0][keep], digest[1][keep]),
                                       (p_id, p_hash))
             route_step_no += 1
             t1 = time.perf_counter()
             manager.run(module)
             stats["pipeline_wall_s"] += time.perf_counter() - t1  # type: ignore[operator]
             decided = np.zeros(0, dtype=np.int64)
+            moves: list[tuple[bool, int, int, int, int]] = []  # (migrate, hash, src, dst, bytes)
             adds: dict[int, tuple[list[int], list[int]]] = {}  # instance -> (requests, max tokens), routing order
             for op in module.body.block.first_op.body.block.ops:  # type: ignore[union-attr]
                 kind = type(op)
@@ -344,6 +387,8 @@ class FleetSimulator:
                     key = "replicas" if kind is ReplicateOp else "migrations"
                     stats[key] += len(op.col("hash"))  # type: ignore[attr-defined, operator]
                     stats["replica_bytes"] += int(op.col("bytes").sum())  # type: ignore[attr-defined, operator]
+                    cols = [op.col(c).tolist() for c in ("hash", "src", "dst", "bytes")]  # type: ignore[attr-defined]
+                    moves.extend((kind is MigrateOp, *move) for move in zip(*cols, strict=True))
                 elif kind is TransferOp:
                     stats["transfers"] += len(op)  # type: ignore[arg-type, operator]
                     for r, j, lat in zip(op.ids.tolist(), op.col("dst").tolist(),  # type: ignore[attr-defined]
@@ -355,7 +400,13 @@ class FleetSimulator:
                 reject_why[r] = reqs.rejected[r] = "router: no_instance"
                 settled[r] = True
                 done += 1
-            dispose(module)
+            if moves and self.fleet_config.copy_kv:
+                holders: dict[int, tuple[int, int]] = {}  # router hash -> (a request with it, its depth there)
+                for r in ids.tolist():
+                    for depth, h in enumerate(hashes[offsets[r]:offsets[r + 1]].tolist(), 1):
+                        holders.setdefault(h, (r, depth))
+                for move in moves:
+                    send_copy(move, adds, at, holders)
             lost = instances.add({i: (np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64))
                                   for i, (a, b) in adds.items()}, at) if adds else []
             stats["route_steps"] += 1  # type: ignore[operator]
@@ -363,6 +414,68 @@ class FleetSimulator:
             stats["route_wall_s"] += time.perf_counter() - t0  # type: ignore[operator]
             for i in lost:
                 lose(i, at)
+
+        def send_copy(move: tuple[bool, int, int, int, int], adds: dict[int, tuple[list[int], list[int]]],
+                      at: float, holders: dict[int, tuple[int, int]]) -> None:
+            """Put a replicate / migrate decision on the link; the requests routed to its target
+            that want the prefix wait for it there."""
+            migrate, h, src, dst, nbytes = move
+            holder = holders.get(h)
+            why = ("unknown_prefix" if holder is None else "target_lost" if not alive[dst]
+                   else "source_lost" if not alive[src] else "")
+            if why:
+                skipped(why)
+                copies.append((at, at, src, dst, 0, int(migrate), why))
+                return
+            r, depth = holder  # type: ignore[misc]
+            start = offsets[r]
+            seconds = float(link.move_us(position[src:src + 1], position[dst:dst + 1], np.array([nbytes]))[0]) * 1e-6
+            waiting: list[tuple[int, int]] = []
+            queue = adds.get(dst)
+            if queue is not None:
+                keep: tuple[list[int], list[int]] = ([], [])
+                for q, mt in zip(*queue, strict=True):
+                    if h in hashes[offsets[q]:offsets[q + 1]]:  # its chain holds the prefix: it waits for it
+                        waiting.append((q, mt))
+                    else:
+                        keep[0].append(q)
+                        keep[1].append(mt)
+                if keep[0]:
+                    adds[dst] = keep
+                else:
+                    del adds[dst]
+            cid = next(copy_no)
+            pending[cid] = PendingCopy(src, dst, workload.block_ids[start:start + depth].copy(),
+                                       hashes[start:start + depth].tolist(), migrate, at, waiting)
+            heapq.heappush(landing, (at + seconds, cid))
+
+        def skipped(why: str) -> None:
+            table = stats["copy_skipped"]
+            table[why] = table.get(why, 0) + 1  # type: ignore[union-attr, index, attr-defined]
+
+        def land(cid: int, at: float) -> None:
+            """A prefix copy reached its target: the target's pool takes what the source held."""
+            pc = pending.pop(cid)
+            copied = Copied(0, "target_lost" if not alive[pc.dst] else "source_lost" if not alive[pc.src] else "")
+            if not copied.why:
+                try:
+                    copied = instances.copy_prefix(pc.src, pc.dst, pc.content, pc.migrate)
+                except InstanceLost as e:
+                    copied = Copied(0, "target_lost" if e.instance == pc.dst else "source_lost")
+                    lose(e.instance, at)
+            if copied.why:
+                skipped(copied.why)
+            else:
+                stats["copied_blocks"] += copied.blocks  # type: ignore[operator]
+                index.add(pc.dst, pc.chain)
+                if copied.dropped:
+                    index.forget(pc.src, pc.chain)
+            copies.append((pc.decided_s, at, pc.src, pc.dst, copied.blocks, int(pc.migrate), copied.why))
+            if pc.waiting and alive[pc.dst]:
+                ids = np.array([q for q, _ in pc.waiting], dtype=np.int64)
+                mts = np.array([mt for _, mt in pc.waiting], dtype=np.int64)
+                for i in instances.add({pc.dst: (ids, mts)}, at):
+                    lose(i, at)
 
         def lose(i: int, at: float, names: list[int] | None = None) -> None:
             """Instance i left the fleet at `at`: route again what it held (`names`, or, for an
@@ -372,6 +485,11 @@ class FleetSimulator:
             alive[i] = False
             next_t[i] = math.inf
             index.drop(i)
+            for pc in pending.values():  # requests waiting for a copy to i never reached it
+                if pc.dst == i and pc.waiting:
+                    if names is not None:
+                        names = sorted(set(names) | {q for q, _ in pc.waiting})
+                    pc.waiting = []
             if names is None:
                 stats["lost"].append(i)  # type: ignore[union-attr]
             restart(names if names is not None else np.flatnonzero((instance_of == i) & ~settled).tolist(), at)
@@ -402,6 +520,7 @@ class FleetSimulator:
                         t_done = float(reqs.finish_s[r])
                         reqs.finish_s[r] = math.nan
                         heapq.heappush(arriving, (t_done + seconds, r, j))
+                        moved.append((t_done, t_done + seconds, r, i, j))
                     else:
                         kept.append(r)
                 finished = kept
@@ -449,7 +568,8 @@ class FleetSimulator:
             t_arr = arrival_at[nxt] if nxt < n else math.inf
             t_rm = removals[ri].at_s if ri < len(removals) else math.inf
             t_kv = arriving[0][0] if arriving else math.inf
-            t = min(t_arr, t_rm, t_kv)
+            t_cp = landing[0][0] if landing else math.inf
+            t = min(t_arr, t_rm, t_kv, t_cp)
             if (next_t < t).any():
                 advance_to(t)
                 if progress is not None and done // progress_every > reported:
@@ -469,6 +589,9 @@ class FleetSimulator:
                     instances.receive(j, r, max_tokens[r] - 1, t_kv)
                 except InstanceLost:  # found dead now: it and everything it held (r too) go elsewhere
                     lose(j, t_kv)
+                continue
+            if t_cp == t:
+                land(heapq.heappop(landing)[1], t_cp)
                 continue
             if t_rm == t:
                 removal = removals[ri]
@@ -513,14 +636,8 @@ class FleetSimulator:
                                  "mean_running": float(log.column("num_reqs").mean()) if log.size else 0.0})
         rs = int(stats["route_steps"])  # type: ignore[arg-type]
         routed = max(int(stats["routed"]), 1)  # type: ignore[arg-type]
-        load_t, load_running = [], []
-        for log in logs:  # each instance's batch size over time, in at most 200 bins
-            if log.size:
-                t, running = _binned(log.column("start_s"), log.column("num_reqs"))
-            else:
-                t, running = [], []
-            load_t.append(t)
-            load_running.append(running)
+        load = _load_series(logs)
+        rejected = sorted(reqs.rejected)
         routed_at = np.where(finish_count > 0, instance_of, -1)
         fleet_info = {"router": fc.router, "pipeline": manager.spec, "instances": m,
                       "route_steps": rs, "routed": stats["routed"],
@@ -530,23 +647,47 @@ class FleetSimulator:
                       "pipeline_us_per_request": float(stats["pipeline_wall_s"]) * 1e6 / routed,  # type: ignore[arg-type]
                       "replicas": stats["replicas"], "migrations": stats["migrations"],
                       "replica_bytes": stats["replica_bytes"], "transfers": stats["transfers"],
+                      "copied_blocks": stats["copied_blocks"], "copy_skipped": stats["copy_skipped"],
                       "rerouted": stats["rerouted"], "lost": stats["lost"], "why": stats["why"],
                       "per_instance": per_instance,
-                      "series": {"load_t_s": load_t, "load_running": load_running,
+                      "series": {**load,
+                                 "rejected": [[round(float(arrivals[r]), 3), r, reqs.rejected[r]] for r in rejected],
+                                 "transfers": [[round(a, 4), round(b, 4), r, i, j] for a, b, r, i, j in moved],
+                                 "copies": [[round(a, 4), round(b, 4), s_, d, k, mig, why]
+                                            for a, b, s_, d, k, mig, why in copies],
                                  "arrival_s": [round(float(x), 3) for x in arrivals.tolist()],
                                  "instance": routed_at.tolist()}}
         return FleetResult(result=result, fleet=fleet_info, instance_of=instance_of, finish_count=finish_count,
                            reject_why=reject_why)
 
 
-def _binned(t: np.ndarray, values: np.ndarray, bins: int = 200) -> tuple[list[float], list[float]]:
-    edges = np.linspace(t[0], t[-1] + 1e-9, bins + 1)
-    which = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, bins - 1)
-    count = np.bincount(which, minlength=bins)
-    keep = count > 0
-    mean = np.bincount(which, weights=values, minlength=bins)[keep] / count[keep]
-    mid = ((edges[:-1] + edges[1:]) / 2)[keep]
-    return [round(float(x), 3) for x in mid], [round(float(x), 2) for x in mean]
+LOAD_SERIES = (("load_running", "num_reqs", 2), ("load_queued", "num_waiting", 2), ("load_kv", "kv_usage", 4))
+
+
+def _load_series(logs: Sequence[StepLog], bins: int = 200) -> dict[str, list[list[float]]]:
+    """Each instance's load over time on one grid of at most `bins` bins over the run: the mean
+    per bin of its batch size (`load_running`), waiting queue (`load_queued`) and KV use
+    (`load_kv`, 0-1) over its steps starting in the bin; bins without a step are left out."""
+    out: dict[str, list[list[float]]] = {"load_t_s": [], **{key: [] for key, _, _ in LOAD_SERIES}}
+    starts = [log.column("start_s") for log in logs if log.size]
+    lo = min((float(t[0]) for t in starts), default=0.0)
+    hi = max((float(t[-1]) for t in starts), default=0.0)
+    edges = np.linspace(lo, hi + 1e-9, bins + 1)
+    mid = (edges[:-1] + edges[1:]) / 2
+    for log in logs:
+        if not log.size:
+            for key in out:
+                out[key].append([])
+            continue
+        t = log.column("start_s")
+        which = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, bins - 1)
+        count = np.bincount(which, minlength=bins)
+        keep = count > 0
+        out["load_t_s"].append(np.round(mid[keep], 3).tolist())
+        for key, column, digits in LOAD_SERIES:
+            mean = np.bincount(which, weights=log.column(column), minlength=bins)[keep] / count[keep]
+            out[key].append(np.round(mean, digits).tolist())
+    return out
 
 
 def _merge(logs: Sequence[StepLog]) -> StepLog:

@@ -17,19 +17,21 @@ instance at a time, so the order across instances does not change them.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 import attrs
 import numpy as np
 
-from schedir.lowering.kv_pool import allocate, cache_full_blocks, free_row
+from schedir.lowering.hashing import extend_hashes
+from schedir.lowering.kv_pool import CACHED_FREE, KVPool, allocate, cache_full_blocks, cache_get, evict_hash, free_row
 from schedir.runtime import table as T
 from schedir.sim.config import SimConfig
 from schedir.sim.cost_model import CostModel
 from schedir.sim.engine import Engine, StepStatus
 from schedir.sim.records import RequestLog, StepLog
 from schedir.sim.workloads import Workload
+from schedir.sim.workloads.tokens import block_tokens_of
 
 FACTS = ("queued", "running", "queued_tokens", "free_blocks", "total_blocks")
 NO_IDS = np.zeros(0, dtype=np.int64)
@@ -53,6 +55,17 @@ class Advanced:
     rejected: list[int]
     next_t: float  # when its next step starts (inf: idle until a request arrives)
     busy: bool
+
+
+@attrs.frozen
+class Copied:
+    """What a prefix copy did: engine blocks now cached on the target (0: none), and why not when
+    it did not happen (`no_room`, `source_evicted`, `target_kind`: a real engine or no hashed
+    prefix cache there, ...; "" when it did)."""
+
+    blocks: int
+    why: str = ""
+    dropped: int = 0  # migrate: blocks dropped from the source (0 when it still uses them)
 
 
 class InstanceCore:
@@ -120,6 +133,47 @@ class InstanceCore:
         queued_tokens = int((s.table.data[T.PROMPT, w] - s.table.data[T.COMPUTED, w]).sum()) if w.size else 0
         return w.size, s.running.size, queued_tokens, s.pool.num_free, s.pool.usable_blocks
 
+    def prefix_hashes(self, content: np.ndarray) -> np.ndarray | None:
+        """The engine's chained block hashes of the prefix made of `content` blocks (the workload's
+        512-token block ids), or None when the instance cannot take a copied prefix: a real engine
+        (its KV lives on its device, not in the simulator) or a pool without hashed prefix caching."""
+        e = self.engine
+        pool = e.sched.pool if isinstance(e, Engine) else None
+        if not isinstance(pool, KVPool) or not pool.enable_caching:
+            return None
+        bt = self.workload.block_tokens
+        tokens = block_tokens_of(content, content.size * bt, bt, self.vocab)
+        out = np.empty(tokens.size // pool.block_size, dtype=np.int64)
+        extend_hashes(tokens, tokens.size, out, 0, pool.block_size)
+        return out
+
+    def cached_prefix(self, content: np.ndarray) -> int:
+        """Leading engine blocks of the prefix that this instance's cache holds (held or free)."""
+        hashes = self.prefix_hashes(content)
+        if hashes is None:
+            return 0
+        cache = self.engine.sched.pool.cache
+        k = 0
+        while k < hashes.size and cache_get(cache, hashes[k]) >= 0:
+            k += 1
+        return k
+
+    def adopt_prefix(self, content: np.ndarray, blocks: int) -> int:
+        """The first `blocks` engine blocks of the prefix land here, cached (`KVPool.adopt_cached`):
+        the blocks newly cached, or -1 when they do not fit (nothing changed)."""
+        hashes = self.prefix_hashes(content)
+        if hashes is None:
+            return -1
+        return self.engine.sched.pool.adopt_cached(hashes[:blocks])
+
+    def drop_prefix(self, content: np.ndarray, blocks: int) -> int:
+        """Migrate: forget the prefix's first `blocks` cached blocks here, unless a request holds
+        one (then -1, nothing changed). Their blocks stay free, uncached; returns how many."""
+        hashes = self.prefix_hashes(content)
+        if hashes is None:
+            return 0
+        return drop_cached(self.engine.sched.pool, hashes[:blocks])
+
     def abort_all(self) -> list[int]:
         """Removal: abort every unfinished request here; returns their indices (sorted)."""
         self.next_t = math.inf
@@ -155,6 +209,11 @@ class Instances(Protocol):
         ...
 
     def abort(self, instance: int) -> list[int]: ...
+
+    def copy_prefix(self, src: int, dst: int, content: np.ndarray, migrate: bool) -> Copied:
+        """A `cluster.replicate` / `cluster.migrate` landing: the prefix's KV that `src` caches
+        (`content` blocks) becomes cached on `dst`; a migrate then drops it from `src`."""
+        ...
 
     def kill(self, instance: int) -> None:
         """Make the instance fail (a crash, not a drain): later calls find it lost."""
@@ -223,6 +282,11 @@ class LocalInstances:
         self.busy[instance] = False
         return names
 
+    def copy_prefix(self, src: int, dst: int, content: np.ndarray, migrate: bool) -> Copied:
+        source, target = self._core(src), self._core(dst)
+        return copy_between(source.cached_prefix, target.adopt_prefix, source.drop_prefix, content, migrate,
+                            target.prefix_hashes(content) is not None)
+
     def kill(self, instance: int) -> None:
         self.cores[instance] = None
         self.next_t[instance] = math.inf
@@ -233,6 +297,41 @@ class LocalInstances:
 
     def close(self) -> None:
         pass
+
+
+def copy_between(cached: Callable[[np.ndarray], int], adopt: Callable[[np.ndarray, int], int],
+                 drop: Callable[[np.ndarray, int], int], content: np.ndarray, migrate: bool,
+                 target_caches: bool) -> Copied:
+    """One prefix copy through an instance pair's three calls (in process or on Ray actors):
+    what the source still caches of it is what travels; the target takes it only if it fits."""
+    if not target_caches:
+        return Copied(0, "target_kind")
+    have = cached(content)
+    if have == 0:
+        return Copied(0, "source_evicted")
+    got = adopt(content, have)
+    if got < 0:
+        return Copied(0, "no_room")
+    dropped = max(drop(content, have), 0) if migrate else 0
+    return Copied(have, "", dropped)
+
+
+def drop_cached(pool: KVPool, hashes: np.ndarray) -> int:
+    """Forget `hashes` in `pool`'s prefix cache when no request holds any of their blocks (else
+    -1, nothing changed). Only cached free blocks lose their hash; they stay in the free queue,
+    so free and held counts and the pool's invariants hold (`KVPool.check`)."""
+    blocks: list[int] = []
+    for h in hashes.tolist():
+        b = cache_get(pool.cache, h)
+        while b >= 0:  # every block registered under h (duplicates follow the head)
+            blocks.append(int(b))
+            b = int(pool.dup_next[b])
+    if any(pool.ref[b] > 0 for b in blocks):
+        return -1
+    for b in blocks:
+        evict_hash(b, pool.bhash, pool.dup_next, pool.cache)
+        pool.meta[CACHED_FREE] -= 1
+    return len(blocks)
 
 
 def receive_kv(engine: Engine, name: str, tokens: int) -> int:

@@ -24,6 +24,11 @@ def _busy_spread(m: Metrics) -> str:
     return f"{min(busy):.0f}-{max(busy):.0f}" if busy else "-"
 
 
+def _copies(m: Metrics) -> str:
+    skipped = m["fleet"].get("copy_skipped", {})
+    return f"{m['fleet'].get('copied_blocks', 0)}; {sum(skipped.values())}"
+
+
 ROWS: tuple[tuple[str, Callable[[Metrics], object], str], ...] = (
     ("requests finished", lambda m: m["requests"]["finished"], "{:.0f}"),
     ("requests rejected", lambda m: m["requests"]["rejected"], "{:.0f}"),
@@ -39,6 +44,7 @@ ROWS: tuple[tuple[str, Callable[[Metrics], object], str], ...] = (
     ("routed per instance (min-max)", _load_spread, "{}"),
     ("GPU busy per instance (s, min-max)", _busy_spread, "{}"),
     ("prefix replicas / pulls", lambda m: m["fleet"]["replicas"], "{:.0f}"),
+    ("prefix KV copied (blocks; copies skipped)", lambda m: _copies(m), "{}"),
     ("re-routed (instance removed)", lambda m: m["fleet"]["rerouted"], "{:.0f}"),
     ("router µs per request (all)", lambda m: m["fleet"]["route_us_per_request"], "{:.1f}"),
     ("routing pipeline µs per request", lambda m: m["fleet"]["pipeline_us_per_request"], "{:.1f}"),

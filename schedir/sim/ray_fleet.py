@@ -35,7 +35,7 @@ import numpy as np
 from schedir.sim.config import SimConfig
 from schedir.sim.cost_model import CostModel
 from schedir.sim.engine import Engine
-from schedir.sim.fleet_instances import FACTS, Advanced, InstanceCore, InstanceLost
+from schedir.sim.fleet_instances import FACTS, Advanced, Copied, InstanceCore, InstanceLost, copy_between
 from schedir.sim.records import RequestLog, StepLog
 from schedir.sim.workloads import Workload
 
@@ -175,6 +175,19 @@ class InstanceActor:
     def stalled(self) -> str:
         return self._core().stalled()
 
+    def caches_prefixes(self) -> bool:
+        """Whether this instance's pool can take a copied prefix (a hashed prefix cache)."""
+        return self._core().prefix_hashes(np.zeros(0, dtype=np.int64)) is not None
+
+    def cached_prefix(self, content: np.ndarray) -> int:
+        return self._core().cached_prefix(content)
+
+    def adopt_prefix(self, content: np.ndarray, blocks: int) -> int:
+        return self._core().adopt_prefix(content, blocks)
+
+    def drop_prefix(self, content: np.ndarray, blocks: int) -> int:
+        return self._core().drop_prefix(content, blocks)
+
 
 class RayInstances:
     """The `Instances` of a fleet as Ray actors, one per instance (needs `ray.init` done)."""
@@ -277,6 +290,17 @@ class RayInstances:
         self.next_t[instance] = math.inf
         self.busy[instance] = False
         return names
+
+    def copy_prefix(self, src: int, dst: int, content: np.ndarray, migrate: bool) -> Copied:
+        """The copy's calls, one at a time (copies are rare): the source's holding, the target's take, the drop."""
+        for i in (src, dst):
+            if i in self.lost:
+                raise InstanceLost(i, "lost earlier")
+        source, target = self.actors[src], self.actors[dst]
+        return copy_between(lambda c: self._get(src, source.cached_prefix.remote(c)),
+                            lambda c, b: self._get(dst, target.adopt_prefix.remote(c, b)),
+                            lambda c, b: self._get(src, source.drop_prefix.remote(c, b)), content, migrate,
+                            self._get(dst, target.caches_prefixes.remote()))
 
     def kill(self, instance: int) -> None:
         """Kill the instance's actor (no restart) and wait until a call on it fails, as a crash would show."""
