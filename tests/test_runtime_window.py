@@ -56,3 +56,91 @@ def test_admission_window_keeps_every_decision(policy, num_blocks):
 
 def test_pipelines_with_another_order_see_the_whole_queue():
     assert Scheduler(SchedulerConfig(pipeline="base")).window == 0
+
+
+def run_bounded(window: bool, seed: int, depth: int, spy: list[tuple[int, int]] | None = None) -> list[tuple]:
+    """Long shared-prefix prompts chunked over a small budget and a tight pool, so most steps
+    can admit nobody: the running requests' prefill chunks spend the budget, or the queue's
+    head does not fit in the free blocks (its hits held by running requests counted).
+    `depth` steps are in flight before the oldest output comes back (async scheduling if > 1)."""
+    cfg = SchedulerConfig(num_blocks=120, block_size=4, max_num_batched_tokens=48, max_num_seqs=6,
+                          max_model_len=400, async_scheduling=depth > 1)
+    sched = Scheduler(cfg)
+    if not window:
+        sched.window = 0
+    rng = np.random.default_rng(seed)
+    prefixes = [rng.integers(0, 1000, 160).tolist() for _ in range(3)]
+    n = 150
+    for i in range(n):
+        base = prefixes[int(rng.integers(0, 3))][: int(rng.integers(0, 160))]
+        tokens = (base + rng.integers(0, 1000, int(rng.integers(1, 200))).tolist())[:380]
+        sched.add_request(Request(f"r{i:04d}", tokens, max_tokens=int(rng.integers(1, 30)),
+                                  arrival_time=float(i // 40)))
+    decisions = []
+    flight: list = []
+    while sched.has_unfinished_requests() or flight:
+        out = sched.schedule()
+        decisions.append((tuple(out.req_ids), tuple(out.num_tokens.tolist()), tuple(out.computed.tolist()),
+                          tuple(sorted(out.preempted_req_ids)), tuple(sorted(out.rejected.items()))))
+        flight.append(out)
+        while flight and (len(flight) >= depth or not sched.has_unfinished_requests()):
+            done = flight.pop(0)
+            sched.update(done, np.where(done.sampled, 7, -1))
+        assert len(decisions) < 20000
+    assert sched.get_metrics()["finished_requests"] + sched.get_metrics()["rejected_requests"] == n
+    return decisions
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_window_bounded_by_budget_and_blocks_keeps_every_decision(monkeypatch, depth):
+    """The vllm preset's window shrinks to the requests a step can admit (see
+    `admissible_bound`): none while the running prefills spend the budget or the queue's head
+    cannot fit, with the same decisions as the whole queue."""
+    import schedir.runtime.scheduler as S
+
+    bounds: list[tuple[int, int]] = []
+    real = S.admissible_bound
+
+    def spy(data, running, *rest):  # type: ignore[no-untyped-def]
+        bound = real(data, running, *rest)
+        bounds.append((bound, running.size))
+        return bound
+
+    monkeypatch.setattr(S, "admissible_bound", spy)
+    windowed = run_bounded(True, seed=5, depth=depth)
+    monkeypatch.setattr(S, "admissible_bound", real)
+    whole = run_bounded(False, seed=5, depth=depth)
+    assert any(step[3] for step in whole), "the case should preempt"
+    nobody = sum(1 for b, r in bounds if b == 0 and r < 6)
+    assert nobody > len(bounds) // 4, f"the bound should rule out admission often ({nobody} of {len(bounds)})"
+    assert len(windowed) == len(whole)
+    for step, (a, b) in enumerate(zip(windowed, whole, strict=True)):
+        assert a == b, f"step {step + 1} differs"
+
+
+def test_window_counts_hits_a_running_prefill_registers_this_step():
+    """The queue's head may fit only thanks to prefix blocks a running request registers in
+    this very step (its last prefill chunk): the block bound counts those as hits, so the head
+    still enters the step and is admitted, as with the whole queue."""
+    def steps(window: bool) -> list[tuple]:
+        cfg = SchedulerConfig(num_blocks=25, block_size=4, max_num_batched_tokens=50, max_num_seqs=4,
+                              max_model_len=200)
+        sched = Scheduler(cfg)
+        if not window:
+            sched.window = 0
+        shared = list(range(1, 57))  # 14 blocks
+        sched.add_request(Request("a", shared, max_tokens=2))  # step 1: 50 tokens (13 blocks), step 2: 6
+        sched.add_request(Request("h", shared + list(range(1000, 1040)), max_tokens=1))  # 24 blocks, 14 shared
+        for i in range(30):  # a queue longer than the window behind h
+            sched.add_request(Request(f"f{i:02d}", list(range(2000 + 8 * i, 2008 + 8 * i)), max_tokens=1))
+        out = []
+        for _ in range(3):
+            step = sched.schedule()
+            out.append((tuple(step.req_ids), tuple(step.num_tokens.tolist())))
+            sched.update(step, np.where(step.sampled, 7, -1))
+        return out
+
+    windowed = steps(True)
+    # step 2: 11 blocks free before a's chunk takes one; h needs 24 minus the 14 a holds by then
+    assert windowed[1] == (("a", "h"), (6, 40))
+    assert windowed == steps(False)
