@@ -48,24 +48,6 @@ def new_cache(num_blocks: int) -> np.ndarray:
     return np.zeros((2, capacity), dtype=np.int64)
 
 
-def grown_rows(wide: np.ndarray, used: np.ndarray, rows: int) -> np.ndarray:
-    """`wide` (rows x max blocks per request) grown to `rows` rows, each row's first `used`
-    entries kept (nothing reads past them). At 128k context a row is 8k entries while a
-    request holds a few hundred: copying the tables whole moved ~1.6 GB per doubling of a
-    16k-row table (8% of the Mooncake replay). The fresh zeroed array costs no writes: the
-    OS maps its pages as they are first written."""
-    out = np.zeros((rows, wide.shape[1]), dtype=wide.dtype)
-    _copy_prefixes(wide, used, out)
-    return out
-
-
-@nb.njit(cache=True)
-def _copy_prefixes(src: np.ndarray, used: np.ndarray, dst: np.ndarray) -> None:
-    for r in range(src.shape[0]):
-        for k in range(used[r]):
-            dst[r, k] = src[r, k]
-
-
 class BlockTables:
     """What the runtime reads from any pool kind: per-row block (page) tables and their shape.
     A pool has `num_blocks` (block 0 reserved), `table` (rows x width) and `nblk` (per row)."""
@@ -159,6 +141,8 @@ class KVPool(BlockTables):
         keep only each row's used prefix (see `grown_rows`)."""
         if rows <= self.rows:
             return
+        from schedir.lowering.rows import grown_rows  # see there: no copy of the unused columns
+
         extra = rows - self.rows
         self.table = grown_rows(self.table, self.nblk, rows)
         self.rhash = grown_rows(self.rhash, self.nhash, rows)
