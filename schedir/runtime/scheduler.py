@@ -439,7 +439,7 @@ class Scheduler:
             return self._rejectable(waiting)
         w = min(self.window, bound + WINDOW_SLACK)  # never 1 or less: a long-prefill cap sees the same queue length
         if self._fcfs_window:
-            head = waiting[: fcfs_head(d, waiting, w)]
+            head = waiting[: fcfs_head(d, waiting, self._oversized, w)]
         else:
             w = min(w + int(np.count_nonzero(d[T.STALE_OUTPUTS, waiting] > 0)), waiting.size)
             order = np.lexsort((d[T.RANK, waiting], d[T.ARRIVAL, waiting], d[T.PRIORITY, waiting]))

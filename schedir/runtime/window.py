@@ -33,21 +33,24 @@ def admissible_bound(data: np.ndarray, running: np.ndarray, waiting: np.ndarray,
     """At most how many waiting requests this step can admit: the free sequence slots and,
     with `vllm_rules` (the vllm preset's passes: vllm-schedule-running, then vllm-admit with
     its full-sequence reservation, no long-prefill cap), what the token budget and the free
-    blocks allow. `waiting` is in FCFS order for the block rule (else pass it empty).
+    blocks allow. `waiting` is in FCFS order for the queue walk (else pass it empty).
 
     Budget: a running request that is not in flight (and holds no async placeholder) asks for
     min(total, max_model_len - 1) - computed tokens and gets min(ask, budget left) unless the
-    step preempts; a step that preempts admits nobody, and each admitted request takes at
-    least one token. So the asks, summed, are a floor on the budget the running requests
-    spend (in-flight rows are left out: they may ask for nothing).
+    step preempts; a step that preempts admits nobody. So the asks, summed, are a floor on the
+    budget the running requests spend (in-flight rows are left out: they may ask for nothing).
+    Then each admitted request takes min(its tokens past its prefix hit, budget left), and
+    admission stops when the budget is spent: walking the queue with each request's fewest
+    possible tokens (its most possible hits) bounds how many it reaches.
 
-    Blocks: admission stops at the first request (stale and oversized ones are skipped or
-    rejected first) whose whole sequence does not fit in the free blocks, counting as free
-    the prefix hits other requests hold. Before admission the running requests can only take
-    free blocks (or preempt, and then nobody is admitted) and register blocks under hashes
-    they already carry, so that request's hits are at most its leading hashes that are cached
-    now or carried unregistered by a running request at the same position (chained hashes);
-    if its blocks minus those exceed the free blocks now, the step admits nobody."""
+    Hits: before a request's turn, the running requests and the requests admitted ahead of it
+    can only register blocks under hashes they already carry, so its hits are at most its
+    leading hashes that are cached now or carried (unregistered) by one of them at the same
+    position (chained hashes). Blocks: admission stops at the first request (stale ones are
+    skipped, oversized ones rejected first) whose whole sequence does not fit in the free
+    blocks, the hits other requests hold counted as free; the running requests only take
+    free blocks before it, so if the head's blocks minus its most hits exceed the free blocks
+    now, the step admits nobody."""
     seats = max_seqs - running.size
     if not vllm_rules or seats <= 0:
         return max(seats, 0)
@@ -58,48 +61,69 @@ def admissible_bound(data: np.ndarray, running: np.ndarray, waiting: np.ndarray,
             ask = min(data[TOTAL, r], max_model_len - 1) - data[COMPUTED, r]
             if ask > 0:
                 floor += ask
-    seats = min(seats, budget - floor)
+    left = budget - floor
+    seats = min(seats, left)
     if seats <= 0 or waiting.size == 0:
         return max(seats, 0)
-    head = -1
-    for k in range(waiting.size):
+    count = 0
+    k = 0
+    while k < waiting.size and count < seats and left > 0:
         r = waiting[k]
-        if data[STALE_OUTPUTS, r] <= 0 and not oversized[r]:
-            head = r
-            break
-    if head < 0:
-        return 0  # nobody admission could take
-    if data[COMPUTED, head] != 0:
-        return seats
-    total = data[TOTAL, head]
-    hits = 0
-    if caching:
-        limit = min(nhash[head], (total - 1) // block_size)
-        while hits < limit:
-            h = rhash[head, hits]
-            if cache_slot(cache, h) < 0:
-                carried = False
-                for k in range(running.size):
-                    x = running[k]
-                    if ncached[x] <= hits < nhash[x] and rhash[x, hits] == h:
-                        carried = True
-                        break
-                if not carried:
-                    break
-            hits += 1
-    need = (min(total, max_model_len) + block_size - 1) // block_size - hits - nblk[head]
-    return 0 if need > num_free else seats
+        k += 1
+        if data[STALE_OUTPUTS, r] > 0 or oversized[r]:
+            continue
+        if data[COMPUTED, r] != 0:
+            return seats
+        total = data[TOTAL, r]
+        hits = _most_hits(r, (total - 1) // block_size if caching else 0, running, waiting[: k - 1], data,
+                          oversized, rhash, nhash, ncached, cache)
+        if count == 0 and (min(total, max_model_len) + block_size - 1) // block_size - hits - nblk[r] > num_free:
+            return 0
+        count += 1
+        left -= total - hits * block_size  # >= 1: hits stop short of the last token
+    return count
 
 
 @nb.njit(cache=True)
-def fcfs_head(data: np.ndarray, waiting: np.ndarray, count: int) -> int:
+def _most_hits(row: int, limit: int, running: np.ndarray, ahead: np.ndarray, data: np.ndarray,
+               oversized: np.ndarray, rhash: np.ndarray, nhash: np.ndarray, ncached: np.ndarray,
+               cache: np.ndarray) -> int:
+    """At most how many leading blocks of `row` (up to `limit`) hit when its turn comes (see
+    `admissible_bound`): cached now, or carried by a running request or a request `ahead`."""
+    hits = 0
+    limit = min(limit, nhash[row])
+    while hits < limit:
+        h = rhash[row, hits]
+        if cache_slot(cache, h) < 0:
+            carried = False
+            for k in range(running.size):
+                x = running[k]
+                if ncached[x] <= hits < nhash[x] and rhash[x, hits] == h:
+                    carried = True
+                    break
+            if not carried:
+                for k in range(ahead.size):
+                    x = ahead[k]
+                    if data[STALE_OUTPUTS, x] <= 0 and not oversized[x] and hits < nhash[x] and rhash[x, hits] == h:
+                        carried = True
+                        break
+            if not carried:
+                break
+        hits += 1
+    return hits
+
+
+@nb.njit(cache=True)
+def fcfs_head(data: np.ndarray, waiting: np.ndarray, oversized: np.ndarray, count: int) -> int:
     """The length of `waiting`'s shortest prefix that holds `count` requests admission may
     take (or all of it): preempted requests whose stale outputs are still in flight are
-    skipped, not stopped at, so the head reaches past them."""
+    skipped, not stopped at, so the head reaches past them; oversized ones are rejected
+    (and enter the step anyway)."""
     k = 0
     taken = 0
     while k < waiting.size and taken < count:
-        if data[STALE_OUTPUTS, waiting[k]] <= 0:
+        r = waiting[k]
+        if data[STALE_OUTPUTS, r] <= 0 and not oversized[r]:
             taken += 1
         k += 1
     return k
