@@ -188,3 +188,27 @@ def test_window_walks_the_budget_with_hits_registered_ahead(monkeypatch):
     assert windowed == (("h1", "h2", "h3", "h4"), (20, 12, 16, 2), (0, 20, 0, 0))
     monkeypatch.setattr(S, "admissible_bound", real)
     assert windowed == first_step(False)
+
+
+def test_only_the_vllm_preset_bounds_the_window_by_seats_budget_and_blocks():
+    """Another pipeline with vLLM's order may admit into the seats of requests it preempts
+    in the same step (vLLM v0's chunked prefill does): its window stays max_num_seqs + 16."""
+    from schedir.runtime.window import admissible_bound
+
+    sched = Scheduler(SchedulerConfig(num_blocks=200, block_size=4, max_num_batched_tokens=64, max_num_seqs=4,
+                                      max_model_len=256))
+    for i in range(3):
+        sched.add_request(Request(f"r{i}", list(range(10 * i, 10 * i + 8)), max_tokens=4))
+    sched.update(out := sched.schedule(), np.where(out.sampled, 7, -1))
+    assert sched.running.size == 3 and sched._vllm_rules()
+    pool = sched.pool
+
+    def bound(vllm_rules: bool) -> int:
+        return admissible_bound(sched.table.data, sched.running, sched.waiting, sched._oversized, 4, 64, 256,
+                                vllm_rules, pool.num_free, True, pool.rhash, pool.nhash, pool.nblk, pool.ncached,
+                                pool.cache, 4)
+
+    assert bound(True) == 1  # one free seat
+    assert bound(False) == 4
+    assert not Scheduler(SchedulerConfig(pipeline="sarathi"))._vllm_rules()
+    assert not Scheduler(SchedulerConfig(long_prefill_token_threshold=32))._vllm_rules()

@@ -417,10 +417,10 @@ class Scheduler:
         """The head of the waiting queue in vLLM's order that this step can admit from, plus
         every request that reject-oversized will refuse (unsorted: order-vllm sorts them).
 
-        One step admits at most `admissible_bound` requests (the free sequence slots, and for
-        the vllm preset the token budget the running requests leave, or none when the queue's
-        head cannot fit in the free blocks) and stops at the first that does not fit, so it
-        looks at no more than that many + 1 requests of the head
+        One step admits at most `admissible_bound` requests (max_num_seqs; for the vllm preset
+        the free sequence slots and what the token budget the running requests leave reaches,
+        or none when the queue's head cannot fit in the free blocks) and stops at the first
+        that does not fit, so it looks at no more than that many + 1 requests of the head
         (oversized ones aside, which are all included): leaving the rest out of the step keeps
         its cost flat when thousands wait (an overloaded simulation), with the same decisions
         (tested). A step that can admit nobody gets only the rejectable requests (see

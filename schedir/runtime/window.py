@@ -30,10 +30,10 @@ def admissible_bound(data: np.ndarray, running: np.ndarray, waiting: np.ndarray,
                      max_seqs: int, budget: int, max_model_len: int, vllm_rules: bool, num_free: int,
                      caching: bool, rhash: np.ndarray, nhash: np.ndarray, nblk: np.ndarray, ncached: np.ndarray,
                      cache: np.ndarray, block_size: int) -> int:
-    """At most how many waiting requests this step can admit: the free sequence slots and,
-    with `vllm_rules` (the vllm preset's passes: vllm-schedule-running, then vllm-admit with
-    its full-sequence reservation, no long-prefill cap), what the token budget and the free
-    blocks allow. `waiting` is in FCFS order for the queue walk (else pass it empty).
+    """At most how many waiting requests this step can admit: max_seqs, or with `vllm_rules`
+    (the vllm preset's passes: vllm-schedule-running, then vllm-admit with its full-sequence
+    reservation, no long-prefill cap) the free sequence slots and what the token budget and
+    the free blocks allow. `waiting` is in FCFS order for the queue walk (else pass it empty).
 
     Budget: a running request that is not in flight (and holds no async placeholder) asks for
     min(total, max_model_len - 1) - computed tokens and gets min(ask, budget left) unless the
@@ -51,9 +51,11 @@ def admissible_bound(data: np.ndarray, running: np.ndarray, waiting: np.ndarray,
     blocks, the hits other requests hold counted as free; the running requests only take
     free blocks before it, so if the head's blocks minus its most hits exceed the free blocks
     now, the step admits nobody."""
+    if not vllm_rules:  # another admission rule may re-use the seats of requests it preempts
+        return max_seqs
     seats = max_seqs - running.size
-    if not vllm_rules or seats <= 0:
-        return max(seats, 0)
+    if seats <= 0:
+        return 0
     floor = 0
     for k in range(running.size):
         r = running[k]
