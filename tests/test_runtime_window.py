@@ -56,3 +56,159 @@ def test_admission_window_keeps_every_decision(policy, num_blocks):
 
 def test_pipelines_with_another_order_see_the_whole_queue():
     assert Scheduler(SchedulerConfig(pipeline="base")).window == 0
+
+
+def run_bounded(window: bool, seed: int, depth: int, spy: list[tuple[int, ...]] | None = None) -> list[tuple]:
+    """Long shared-prefix prompts chunked over a small budget and a tight pool, so most steps
+    can admit nobody: the running requests' prefill chunks spend the budget, or the queue's
+    head does not fit in the free blocks (its hits held by running requests counted).
+    `depth` steps are in flight before the oldest output comes back (async scheduling if > 1).
+    `spy` collects (bound, running) per windowed step, to which this adds how many were admitted."""
+    cfg = SchedulerConfig(num_blocks=120, block_size=4, max_num_batched_tokens=48, max_num_seqs=6,
+                          max_model_len=400, async_scheduling=depth > 1)
+    sched = Scheduler(cfg)
+    if not window:
+        sched.window = 0
+    rng = np.random.default_rng(seed)
+    prefixes = [rng.integers(0, 1000, 160).tolist() for _ in range(3)]
+    n = 150
+    for i in range(n):
+        base = prefixes[int(rng.integers(0, 3))][: int(rng.integers(0, 160))]
+        tokens = (base + rng.integers(0, 1000, int(rng.integers(1, 200))).tolist())[:380]
+        sched.add_request(Request(f"r{i:04d}", tokens, max_tokens=int(rng.integers(1, 30)),
+                                  arrival_time=float(i // 40)))
+    decisions = []
+    flight: list = []
+    while sched.has_unfinished_requests() or flight:
+        seen = len(spy) if spy is not None else 0
+        out = sched.schedule()
+        if spy is not None and len(spy) > seen:  # the bound this step's window used holds
+            admitted = int(np.count_nonzero(out.kind != 0))
+            assert admitted <= spy[-1][0], f"step {len(decisions) + 1}: {admitted} admitted, bound {spy[-1][0]}"
+            spy[-1] = (spy[-1][0], spy[-1][1], admitted)
+        decisions.append((tuple(out.req_ids), tuple(out.num_tokens.tolist()), tuple(out.computed.tolist()),
+                          tuple(sorted(out.preempted_req_ids)), tuple(sorted(out.rejected.items()))))
+        flight.append(out)
+        while flight and (len(flight) >= depth or not sched.has_unfinished_requests()):
+            done = flight.pop(0)
+            sched.update(done, np.where(done.sampled, 7, -1))
+        assert len(decisions) < 20000
+    assert sched.get_metrics()["finished_requests"] + sched.get_metrics()["rejected_requests"] == n
+    return decisions
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_window_bounded_by_budget_and_blocks_keeps_every_decision(monkeypatch, depth):
+    """The vllm preset's window shrinks to the requests a step can admit (see
+    `admissible_bound`): none while the running prefills spend the budget or the queue's head
+    cannot fit, with the same decisions as the whole queue."""
+    import schedir.runtime.scheduler as S
+
+    bounds: list[tuple[int, ...]] = []
+    real = S.admissible_bound
+
+    def spy(data, running, *rest):  # type: ignore[no-untyped-def]
+        bound = real(data, running, *rest)
+        bounds.append((bound, running.size))
+        return bound
+
+    monkeypatch.setattr(S, "admissible_bound", spy)
+    windowed = run_bounded(True, seed=5, depth=depth, spy=bounds)
+    monkeypatch.setattr(S, "admissible_bound", real)
+    whole = run_bounded(False, seed=5, depth=depth)
+    assert any(step[3] for step in whole), "the case should preempt"
+    nobody = sum(1 for b, r, *_ in bounds if b == 0 and r < 6)
+    assert nobody > len(bounds) // 4, f"the bound should rule out admission often ({nobody} of {len(bounds)})"
+    tight = sum(1 for b, _, *admitted in bounds if admitted and 0 < b == admitted[0])
+    assert tight, "some step should admit exactly as many as the bound allows"
+    assert len(windowed) == len(whole)
+    for step, (a, b) in enumerate(zip(windowed, whole, strict=True)):
+        assert a == b, f"step {step + 1} differs"
+
+
+def test_window_counts_hits_a_running_prefill_registers_this_step():
+    """The queue's head may fit only thanks to prefix blocks a running request registers in
+    this very step (its last prefill chunk): the block bound counts those as hits, so the head
+    still enters the step and is admitted, as with the whole queue."""
+    def steps(window: bool) -> list[tuple]:
+        cfg = SchedulerConfig(num_blocks=25, block_size=4, max_num_batched_tokens=50, max_num_seqs=4,
+                              max_model_len=200)
+        sched = Scheduler(cfg)
+        if not window:
+            sched.window = 0
+        shared = list(range(1, 57))  # 14 blocks
+        sched.add_request(Request("a", shared, max_tokens=2))  # step 1: 50 tokens (13 blocks), step 2: 6
+        sched.add_request(Request("h", shared + list(range(1000, 1040)), max_tokens=1))  # 24 blocks, 14 shared
+        for i in range(30):  # a queue longer than the window behind h
+            sched.add_request(Request(f"f{i:02d}", list(range(2000 + 8 * i, 2008 + 8 * i)), max_tokens=1))
+        out = []
+        for _ in range(3):
+            step = sched.schedule()
+            out.append((tuple(step.req_ids), tuple(step.num_tokens.tolist())))
+            sched.update(step, np.where(step.sampled, 7, -1))
+        return out
+
+    windowed = steps(True)
+    # step 2: 11 blocks free before a's chunk takes one; h needs 24 minus the 14 a holds by then
+    assert windowed[1] == (("a", "h"), (6, 40))
+    assert windowed == steps(False)
+
+
+def test_window_walks_the_budget_with_hits_registered_ahead(monkeypatch):
+    """The budget bound walks the queue with each request's fewest tokens: h2's prefix is
+    registered by h1 when h1 is admitted in the same step, so h2 takes 12 tokens, not 32,
+    and h3 and h4 still fit in the budget (50 = 20 + 12 + 16 + 2). The bound is exact here."""
+    import schedir.runtime.scheduler as S
+
+    bounds: list[int] = []
+    real = S.admissible_bound
+
+    def spy(*args):  # type: ignore[no-untyped-def]
+        bounds.append(real(*args))
+        return bounds[-1]
+
+    def first_step(window: bool) -> tuple:
+        sched = Scheduler(SchedulerConfig(num_blocks=200, block_size=4, max_num_batched_tokens=50, max_num_seqs=8,
+                                          max_model_len=200))
+        if not window:
+            sched.window = 0
+        shared = list(range(1, 21))
+        sched.add_request(Request("h1", shared, max_tokens=1))
+        sched.add_request(Request("h2", shared + list(range(500, 512)), max_tokens=1))
+        sched.add_request(Request("h3", list(range(600, 616)), max_tokens=1))
+        sched.add_request(Request("h4", list(range(700, 708)), max_tokens=1))
+        for i in range(30):
+            sched.add_request(Request(f"f{i:02d}", list(range(1000 + 4 * i, 1004 + 4 * i)), max_tokens=1))
+        out = sched.schedule()
+        return tuple(out.req_ids), tuple(out.num_tokens.tolist()), tuple(out.computed.tolist())
+
+    monkeypatch.setattr(S, "admissible_bound", spy)
+    windowed = first_step(True)
+    assert bounds == [4]
+    assert windowed == (("h1", "h2", "h3", "h4"), (20, 12, 16, 2), (0, 20, 0, 0))
+    monkeypatch.setattr(S, "admissible_bound", real)
+    assert windowed == first_step(False)
+
+
+def test_only_the_vllm_preset_bounds_the_window_by_seats_budget_and_blocks():
+    """Another pipeline with vLLM's order may admit into the seats of requests it preempts
+    in the same step (vLLM v0's chunked prefill does): its window stays max_num_seqs + 16."""
+    from schedir.runtime.window import admissible_bound
+
+    sched = Scheduler(SchedulerConfig(num_blocks=200, block_size=4, max_num_batched_tokens=64, max_num_seqs=4,
+                                      max_model_len=256))
+    for i in range(3):
+        sched.add_request(Request(f"r{i}", list(range(10 * i, 10 * i + 8)), max_tokens=4))
+    sched.update(out := sched.schedule(), np.where(out.sampled, 7, -1))
+    assert sched.running.size == 3 and sched._vllm_rules()
+    pool = sched.pool
+
+    def bound(vllm_rules: bool) -> int:
+        return admissible_bound(sched.table.data, sched.running, sched.waiting, sched._oversized, 4, 64, 256,
+                                vllm_rules, pool.num_free, True, pool.rhash, pool.nhash, pool.nblk, pool.ncached,
+                                pool.cache, 4)
+
+    assert bound(True) == 1  # one free seat
+    assert bound(False) == 4
+    assert not Scheduler(SchedulerConfig(pipeline="sarathi"))._vllm_rules()
+    assert not Scheduler(SchedulerConfig(long_prefill_token_threshold=32))._vllm_rules()

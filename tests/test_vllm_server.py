@@ -294,17 +294,21 @@ def test_stop_token_ids(client: httpx.Client) -> None:
 
 
 def test_streaming_matches_non_streaming(client: httpx.Client) -> None:
-    """Streaming sends tokens while the request still runs (the running gauge is 1 after the
-    first chunk) and the streamed tokens are the non-streamed ones. 4000 tokens: with 200, and
-    then with 1500, a loaded machine finished the request before the gauge was read (seen in
-    full runs beside other jobs)."""
+    """Streaming sends tokens while the request still runs and the streamed tokens are the
+    non-streamed ones. "Still runs" is read from the stream itself, not from a gauge sampled
+    beside it (a loaded machine finished the request before /metrics was read): with
+    continuous usage stats every chunk says how many tokens the request had generated when the
+    server sent it, so a first chunk that counts fewer than max_tokens left the server while the
+    request was running, and the counts grow chunk by chunk to max_tokens."""
     prompt, n = prompt_ids(7000, 50), 4000
     expected = tokens(complete(client, prompt, n))
     streamed: list[int] = []
-    token_chunks = 0
+    counts: list[int] = []  # completion tokens the server had counted at each token chunk
     finishes: list[str | None] = []
+    final_usage: dict[str, int] | None = None
     done = False
-    with client.stream("POST", "/v1/completions", json=body(prompt, n, stream=True),
+    usage = {"include_usage": True, "continuous_usage_stats": True}
+    with client.stream("POST", "/v1/completions", json=body(prompt, n, stream=True, stream_options=usage),
                        timeout=REQUEST_TIMEOUT_S) as r:
         assert r.status_code == 200
         for line in r.iter_lines():
@@ -314,26 +318,35 @@ def test_streaming_matches_non_streaming(client: httpx.Client) -> None:
             if data == "[DONE]":
                 done = True
                 break
-            choice = json.loads(data)["choices"][0]
+            chunk = json.loads(data)
+            if not chunk["choices"]:  # the usage-only chunk that closes the stream
+                final_usage = chunk["usage"]
+                continue
+            choice = chunk["choices"][0]
             if choice["token_ids"]:
-                token_chunks += 1
                 streamed += choice["token_ids"]
-                if token_chunks == 1:
-                    poll_metrics(client, lambda m: m["vllm:num_requests_running"] == 1, timeout=5.0)
+                counts.append(chunk["usage"]["completion_tokens"])
             finishes.append(choice["finish_reason"])
     assert done, "no [DONE] at the end of the stream"
     assert streamed == expected
-    assert token_chunks >= 2, "all tokens came in one chunk"
+    assert len(counts) >= 2, "all tokens came in one chunk"
+    assert counts[0] < n, f"the first chunk was sent when all {n} tokens were generated: {counts[:5]}"
+    assert counts == sorted(counts) and counts[-1] == n == len(streamed)
+    assert final_usage is not None and final_usage["completion_tokens"] == n
     assert finishes[-1] == "length" and all(f is None for f in finishes[:-1])
 
 
 def test_concurrent_clients(server: Server, client: httpx.Client) -> None:
     """Eight clients at once (twice max_num_seqs, half of them streaming, prompts up to two
     token budgets long): all complete with their own lengths, the running gauge never exceeds
-    max_num_seqs and the others are seen waiting."""
-    # long enough (256-704 tokens) that the watcher, polling /metrics every 50 ms, sees the queue even
-    # on a loaded machine (with 32-88 tokens every request could finish between two samples)
+    max_num_seqs, and the others waited. That they waited is read from vLLM's per-request
+    histograms, which count every finished request and cannot be missed as a sampled gauge can
+    (a loaded machine ran the whole queue between two samples): four requests wait for one of
+    the first four to finish (>= 256 steps), while a prefill takes a few steps, so the eight
+    requests' queue time adds up to far more than their prefill time."""
+    # 256-704 tokens each: the waiting requests wait hundreds of steps, their prefills a few
     jobs = [(prompt_ids(10_000 + 1000 * i, 20 + 60 * i), 256 + 64 * i, i % 2 == 1) for i in range(8)]
+    before = metrics(client)
     seen: list[dict[str, float]] = []
 
     async def one(c: httpx.AsyncClient, prompt: list[int], n: int, stream: bool) -> tuple[list[int], str]:
@@ -377,27 +390,40 @@ def test_concurrent_clients(server: Server, client: httpx.Client) -> None:
         assert finish == "length" and len(got) == n
     assert seen, "no /metrics sample taken"
     assert max(s["vllm:num_requests_running"] for s in seen) <= MAX_NUM_SEQS
-    assert max(s["vllm:num_requests_waiting"] for s in seen) >= 1, seen
-    final = poll_metrics(client, lambda m: m["vllm:num_requests_running"] == 0 and m["vllm:num_requests_waiting"] == 0)
+    count = "vllm:request_queue_time_seconds_count"
+    final = poll_metrics(client, lambda m: m["vllm:num_requests_running"] == 0 and m["vllm:num_requests_waiting"] == 0
+                         and m[count] >= before[count] + len(jobs))
     assert final["vllm:kv_cache_usage_perc"] == 0.0
+
+    def grew(name: str) -> float:
+        return final[name] - before[name]
+
+    assert grew(count) == len(jobs) and grew("vllm:request_success_total") == len(jobs)
+    queued, prefill = grew("vllm:request_queue_time_seconds_sum"), grew("vllm:request_prefill_time_seconds_sum")
+    assert queued > 2 * prefill, f"the requests over max_num_seqs did not wait: queued {queued:.3f} s in all, " \
+                                 f"prefill {prefill:.3f} s"
 
 
 def test_disconnect_mid_stream_aborts(client: httpx.Client) -> None:
     """A client that closes its stream early: the request is aborted (running back to 0, its
-    KV blocks freed, generation stops short of max_tokens) and the server serves on."""
+    KV blocks freed, generation stops short of max_tokens) and the server serves on. That it
+    was running when the client left is read from the stream (continuous usage stats: the
+    fifth chunk counts fewer than max_tokens), not from a gauge sampled beside it."""
     before = metrics(client)["vllm:generation_tokens_total"]
     n = 8000  # long enough that a slow client reads its 5 chunks well before the end (1800 once finished first)
-    stream = body(prompt_ids(30_000, 80), n, stream=True)
+    stream = body(prompt_ids(30_000, 80), n, stream=True,
+                  stream_options={"include_usage": True, "continuous_usage_stats": True})
     with (httpx.Client(base_url=client.base_url, timeout=REQUEST_TIMEOUT_S) as other,
           other.stream("POST", "/v1/completions", json=stream) as r):
         assert r.status_code == 200
         chunks = 0
         for line in r.iter_lines():
-            chunks += line.startswith("data: {")
+            if line.startswith("data: {"):
+                chunks += 1
+                sent = json.loads(line[6:])["usage"]["completion_tokens"]
             if chunks == 5:
                 break
-        poll_metrics(client, lambda m: m["vllm:num_requests_running"] == 1 and m["vllm:kv_cache_usage_perc"] > 0,
-                     timeout=5.0)
+        assert chunks == 5 and sent < n, f"the request had generated {sent} of {n} tokens after 5 chunks"
     # leaving the block closes the response and its client's connection: the server sees the client go
     after = poll_metrics(client, lambda m: m["vllm:num_requests_running"] == 0 and m["vllm:num_requests_waiting"] == 0
                          and m["vllm:kv_cache_usage_perc"] == 0.0)

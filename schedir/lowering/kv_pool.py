@@ -147,12 +147,15 @@ class KVPool(BlockTables):
 
     # ------------------------------------------------------------ growth and copies
     def grow_rows(self, rows: int) -> None:
-        """Make room for `rows` request rows (the runtime doubles its table)."""
+        """Make room for `rows` request rows (the runtime doubles its table). The wide tables
+        keep only each row's used prefix (see `grown_rows`)."""
         if rows <= self.rows:
             return
+        from schedir.lowering.rows import grown_rows  # see there: no copy of the unused columns
+
         extra = rows - self.rows
-        self.table = np.concatenate([self.table, np.zeros((extra, self.width), dtype=np.int32)])
-        self.rhash = np.concatenate([self.rhash, np.zeros((extra, self.width), dtype=np.int64)])
+        self.table = grown_rows(self.table, self.nblk, rows)
+        self.rhash = grown_rows(self.rhash, self.nhash, rows)
         self.nblk = np.concatenate([self.nblk, np.zeros(extra, dtype=np.int32)])
         self.ncached = np.concatenate([self.ncached, np.zeros(extra, dtype=np.int32)])
         self.nhash = np.concatenate([self.nhash, np.zeros(extra, dtype=np.int32)])

@@ -61,6 +61,7 @@ from schedir.runtime.kernels import (
 )
 from schedir.runtime.metrics import RuntimeMetrics
 from schedir.runtime.output import BatchPlan, SchedulerOutput
+from schedir.runtime.window import admissible_bound, fcfs_head, vllm_passes
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 _NO_PAIRS = np.zeros((0, 2), dtype=np.int64)
@@ -272,7 +273,11 @@ class Scheduler:
             raise ValueError(f"request_id must be a non-empty string, got {name!r}")
         if name in self.table.row_of:
             raise ValueError(f"request '{name}' is already queued or running")
-        prompt = np.asarray(request.prompt_token_ids, dtype=np.int64)
+        given = request.prompt_token_ids
+        # An int32 array (the simulator's) is kept as given, not copied to int64: at 10k-token
+        # prompts the copies cost ~60 µs each in fresh pages (and 1 GB over the Mooncake hour).
+        is32 = isinstance(given, np.ndarray) and given.dtype == np.int32
+        prompt = given if is32 else np.asarray(given, dtype=np.int64)
         if prompt.ndim != 1 or prompt.size == 0:
             raise ValueError(f"request '{name}': prompt_token_ids must be a non-empty list of token ids")
         if prompt.min() < 0 or prompt.max() > _INT32_MAX:
@@ -327,7 +332,7 @@ class Scheduler:
         self.pool.nblk[row] = 0
         self.pool.ncached[row] = 0
         self.pool.nhash[row] = 0
-        prompt32 = prompt.astype(np.int32)
+        prompt32 = prompt if is32 else prompt.astype(np.int32)
         if self.radix:  # SGLang's tree is keyed by tokens: the pool keeps the row's stream
             self.pool.add_row(row, prompt, request.max_tokens)
         elif cfg.enable_prefix_caching:  # a too-long prompt is hashed up to max_model_len, rejected at its first step
@@ -339,10 +344,9 @@ class Scheduler:
             grown = np.zeros(max(2 * self._oversized.size, row + 1), dtype=np.bool_)
             grown[: self._oversized.size] = self._oversized
             self._oversized = grown
-        too_long, too_big = oversized(d[T.TOTAL, row: row + 1], d[T.PROMPT, row: row + 1],
-                                      d[T.MAX_TOKENS, row: row + 1], cfg.max_model_len, self.pool.usable_blocks,
-                                      cfg.block_size)
-        self._oversized[row] = bool(too_long[0] or too_big[0])
+        too_long, too_big = oversized(n, n, request.max_tokens, cfg.max_model_len, self.pool.usable_blocks,
+                                      cfg.block_size)  # on scalars: ~1 µs, not ~15 on 1-element arrays
+        self._oversized[row] = bool(too_long or too_big)
         self._oversized_waiting += int(self._oversized[row])
         self.waiting = np.append(self.waiting, row)
         self.metrics.record_arrival(arrival)
@@ -446,27 +450,35 @@ class Scheduler:
         return out
 
     def _admission_window(self, waiting: np.ndarray) -> np.ndarray:
-        """The first `window` waiting requests in vLLM's order, plus every request that
-        reject-oversized will refuse (unsorted: order-vllm sorts them).
+        """The head of the waiting queue in vLLM's order that this step can admit from, plus
+        every request that reject-oversized will refuse (unsorted: order-vllm sorts them).
 
-        One step admits at most max_num_seqs requests and stops at the first that does not
-        fit, so it looks at no more than max_num_seqs + 1 requests of the head (oversized ones
-        aside, which are all included): leaving the rest out of the step keeps its cost flat
-        when thousands wait (an overloaded simulation), with the same decisions (tested).
-        Only the IR differs: requests outside the window get no `req.defer` this step.
-        Preempted requests whose stale outputs are still in flight are skipped by admission,
-        so the window reaches past them. Under FCFS `waiting` is already in `queued` order.
+        One step admits at most `admissible_bound` requests (max_num_seqs; for the vllm preset
+        the free sequence slots and what the token budget the running requests leave reaches,
+        or none when the queue's head cannot fit in the free blocks) and stops at the first
+        that does not fit, so it looks at no more than that many + 1 requests of the head
+        (oversized ones aside, which are all included): leaving the rest out of the step keeps
+        its cost flat when thousands wait (an overloaded simulation), with the same decisions
+        (tested). A step that can admit nobody gets only the rejectable requests (see
+        `_rejectable`). Only the IR differs: requests outside the window get no `req.defer`
+        this step. Preempted requests whose stale outputs are still in flight are skipped by
+        admission, so the window reaches past them. Under FCFS `waiting` is already in
+        `queued` order. O(running + window) per step, not O(waiting), unless some waiting
+        request is oversized or the order is by priority.
         """
         d = self.table.data
         cfg = self.config
-        w = self.window
+        pool = self.pool
+        vllm_rules = self._vllm_rules()
+        bound = admissible_bound(d, self.running, waiting if self._fcfs_window else _EMPTY, self._oversized,
+                                 cfg.max_num_seqs, cfg.max_num_batched_tokens, cfg.max_model_len, vllm_rules,
+                                 pool.num_free, cfg.enable_prefix_caching, pool.rhash, pool.nhash, pool.nblk,
+                                 pool.ncached, pool.cache, cfg.block_size)
+        if bound == 0 and self.window_full:
+            return self._rejectable(waiting)
+        w = min(self.window, bound + WINDOW_SLACK)  # never 1 or less: a long-prefill cap sees the same queue length
         if self._fcfs_window:
-            stale = d[T.STALE_OUTPUTS, waiting[:w]] > 0  # preempted rows: at the front
-            while stale.any() and w < waiting.size:
-                extra = int(np.count_nonzero(stale))
-                stale = d[T.STALE_OUTPUTS, waiting[w: w + extra]] > 0
-                w += extra
-            head = waiting[:w]
+            head = waiting[: fcfs_head(d, waiting, self._oversized, w)]
         else:
             w = min(w + int(np.count_nonzero(d[T.STALE_OUTPUTS, waiting] > 0)), waiting.size)
             order = np.lexsort((d[T.RANK, waiting], d[T.ARRIVAL, waiting], d[T.PRIORITY, waiting]))
@@ -476,6 +488,16 @@ class Scheduler:
             if bad.size:
                 head = np.union1d(head, bad)
         return head
+
+    def _vllm_rules(self) -> bool:
+        """Whether the window may bound admission by the token budget and the free blocks (see
+        `admissible_bound`): the vllm preset's passes on vLLM's block pool, with no long-prefill
+        cap. Worked out once per pipeline."""
+        manager = self.manager
+        if getattr(self, "_vllm_rules_of", (None,))[0] is not manager:
+            rules = self.window_full and not self.radix and tuple(manager.passes) == vllm_passes()
+            self._vllm_rules_of = (manager, rules)
+        return self._vllm_rules_of[1]
 
     def _forget_oversized(self, row: int) -> None:
         if self._oversized[row]:
