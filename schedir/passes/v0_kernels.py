@@ -41,6 +41,15 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+@nb.njit(cache=True, inline="always")
+def _alone(alive, i: int) -> bool:
+    """Whether request i is the only running request left (every other one was preempted)."""
+    for j in range(alive.size):
+        if alive[j] and j != i:
+            return False
+    return True
+
+
 @nb.njit(cache=True)
 def watermark_blocks(total_gpu: int) -> int:
     """v0's `watermark_blocks = int(0.01 * num_gpu_blocks)` (block_manager.py:92)."""
@@ -117,8 +126,8 @@ def v0_running(rows, computed, swap: bool, ref, bhash, dup_next, nxt, prv, meta,
     not yet scheduled is preempted (`running_queue.pop()`), or the request itself when it is
     the last; by swap when `swap` and the host has room for its full blocks plus one
     (`can_swap_out`), else by recompute. A request that preempts itself ends the loop. One change
-    from v0: a request is not preempted for its own worst-case block when its last block has
-    room (v0 does, and a request alone in a full pool then preempts and re-prefills forever).
+    from v0: the only running request is not preempted for its own worst-case block when its last
+    block has room (v0 does, and then re-admits it into the same full pool, forever).
     Returns (out[6, n], preemption count): V0_SEQ is the preemption order (-1: none), V0_MODE
     its mode, V0_MOVED the blocks freed or moved to the host."""
     n = rows.size
@@ -140,8 +149,8 @@ def v0_running(rows, computed, swap: bool, ref, bhash, dup_next, nxt, prv, meta,
                 if alive[j]:
                     victim = j
                     break
-            if victim == i and not needs_block:
-                break  # schedir's one change: never preempt a request for a block it does not need (v0 livelocks)
+            if victim == i and not needs_block and _alone(alive, i):
+                break  # schedir's one change from v0, which livelocks here (see the docstring)
             r = rows[victim]
             moved = -1
             if swap and hmeta[0] - (computed[victim] // bs + 1) >= 0:
@@ -295,8 +304,8 @@ def v0_chunked_running(rows, computed, total, prefill_end, budget: int, slot_bud
                 if alive[j]:
                     victim = j
                     break
-            if victim == i and not needs_block:
-                break  # as in v0_running: no self-preemption for a block it does not need
+            if victim == i and not needs_block and _alone(alive, i):
+                break  # as in v0_running
             r = rows[victim]
             vprefill = computed[victim] < prefill_end[victim]
             need_host = _cdiv(total[victim], bs) if vprefill else computed[victim] // bs + 1

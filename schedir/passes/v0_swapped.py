@@ -69,10 +69,11 @@ class V0Swapped(StepPass):
             step.reject(pending, ids[never], reasons[never])
         if count:
             take = out[K.V0_TOKENS] > 0
-            base = int(step.state(NEXT_RUN_POS.name, 0.0)) - RUN_BANDS * BAND  # this step's bands
             phase = out[K.V0_PHASE][take]
-            places = base + phase * BAND + np.arange(int(take.sum()), dtype=np.int64)
-            step.set_request_state(pending, ids[take], **{RUN_POS.name: places})
+            next_pos = int(step.state(NEXT_RUN_POS.name, 0.0))
+            if next_pos:  # chunked prefill: v0-chunked-running took this step's bands of places
+                places = next_pos - RUN_BANDS * BAND + phase * BAND + np.arange(int(take.sum()), dtype=np.int64)
+                step.set_request_state(pending, ids[take], **{RUN_POS.name: places})
             scheduled = step.schedule(pending, "decode" if not phase.any() else "mixed", ids[take],
                                       out[K.V0_TOKENS][take])
             step.blocks(SwapInOp, scheduled, ids[take], out[K.V0_MOVED][take])
