@@ -192,3 +192,29 @@ def test_sim_config_validates():
         SimConfig(policy="lifo")
     assert attrs.evolve(SimConfig(), label="x").name == "x"
     assert not math.isnan(SimConfig().ttft_slo_s)
+
+
+def test_swapping_pipelines_pay_for_their_copies_over_pcie():
+    """vllm-v0-swap preempts by swap to the host tier; each copy costs its bytes at the host link's
+    rate, so the same trace takes longer than if the copies were free, and everything finishes."""
+    cost = CostModel.create("llama-3-8b", "h100")
+    per_block = 16 * 2 * 2 * 8 * 128 * 32  # tokens x (K, V) x bf16 x kv heads x head dim x layers
+    assert cost.swap_time(10, 16) == pytest.approx(10 * per_block / 64e9)
+    assert cost.host_blocks(4.0, 16) == (4 << 30) // per_block
+    w = workload(np.zeros(12), [1000] * 12, [300] * 12)
+    cfg = SimConfig(num_blocks=400, pipeline="vllm-v0-swap", enable_prefix_caching=False)
+    swapped = Simulator(cfg).run(w)
+    m = summarize(swapped)
+    assert m["preemptions"] > 0 and m["requests"]["finished"] == 12
+    recompute = Simulator(attrs.evolve(cfg, swap_space_gib=0.0, pipeline="vllm-v0")).run(w)  # no host space
+    assert summarize(recompute)["requests"]["finished"] == 12
+    original = CostModel.swap_time
+    try:
+        CostModel.swap_time = lambda self, blocks, block_size: 0.0  # type: ignore[method-assign]
+        free_copies = Simulator(cfg).run(w)
+    finally:
+        CostModel.swap_time = original  # type: ignore[method-assign]
+    assert summarize(free_copies)["preemptions"] == m["preemptions"]
+    assert summarize(swapped)["simulated_s"] > summarize(free_copies)["simulated_s"]
+    with pytest.raises(ValueError, match="swap_space_gib"):
+        cost.host_blocks(-1.0, 16)

@@ -197,3 +197,16 @@ def test_chunked_prefill_mixes_decodes_and_prompt_chunks() -> None:
     s.update(out, np.where(out.sampled, 7, -1))
     out = s.schedule()
     assert out.num_tokens.tolist() == [1, 15] and not out.sampled[1]
+
+
+@pytest.mark.skipif(V0_ENV is not None, reason=f"vLLM 0.8.5's v0 scheduler is not available: {V0_ENV}")
+def test_v0_livelock_is_the_one_recognised_difference() -> None:
+    """random-898: v0 preempts its only running request for a block it does not need, re-admits it
+    and does so forever (its step limit ends the run); schedir keeps it running. The comparison
+    names that case and nothing else."""
+    trace, cfg = v0_schedir.random_scenario(898)
+    ref = v0_reference.run_reference({"r": (trace, cfg)})["r"]
+    ours = v0_schedir.run_schedir(trace, cfg)
+    assert v0_schedir.compare(ref, ours) and v0_schedir.v0_livelock(ref, ours) == 48
+    wrong = v0_schedir.run_schedir(trace, {**cfg, "max_num_batched_tokens": 32})  # differs early, otherwise
+    assert v0_schedir.v0_livelock(ref, wrong) is None

@@ -41,6 +41,7 @@ class SimConfig:
     gpu_memory_utilization: float = attrs.field(default=0.9)
     enable_prefix_caching: bool = True
     long_prefill_token_threshold: int = 0
+    swap_space_gib: float = 4.0  # host memory for preemption by swap (vLLM v0's --swap-space default)
     ttft_slo_s: float = attrs.field(default=2.0, validator=_positive)
     tbt_slo_s: float = attrs.field(default=0.1, validator=_positive)
     seed: int = 0
@@ -62,14 +63,15 @@ class SimConfig:
     def name(self) -> str:
         return self.label or self.pipeline
 
-    def scheduler_config(self, num_blocks: int, max_model_len: int) -> SchedulerConfig:
-        """The runtime's config for this deployment (sizes resolved by the simulator)."""
+    def scheduler_config(self, num_blocks: int, max_model_len: int, num_cpu_blocks: int = 0) -> SchedulerConfig:
+        """The runtime's config for this deployment (sizes resolved by the simulator; host blocks
+        only matter to a pipeline that swaps, the vllm-v0 presets)."""
         dump = self.dump_dir is not None and bool(self.dump_steps)
         return SchedulerConfig(
             num_blocks=num_blocks, block_size=self.block_size, max_num_batched_tokens=self.max_num_batched_tokens,
             max_num_seqs=self.max_num_seqs, max_model_len=max_model_len,
             enable_prefix_caching=self.enable_prefix_caching, pipeline=self.pipeline, policy=self.policy,
-            long_prefill_token_threshold=self.long_prefill_token_threshold,
+            long_prefill_token_threshold=self.long_prefill_token_threshold, num_cpu_blocks=num_cpu_blocks,
             dump_dir=self.dump_dir if dump else None, dump_steps=self.dump_steps if dump else None,
         )
 

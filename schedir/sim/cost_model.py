@@ -21,7 +21,7 @@ import math
 import numba as nb
 import numpy as np
 
-from schedir.sim.models import GpuSpec, ModelSpec, get_gpu, get_model
+from schedir.sim.models import HOST_LINK_GBS, GpuSpec, ModelSpec, get_gpu, get_model
 
 ArrayLike = np.ndarray | float | int
 
@@ -206,6 +206,27 @@ class CostModel:
         self._act_bytes_per_token = model.dtype_bytes * h
         self._by_total: dict[float, tuple[float, float]] = {}
         self._by_req: dict[int, tuple[float, float]] = {}
+
+    def host_blocks(self, swap_space_gib: float, block_size: int) -> int:
+        """KV blocks of `block_size` tokens that `swap_space_gib` of host memory holds per GPU (vLLM
+        v0's `--swap-space`, 4 GiB by default, sizes its CPU block pool this way)."""
+        if swap_space_gib < 0:
+            raise ValueError(f"swap_space_gib must be >= 0, got {swap_space_gib}")
+        per_block = block_size * self._kv_bytes_per_token_layer * self.model.num_layers
+        return int(swap_space_gib * (1 << 30) // per_block)
+
+    def swap_time(self, blocks: int, block_size: int) -> float:
+        """Seconds to copy `blocks` KV blocks (every layer, this GPU's heads) between GPU and host
+        memory over PCIe at its datasheet peak (`HOST_LINK_GBS`): a step that swaps (vLLM v0's
+        `blocks_to_swap_in` / `blocks_to_swap_out`) waits for its copies."""
+        if blocks <= 0:
+            return 0.0
+        link = HOST_LINK_GBS.get(self.gpu.name)
+        if link is None:
+            raise ValueError(f"no host-link bandwidth for GPU {self.gpu.name!r}: swapping cannot be timed "
+                             f"(known: {', '.join(sorted(HOST_LINK_GBS))})")
+        nbytes = blocks * block_size * self._kv_bytes_per_token_layer * self.model.num_layers
+        return nbytes / (link * 1e9)
 
     @classmethod
     def create(cls, model_name: str, gpu_name: str, tp: int = 1) -> CostModel:

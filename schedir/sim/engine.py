@@ -54,7 +54,8 @@ class Engine:
         self.config = config
         self.cost, self.vocab_size, self.max_model_len, self.num_blocks = sizes or engine_sizes(config)
         self.now = 0.0
-        self.sched = Scheduler(config.scheduler_config(self.num_blocks, self.max_model_len), clock=self._clock)
+        host = self.cost.host_blocks(config.swap_space_gib, config.block_size)
+        self.sched = Scheduler(config.scheduler_config(self.num_blocks, self.max_model_len, host), clock=self._clock)
         self.reqs = reqs
         self.steps = steps if steps is not None else StepLog()
         self.row_index = np.full(self.sched.table.capacity, -1, dtype=np.int64)  # runtime row -> request index
@@ -99,8 +100,8 @@ class Engine:
             for name, why in out.rejected.items():
                 reqs.rejected[int(name)] = why
                 rejected.append(int(name))
-        if out.preempted_req_ids:
-            for name in out.preempted_req_ids:
+        if out.preempted_req_ids or out.swapped_out_req_ids:
+            for name in out.preempted_req_ids | out.swapped_out_req_ids:
                 reqs.preemptions[int(name)] += 1
                 self.preempted.append(int(name))
         rows = out.rows
@@ -112,6 +113,9 @@ class Engine:
         num_tokens = out.num_tokens
         computed = out.computed
         gpu_s, flops = self.cost.step_cost(num_tokens, computed)
+        moved = len(out.blocks_to_swap_out) + len(out.blocks_to_swap_in)
+        if moved:  # vLLM v0's swap: the step waits for its block copies over PCIe
+            gpu_s += self.cost.swap_time(moved, sched.config.block_size)
         start = self.now
         now = self.now = start + gpu_s
         # One kernel: the sampled tokens for update() and the step's per-request records.
@@ -135,7 +139,7 @@ class Engine:
     def abort_all(self) -> list[int]:
         """Abort every unfinished request (the instance leaves the fleet); returns their indices, sorted."""
         sched = self.sched
-        rows = np.concatenate([sched.running, sched.waiting])
+        rows = np.concatenate([sched.running, sched.waiting, sched.swapped])
         names = [sched.table.names[r] for r in rows.tolist()]
         sched.finish_requests(names, reason="abort")
         return sorted(int(x) for x in names)

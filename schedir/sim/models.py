@@ -126,6 +126,12 @@ GPUS: dict[str, GpuSpec] = {
 # FITTED_GPUS_END
 
 
+# The host link a swap copies KV over (vLLM v0's swap_in / swap_out): PCIe x16 per direction, from the
+# datasheets (H100 SXM: PCIe Gen5, 64 GB/s; A100: PCIe Gen4, 32 GB/s). Not measured here: a simulated
+# swap costs its bytes at this peak, so swapping is, if anything, made to look cheap.
+HOST_LINK_GBS: dict[str, float] = {"h100": 64.0, "a100": 32.0}
+
+
 def _lookup(kind: str, name: str, registry: dict) -> object:
     key = name.lower()
     if key in registry:
