@@ -8,12 +8,12 @@ from typing import ClassVar
 import numpy as np
 
 from schedir.dialects.codes import Reason
-from schedir.dialects.mem import AllocOp
 from schedir.dialects.req import PreemptOp, ScheduleOp
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step, pool_of, root_queue
 from schedir.passes import v0_kernels as K
 from schedir.passes.v0_chunked import long_threshold, slot_budget
+from schedir.passes.v0_prefills import emit_prefills
 from schedir.passes.v0_state import (
     BAND,
     LAST_LATENCY,
@@ -92,19 +92,8 @@ class V0ChunkedPrefills(StepPass):
             facts.max_model_len, slot, self.partial, threshold, long_running, self.max_long, pool.usable_blocks,
             self.delay_factor * latency, self.delay_factor > 0, left_running > 0, int(now),
             pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache, pool.table, pool.nblk)
-        step.set_state(**{PREV_TIME.name: now, PREV_PROMPT.name: 1.0 if admitted else 0.0,
-                          LAST_LATENCY.name: latency})
-        reasons = out[K.V0_REASON]
-        ignored = (reasons == _REJECT[0]) | (reasons == _REJECT[1])
-        if ignored.any():
-            step.reject(pending, ids[ignored], reasons[ignored])
-        if admitted:
-            take = out[K.V0_TOKENS] > 0
-            base = int(step.state(NEXT_RUN_POS.name, 0.0)) - RUN_BANDS * BAND
-            places = base + 5 * BAND + np.arange(int(take.sum()), dtype=np.int64)
-            step.set_request_state(pending, ids[take], **{RUN_POS.name: places, PREFILL_END.name: total[take]})
-            scheduled = step.schedule(pending, "prefill", ids[take], out[K.V0_TOKENS][take])
-            step.blocks(AllocOp, scheduled, ids[take], out[K.V0_ALLOC][take])
-        rest = (reasons > 0) & ~ignored
-        if rest.any():
-            step.defer(pending, ids[rest], reasons[rest])
+        take = out[K.V0_TOKENS] > 0
+        base = int(step.state(NEXT_RUN_POS.name, 0.0)) - RUN_BANDS * BAND  # new prefills: the last band
+        places = base + 5 * BAND + np.arange(int(take.sum()), dtype=np.int64)
+        emit_prefills(step, pending, ids, out, admitted, now, latency,
+                      **{RUN_POS.name: places, PREFILL_END.name: total[take]})

@@ -7,13 +7,13 @@ from typing import ClassVar
 
 import numpy as np
 
-from schedir.dialects.mem import AllocOp, FreeOp, SwapOutOp
+from schedir.dialects.mem import AllocOp
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step, pool_of
 from schedir.passes import v0_kernels as K
 from schedir.passes.ordering import sort_by_columns
 from schedir.passes.v0_chunked import long_threshold, slot_budget
-from schedir.passes.v0_running import _MODES, _NO_HOST
+from schedir.passes.v0_running import _MODES, emit_preemptions, run_kernel
 from schedir.passes.v0_state import BAND, NEXT_RUN_POS, PREFILL_END, RUN_BANDS, RUN_POS
 
 
@@ -67,12 +67,8 @@ class V0ChunkedRunning(StepPass):
         ids = step.ids(pending)
         computed, total = step.columns(pending, ("computed", "total"))
         prefill_end = step.state_column(pending, PREFILL_END.name, PREFILL_END.default)
-        host = pool.host
-        h = _NO_HOST if host is None else (host.hfree, host.hmeta, host.htable, host.hnblk, host.log)
-        out, preempted = K.v0_chunked_running(
-            ids, computed, total, prefill_end, facts.token_budget, slot, self.preemption == "swap" and host is not None,
-            pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache, pool.table, pool.nblk,
-            pool.ncached, *h)
+        out, preempted = run_kernel(pool, ids, computed, total, prefill_end, facts.token_budget, slot,
+                                    self.preemption == "swap")
         take = out[K.V0_TOKENS] > 0
         if take.any():
             tokens = out[K.V0_TOKENS][take]
@@ -87,13 +83,7 @@ class V0ChunkedRunning(StepPass):
             got = out[K.V0_ALLOC] > 0
             step.blocks(AllocOp, scheduled, ids[got], out[K.V0_ALLOC][got])
         if preempted:
-            gone = np.flatnonzero(out[K.V0_SEQ] >= 0)
-            gone = gone[np.argsort(out[K.V0_SEQ, gone])]
-            swap = out[K.V0_MODE, gone] == K.MODE_SWAP
-            for mode, effect, pick in (("recompute", FreeOp, ~swap), ("swap", SwapOutOp, swap)):
-                if pick.any():
-                    victims = step.preempt(pending, mode, ids[gone[pick]])
-                    step.blocks(effect, victims, ids[gone[pick]], out[K.V0_MOVED, gone[pick]])
+            emit_preemptions(step, pending, ids, out)
         rest = out[K.V0_REASON] > 0
         if rest.any():
             step.defer(pending, ids[rest], out[K.V0_REASON][rest])

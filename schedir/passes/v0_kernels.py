@@ -50,6 +50,27 @@ def _alone(alive, i: int) -> bool:
     return True
 
 
+@nb.njit(cache=True, inline="always")
+def _defer_from(out, stop: int, reason: int) -> None:
+    """The request a loop stopped at gets `reason`, those behind it `blocked` (nothing if none)."""
+    if stop >= 0:
+        out[V0_REASON, stop] = reason
+        for j in range(stop + 1, out.shape[1]):
+            out[V0_REASON, j] = R_BLOCKED
+
+
+@nb.njit(cache=True, inline="always")
+def _oldest_from(arrival_us):
+    """oldest[i]: the earliest arrival among requests i.. of the queue (v0's `_passed_delay` takes the
+    min over what is still waiting, and the requests before i have left it)."""
+    n = arrival_us.size
+    oldest = np.empty(n + 1, dtype=np.int64)
+    oldest[n] = np.iinfo(np.int64).max
+    for i in range(n - 1, -1, -1):
+        oldest[i] = min(oldest[i + 1], arrival_us[i])
+    return oldest
+
+
 @nb.njit(cache=True)
 def watermark_blocks(total_gpu: int) -> int:
     """v0's `watermark_blocks = int(0.01 * num_gpu_blocks)` (block_manager.py:92)."""
@@ -72,10 +93,7 @@ def v0_prefills(rows, total, arrival_us, budget: int, seqs_used: int, max_seqs: 
     out = np.zeros((7, n), dtype=np.int64)
     bs = meta[2]
     water = watermark_blocks(total_gpu)
-    oldest = np.empty(n + 1, dtype=np.int64)  # oldest arrival among requests i.. (v0: min over self.waiting)
-    oldest[n] = np.iinfo(np.int64).max
-    for i in range(n - 1, -1, -1):
-        oldest[i] = min(oldest[i + 1], arrival_us[i])
+    oldest = _oldest_from(arrival_us)  # v0's delay rule: min arrival over self.waiting
     used = 0
     scheduled = 0
     stop = -1
@@ -111,72 +129,8 @@ def v0_prefills(rows, total, arrival_us, budget: int, seqs_used: int, max_seqs: 
         seqs_used += 1
         scheduled += 1
         i += 1
-    if stop >= 0:
-        out[V0_REASON, stop] = stop_reason
-        for j in range(stop + 1, n):
-            out[V0_REASON, j] = R_BLOCKED
+    _defer_from(out, stop, stop_reason)
     return out, scheduled
-
-
-@nb.njit(cache=True)
-def v0_running(rows, computed, swap: bool, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk, ncached,
-               hfree, hmeta, htable, hnblk, log):
-    """`_schedule_running` without chunking (scheduler.py:700): every running request decodes
-    one token, in order. While no block is free (`can_append_slots`), the last running request
-    not yet scheduled is preempted (`running_queue.pop()`), or the request itself when it is
-    the last; by swap when `swap` and the host has room for its full blocks plus one
-    (`can_swap_out`), else by recompute. A request that preempts itself ends the loop. One change
-    from v0: the only running request is not preempted for its own worst-case block when its last
-    block has room (v0 does, and then re-admits it into the same full pool, forever).
-    Returns (out[6, n], preemption count): V0_SEQ is the preemption order (-1: none), V0_MODE
-    its mode, V0_MOVED the blocks freed or moved to the host."""
-    n = rows.size
-    out = np.zeros((7, n), dtype=np.int64)
-    out[V0_SEQ, :] = -1
-    bs = meta[2]
-    alive = np.ones(n, dtype=np.bool_)
-    preempted = 0
-    i = 0
-    while i < n:
-        if not alive[i]:
-            i += 1
-            continue
-        fits = True
-        needs_block = _cdiv(computed[i] + 1, bs) > nblk[rows[i]]
-        while meta[NUM_FREE] < 1:
-            victim = i
-            for j in range(n - 1, i, -1):
-                if alive[j]:
-                    victim = j
-                    break
-            if victim == i and not needs_block and _alone(alive, i):
-                break  # schedir's one change from v0, which livelocks here (see the docstring)
-            r = rows[victim]
-            moved = -1
-            if swap and hmeta[0] - (computed[victim] // bs + 1) >= 0:
-                moved = swap_out_row(r, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk, ncached,
-                                     hfree, hmeta, htable, hnblk, log)
-            if moved >= 0:
-                out[V0_MODE, victim] = MODE_SWAP
-            else:
-                moved = free_row(r, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk, ncached)
-                out[V0_MODE, victim] = MODE_RECOMPUTE
-            out[V0_MOVED, victim] = moved
-            out[V0_SEQ, victim] = preempted
-            preempted += 1
-            alive[victim] = False
-            if victim == i:
-                fits = False
-                break
-        if not fits:
-            break
-        need = _cdiv(computed[i] + 1, bs) - nblk[rows[i]]
-        if need > 0:
-            allocate(rows[i], need, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk)
-            out[V0_ALLOC, i] = need
-        out[V0_TOKENS, i] = 1
-        i += 1
-    return out, preempted
 
 
 @nb.njit(cache=True)
@@ -227,10 +181,7 @@ def v0_swapped(rows, computed, total, prefill_end, budget: int, seqs_used: int, 
         used += want
         seqs_used += 1
         count += 1
-    if stop >= 0:
-        out[V0_REASON, stop] = stop_reason
-        for j in range(stop + 1, n):
-            out[V0_REASON, j] = R_BLOCKED
+    _defer_from(out, stop, stop_reason)
     return out, count
 
 
@@ -263,18 +214,25 @@ def partial_prefills(running_computed, running_end, running_total, waiting_new, 
 
 
 @nb.njit(cache=True)
-def v0_chunked_running(rows, computed, total, prefill_end, budget: int, slot_budget: int, swap: bool,
+def v0_running(rows, computed, total, prefill_end, budget: int, slot_budget: int, swap: bool,
                        ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk, ncached,
                        hfree, hmeta, htable, hnblk, log):
-    """`_schedule_running` with chunking (scheduler.py:700, enable_chunking=True), in running order.
+    """`_schedule_running` (scheduler.py:700), in running order; without chunking every running
+    request is a decode and `budget` / `slot_budget` are unlimited.
 
-    A request in its prefill (computed < prefill_end: the length it was admitted with) asks for its
-    remaining tokens, a decode for one; either is cut to the token budget left and the prefill
-    slot's budget, and a request that gets none ends the loop (the rest stay unscheduled). A
-    prefill's blocks were all allocated at admission: it touches one block only when its last is
-    partial; a decode touches one (v0's worst case). While the touched blocks are not free, the
-    last request not yet reached is preempted (or the request itself), as in `v0_running`.
-    Returns (out[7, n], preemption count)."""
+    A request in its prefill (computed < prefill_end: the length it was admitted with; chunked
+    prefill only) asks for its remaining tokens, a decode for one; either is cut to the token
+    budget left and the prefill slot's budget, and a request that gets none ends the loop (the
+    rest stay unscheduled). A prefill's blocks were all allocated at admission: it touches one
+    block only when its last is partial; a decode touches one (`can_append_slots`: v0's worst
+    case). While the touched blocks are not free, the last running request not yet reached is
+    preempted (`running_queue.pop()`), or the request itself when it is the last: by swap when
+    `swap` and the host has room for what it touches (`can_swap_out`), else by recompute. A
+    request that preempts itself ends the loop. One change from v0: the only running request is
+    not preempted for its own worst-case block when its last block has room (v0 does, and then
+    re-admits it into the same full pool, forever).
+    Returns (out[7, n], preemption count): V0_SEQ is the preemption order (-1: none), V0_MODE
+    its mode, V0_MOVED the blocks freed or moved to the host, V0_PHASE 1 for a prefill chunk."""
     n = rows.size
     out = np.zeros((7, n), dtype=np.int64)
     out[V0_SEQ, :] = -1
@@ -305,7 +263,7 @@ def v0_chunked_running(rows, computed, total, prefill_end, budget: int, slot_bud
                     victim = j
                     break
             if victim == i and not needs_block and _alone(alive, i):
-                break  # as in v0_running
+                break  # schedir's one change from v0, which livelocks here (see the docstring)
             r = rows[victim]
             vprefill = computed[victim] < prefill_end[victim]
             need_host = _cdiv(total[victim], bs) if vprefill else computed[victim] // bs + 1
@@ -355,10 +313,7 @@ def v0_chunked_prefills(rows, total, arrival_us, used: int, seqs_used: int, budg
     out = np.zeros((7, n), dtype=np.int64)
     bs = meta[2]
     water = watermark_blocks(total_gpu)
-    oldest = np.empty(n + 1, dtype=np.int64)
-    oldest[n] = np.iinfo(np.int64).max
-    for i in range(n - 1, -1, -1):
-        oldest[i] = min(oldest[i + 1], arrival_us[i])
+    oldest = _oldest_from(arrival_us)
     scheduled = 0
     stop = -1
     stop_reason = 0
@@ -402,8 +357,5 @@ def v0_chunked_prefills(rows, total, arrival_us, used: int, seqs_used: int, budg
         seqs_used += 1
         scheduled += 1
         i += 1
-    if stop >= 0:
-        out[V0_REASON, stop] = stop_reason
-        for j in range(stop + 1, n):
-            out[V0_REASON, j] = R_BLOCKED
+    _defer_from(out, stop, stop_reason)
     return out, scheduled

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numpy as np
+
 from schedir.dialects.codes import Reason
 from schedir.dialects.mem import AllocOp
 from schedir.ir.pass_base import StepPass
@@ -68,16 +70,24 @@ class V0Prefills(StepPass):
             ids, total, arrival, facts.token_budget, seqs, facts.max_seqs, limit, pool.usable_blocks,
             self.delay_factor * latency, self.delay_factor > 0, seqs > 0, int(now),
             pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache, pool.table, pool.nblk)
-        step.set_state(**{PREV_TIME.name: now, PREV_PROMPT.name: 1.0 if admitted else 0.0,
-                          LAST_LATENCY.name: latency})
-        reasons = out[K.V0_REASON]
-        ignored = (reasons == _REJECT[0]) | (reasons == _REJECT[1])
-        if ignored.any():
-            step.reject(pending, ids[ignored], reasons[ignored])
-        if admitted:
-            take = out[K.V0_TOKENS] > 0
-            scheduled = step.schedule(pending, "prefill", ids[take], out[K.V0_TOKENS][take])
-            step.blocks(AllocOp, scheduled, ids[take], out[K.V0_ALLOC][take])
-        rest = (reasons > 0) & ~ignored
-        if rest.any():
-            step.defer(pending, ids[rest], reasons[rest])
+        emit_prefills(step, pending, ids, out, admitted, now, latency)
+
+
+def emit_prefills(step: Step, pending, ids: np.ndarray, out: np.ndarray, admitted: int, now: float,  # noqa: ANN001
+                  latency: float, **admitted_state: np.ndarray) -> None:
+    """A prefill pass's decisions: the delay rule's clock, the ignored (`req.reject`), the admitted
+    (`req.schedule` prefill, `mem.alloc`, and `admitted_state` for them) and the rest deferred."""
+    step.set_state(**{PREV_TIME.name: now, PREV_PROMPT.name: 1.0 if admitted else 0.0, LAST_LATENCY.name: latency})
+    reasons = out[K.V0_REASON]
+    ignored = (reasons == _REJECT[0]) | (reasons == _REJECT[1])
+    if ignored.any():
+        step.reject(pending, ids[ignored], reasons[ignored])
+    if admitted:
+        take = out[K.V0_TOKENS] > 0
+        if admitted_state:
+            step.set_request_state(pending, ids[take], **admitted_state)
+        scheduled = step.schedule(pending, "prefill", ids[take], out[K.V0_TOKENS][take])
+        step.blocks(AllocOp, scheduled, ids[take], out[K.V0_ALLOC][take])
+    rest = (reasons > 0) & ~ignored
+    if rest.any():
+        step.defer(pending, ids[rest], reasons[rest])

@@ -18,6 +18,30 @@ _NO_HOST = (np.zeros(1, dtype=np.int32), np.zeros(2, dtype=np.int64), np.zeros((
             np.zeros(1, dtype=np.int32), np.zeros((3, 1), dtype=np.int64))
 
 
+_UNLIMITED = 1 << 62  # v0 does not cut decodes to a budget without chunked prefill
+
+
+def run_kernel(pool, ids: np.ndarray, computed: np.ndarray, total: np.ndarray, prefill_end: np.ndarray,  # noqa: ANN001
+               budget: int, slot: int, swap: bool) -> tuple[np.ndarray, int]:
+    """`v0_kernels.v0_running` over the step's pool (and its host tier, when there is one)."""
+    host = pool.host
+    h = _NO_HOST if host is None else (host.hfree, host.hmeta, host.htable, host.hnblk, host.log)
+    return K.v0_running(ids, computed, total, prefill_end, budget, slot, swap and host is not None,
+                        pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache, pool.table,
+                        pool.nblk, pool.ncached, *h)
+
+
+def emit_preemptions(step: Step, pending, ids: np.ndarray, out: np.ndarray) -> None:  # noqa: ANN001
+    """`req.preempt` with `mem.free` (recompute) or `mem.swap_out` (swap), in preemption order."""
+    gone = np.flatnonzero(out[K.V0_SEQ] >= 0)
+    gone = gone[np.argsort(out[K.V0_SEQ, gone])]
+    swap = out[K.V0_MODE, gone] == K.MODE_SWAP
+    for mode, effect, pick in (("recompute", FreeOp, ~swap), ("swap", SwapOutOp, swap)):
+        if pick.any():
+            victims = step.preempt(pending, mode, ids[gone[pick]])
+            step.blocks(effect, victims, ids[gone[pick]], out[K.V0_MOVED, gone[pick]])
+
+
 def scheduled_from(step: Step, queue: str) -> bool:
     """Whether an earlier pass of this step scheduled a request of `queue`."""
     for op in step.ops_of(ScheduleOp):
@@ -62,22 +86,13 @@ class V0Running(StepPass):
             return  # "Don't schedule decodes if prefills are scheduled."
         pool = pool_of(step)
         ids = step.ids(pending)
-        (computed,) = step.columns(pending, ("computed",))
-        host = pool.host
-        h = _NO_HOST if host is None else (host.hfree, host.hmeta, host.htable, host.hnblk, host.log)
-        out, preempted = K.v0_running(ids, computed, self.preemption == "swap" and host is not None,
-                                      pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache,
-                                      pool.table, pool.nblk, pool.ncached, *h)
+        computed, total = step.columns(pending, ("computed", "total"))
+        out, preempted = run_kernel(pool, ids, computed, total, np.full(ids.size, -1, dtype=np.int64), _UNLIMITED,
+                                    _UNLIMITED, self.preemption == "swap")
         take = out[K.V0_TOKENS] > 0
         if take.any():
             scheduled = step.schedule(pending, "decode", ids[take], out[K.V0_TOKENS][take])
             got = out[K.V0_ALLOC] > 0
             step.blocks(AllocOp, scheduled, ids[got], out[K.V0_ALLOC][got])
         if preempted:
-            gone = np.flatnonzero(out[K.V0_SEQ] >= 0)
-            gone = gone[np.argsort(out[K.V0_SEQ, gone])]  # in the order they were preempted
-            swap = out[K.V0_MODE, gone] == K.MODE_SWAP
-            for mode, effect, pick in (("recompute", FreeOp, ~swap), ("swap", SwapOutOp, swap)):
-                if pick.any():
-                    victims = step.preempt(pending, mode, ids[gone[pick]])
-                    step.blocks(effect, victims, ids[gone[pick]], out[K.V0_MOVED, gone[pick]])
+            emit_preemptions(step, pending, ids, out)
