@@ -37,8 +37,8 @@ class V0Swapped(StepPass):
     queue_options: ClassVar[tuple[str, ...]] = ("queue", "running")
     requires: ClassVar[frozenset[str]] = frozenset({"kv-pool", "swapped-queue", "running-scheduled"})
     provides: ClassVar[frozenset[str]] = frozenset({"swapped-scheduled"})
-    request_state: ClassVar[tuple] = (PREFILL_END, RUN_POS)
-    scheduler_state: ClassVar[tuple] = (NEXT_RUN_POS,)
+    # reads and writes v0-chunked-running's state when it runs (chunked prefill); declares none, so
+    # the default path's steps carry no request state (it made their queues ~60 µs slower to build)
     stops_past_max_model_len: ClassVar[bool] = True  # v0's StopChecker: len > max_model_len
     no_prefix_cache: ClassVar[bool] = True  # v0's prefix-caching allocator is not reproduced yet
     policies: ClassVar[tuple[str, ...]] = ("fcfs",)  # v0's _schedule_priority_preemption is not reproduced yet
