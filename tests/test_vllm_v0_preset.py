@@ -77,13 +77,19 @@ def test_recompute_by_default_and_without_swap_space() -> None:
         assert not s.has_unfinished_requests()
 
 
-def test_abort_of_a_swapped_request_frees_its_host_blocks() -> None:
+def swapped_scheduler() -> Scheduler:
+    """Five requests on the small pool, run until one is swapped out."""
     s = Scheduler(swap_config(), clock=lambda: 0.0)
     for k in range(5):
         s.add_request(Request(f"r{k}", list(range(3, 13)), max_tokens=30, ignore_eos=True, arrival_time=0.0))
     while not s.swapped.size:
         out = s.schedule()
         s.update(out, np.where(out.sampled, 7, -1))
+    return s
+
+
+def test_abort_of_a_swapped_request_frees_its_host_blocks() -> None:
+    s = swapped_scheduler()
     victim = s.table.names[s.swapped[0]]
     held = s.pool.host.num_free
     assert s.finish_requests([victim]) == [victim]
@@ -93,12 +99,7 @@ def test_abort_of_a_swapped_request_frees_its_host_blocks() -> None:
 
 
 def test_switching_away_while_requests_are_swapped_is_refused() -> None:
-    s = Scheduler(swap_config(), clock=lambda: 0.0)
-    for k in range(5):
-        s.add_request(Request(f"r{k}", list(range(3, 13)), max_tokens=30, ignore_eos=True, arrival_time=0.0))
-    while not s.swapped.size:
-        out = s.schedule()
-        s.update(out, np.where(out.sampled, 7, -1))
+    s = swapped_scheduler()
     with pytest.raises(PipelineError, match="swapped out"):
         s.set_pipeline("vllm")
     assert s.config.pipeline == "vllm-v0-swap"

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import attrs
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp, StringAttr
-from xdsl.ir import OpResult, SSAValues
+from xdsl.ir import OpResult
 
 from schedir.dialects.base import SET
 from schedir.dialects.columns import ColumnsAttr
@@ -20,13 +20,12 @@ from schedir.dialects.mem import MatchOp
 from schedir.dialects.pool import PoolOp
 from schedir.dialects.req import QueueOp
 from schedir.dialects.sched import StateOp, StepFacts, StepOp, YieldOp, state_values_attr
-from schedir.ir.fastop import dispose, new_op, region_of
+from schedir.ir.fastop import clear_decisions, new_op, region_of
 from schedir.lowering.kv_pool import KVPool
 
 Columns = Mapping[str, np.ndarray]
 _QUEUE_NAMES: dict[str, StringAttr] = {}
 _ONE_SET = (SET,)
-_NO_VALUES: SSAValues = SSAValues(())
 _SSA_NAMES: dict[str, str | None] = {}
 
 
@@ -118,33 +117,9 @@ class RecycledStep:
         if (tuple(queues) != self.names or facts.facts != self.facts_in or (pool is None) != (self.pool_op is None)
                 or (not state) != (self.state_op is None)):
             return None
-        block = self.block
-        op = block._first_op
-        for expected in self.base:
-            if op is not expected:
-                return None
-            op = op._next_op
-        end = self.terminator
-        if block._last_op is not end or end.parent is not block or self.step_op.parent is not self.module.regions[0].block:
+        if self.step_op.parent is not self.module.regions[0].block or not clear_decisions(self.block, self.base,
+                                                                                         self.terminator):
             return None
-        while op is not None and op is not end:  # the previous step's decisions
-            following = op._next_op
-            dispose(op)
-            op = following
-        if op is not end:
-            return None
-        last = self.base[-1] if self.base else None
-        end._prev_op = last
-        if last is None:
-            block._first_op = end
-        else:
-            last._next_op = end
-        end._operands = _NO_VALUES
-        end._operand_uses = ()
-        for base in self.base:
-            for result in base.results:
-                result.first_use = None
-            base.attributes = {}
         for name, op in self.queue_ops.items():
             op.properties = {"queue": op.properties["queue"], "columns": queues[name]}
         if self.pool_op is not None:

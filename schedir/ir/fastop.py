@@ -152,3 +152,40 @@ def dispose(root: Operation) -> None:
         op.results = ()
         op.regions = ()
         op.parent = op._next_op = op._prev_op = None
+
+
+_NO_OPERANDS: SSAValues = SSAValues(())
+
+
+def clear_decisions(block: Block, base: Sequence[Operation], end: Operation) -> bool:
+    """Free the ops a recycled step skeleton's passes appended between its own ops (`base`, the
+    block's first ops) and its terminator `end`, unlink `end`'s operands and the base ops' uses and
+    attributes, so the skeleton can be refilled (the runtime's `RecycledStep`, the router's
+    `RecycledRouteStep`). False, changing nothing, when the block no longer has that shape (a pass
+    rewrote the skeleton)."""
+    op = block._first_op
+    for expected in base:
+        if op is not expected:
+            return False
+        op = op._next_op
+    if block._last_op is not end or end.parent is not block:
+        return False
+    while op is not None and op is not end:  # the previous step's decisions
+        following = op._next_op
+        dispose(op)
+        op = following
+    if op is not end:
+        return False
+    last = base[-1] if base else None
+    end._prev_op = last
+    if last is None:
+        block._first_op = end
+    else:
+        last._next_op = end
+    end._operands = _NO_OPERANDS
+    end._operand_uses = ()
+    for kept in base:
+        for result in kept.results:
+            result.first_use = None
+        kept.attributes = {}
+    return True

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 import numba as nb
 import numpy as np
 from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
-from xdsl.ir import Block, Operation, Region, SSAValue, SSAValues
+from xdsl.ir import Block, Operation, Region, SSAValue
 
 from schedir.dialects.cluster import (
     IDS,
@@ -37,7 +37,7 @@ from schedir.dialects.cluster import (
 from schedir.dialects.codes import Role, Why
 from schedir.dialects.columns import ColumnsAttr
 from schedir.dialects.sched import i64_attr
-from schedir.ir.fastop import append_operand, dispose, insert_before, new_op, region_of
+from schedir.ir.fastop import append_operand, clear_decisions, insert_before, new_op, region_of
 
 EMPTY = np.zeros(0, dtype=np.int64)
 
@@ -452,30 +452,8 @@ class RecycledRouteStep:
         """Unlink the last step's decisions; False when the skeleton is not the one built."""
         if shape != self.shape or self.module is None or self.step_op.parent is not self.module.regions[0].block:
             return False
-        block = self.block
-        op = block._first_op
-        for expected in self.base:
-            if op is not expected:
-                return False
-            op = op._next_op
-        end = self.terminator
-        if block._last_op is not end or end.parent is not block:
+        if not clear_decisions(self.block, self.base, self.terminator):
             return False
-        while op is not None and op is not end:
-            following = op._next_op
-            dispose(op)
-            op = following
-        if op is not end:
-            return False
-        last = self.base[-1]
-        end._prev_op = last
-        last._next_op = end
-        end._operands = SSAValues(())
-        end._operand_uses = ()
-        for base in self.base:  # the decisions' uses are gone: rebuild the skeleton's own
-            for result in base.results:
-                result.first_use = None
-            base.attributes = {}
         for base in self.base:
             for use in base._operand_uses:
                 use._prev_use = use._next_use = None

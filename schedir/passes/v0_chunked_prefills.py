@@ -87,8 +87,8 @@ class V0ChunkedPrefills(StepPass):
         slot, long_running = slot_budget(step, self.partial, threshold, self.max_long)
         ids = step.ids(pending)
         total, computed, arrival = step.columns(pending, ("total", "computed", "arrival"))
-        out, admitted = K.v0_chunked_prefills(
-            ids, total - computed, arrival, usage.tokens, usage.seqs, facts.token_budget, facts.max_seqs,
+        out, admitted = K.v0_prefills(
+            ids, total - computed, arrival, True, usage.tokens, usage.seqs, facts.token_budget, facts.max_seqs,
             facts.max_model_len, slot, self.partial, threshold, long_running, self.max_long, pool.usable_blocks,
             self.delay_factor * latency, self.delay_factor > 0, left_running > 0, int(now),
             pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache, pool.table, pool.nblk)

@@ -78,62 +78,6 @@ def watermark_blocks(total_gpu: int) -> int:
 
 
 @nb.njit(cache=True)
-def v0_prefills(rows, total, arrival_us, budget: int, seqs_used: int, max_seqs: int, prompt_limit: int,
-                total_gpu: int, delay_threshold_us: float, delay_on: bool, any_running: bool, now_us: int,
-                ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk):
-    """`_schedule_prefills` without chunking (scheduler.py:1035), in waiting order.
-
-    Each request prefills its whole sequence (prompt plus outputs after a recompute). One over
-    the prompt limit, or needing more blocks than the pool can ever give (can_allocate NEVER),
-    is ignored and the loop goes on; the loop stops at the delay rule (`_passed_delay`: while
-    requests run, the oldest waiting one must have waited longer than the threshold), at a
-    request that must wait for blocks (LATER), and at the token or sequence budget.
-    Returns (out[6, n], scheduled count)."""
-    n = rows.size
-    out = np.zeros((7, n), dtype=np.int64)
-    bs = meta[2]
-    water = watermark_blocks(total_gpu)
-    oldest = _oldest_from(arrival_us)  # v0's delay rule: min arrival over self.waiting
-    used = 0
-    scheduled = 0
-    stop = -1
-    stop_reason = 0
-    i = 0
-    while i < n:
-        if delay_on and any_running and not (now_us - oldest[i] > delay_threshold_us):
-            stop, stop_reason = i, R_POLICY
-            break
-        want = total[i]
-        if want > prompt_limit:
-            out[V0_REASON, i] = R_TOO_LONG
-            i += 1
-            continue
-        need = _cdiv(want, bs)
-        if total_gpu - need < water:
-            out[V0_REASON, i] = R_EXCEEDS_CACHE
-            i += 1
-            continue
-        if meta[NUM_FREE] - need < water:
-            stop, stop_reason = i, R_MEMORY
-            break
-        if used >= budget or used + want > budget:
-            stop, stop_reason = i, R_BUDGET
-            break
-        if seqs_used + 1 > max_seqs:
-            stop, stop_reason = i, R_MAX_SEQS
-            break
-        allocate(rows[i], need, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk)
-        out[V0_TOKENS, i] = want
-        out[V0_ALLOC, i] = need
-        used += want
-        seqs_used += 1
-        scheduled += 1
-        i += 1
-    _defer_from(out, stop, stop_reason)
-    return out, scheduled
-
-
-@nb.njit(cache=True)
 def v0_swapped(rows, computed, total, prefill_end, budget: int, seqs_used: int, max_seqs: int, total_gpu: int,
                ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk, hfree, hmeta, htable, hnblk, log):
     """`_schedule_swapped` (scheduler.py:821), FCFS over the swapped queue: a request whose
@@ -298,17 +242,22 @@ def v0_running(rows, computed, total, prefill_end, budget: int, slot_budget: int
 
 
 @nb.njit(cache=True)
-def v0_chunked_prefills(rows, total, arrival_us, used: int, seqs_used: int, budget: int, max_seqs: int,
-                        prompt_limit: int, slot_budget: int, max_partial: int, long_threshold: int, long_running: int,
-                        max_long: int, total_gpu: int, delay_threshold_us: float, delay_on: bool, any_running: bool,
-                        now_us: int, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk):
-    """`_schedule_prefills` with chunking (scheduler.py:1035, enable_chunking=True), in waiting order.
+def v0_prefills(rows, total, arrival_us, chunking: bool, used: int, seqs_used: int, budget: int, max_seqs: int,
+                prompt_limit: int, slot_budget: int, max_partial: int, long_threshold: int, long_running: int,
+                max_long: int, total_gpu: int, delay_threshold_us: float, delay_on: bool, any_running: bool,
+                now_us: int, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk):
+    """`_schedule_prefills` (scheduler.py:1035), in waiting order; `total` is each request's new
+    tokens (its whole sequence: prompt plus outputs after a recompute).
 
-    Like `v0_prefills`, but a request gets a chunk (its tokens cut to the budget left and the
-    prefill slot's budget) while its whole sequence's blocks are allocated; the prompt limit
-    (max_model_len) is compared with the chunk; with several partial prefills, a long request
-    (more new tokens than `long_threshold`) is passed over once `max_long` long ones run, and
-    stays in its place. Returns (out[7, n], scheduled count)."""
+    One over the prompt limit, or needing more blocks than the pool minus its watermark can ever
+    give (can_allocate NEVER), is ignored and the loop goes on; the loop stops at the delay rule
+    (`_passed_delay`: while requests run, the oldest waiting one must have waited longer than the
+    threshold), at a request that must wait for blocks (LATER), and at the token or sequence
+    budget. Without `chunking` a request prefills whole; with it, it gets a chunk (cut to the
+    budget left and the prefill slot's budget) while its whole sequence's blocks are allocated,
+    the prompt limit (max_model_len) is compared with the chunk, and with several partial
+    prefills a long request (more new tokens than `long_threshold`) is passed over once
+    `max_long` long ones run, keeping its place. Returns (out[7, n], scheduled count)."""
     n = rows.size
     out = np.zeros((7, n), dtype=np.int64)
     bs = meta[2]
@@ -328,7 +277,7 @@ def v0_chunked_prefills(rows, total, arrival_us, used: int, seqs_used: int, budg
             out[V0_REASON, i] = R_POLICY  # passed over, keeps its place
             i += 1
             continue
-        chunk = min(new_tokens, budget - used, slot_budget)
+        chunk = min(new_tokens, budget - used, slot_budget) if chunking else new_tokens
         if chunk > prompt_limit:
             out[V0_REASON, i] = R_TOO_LONG
             i += 1

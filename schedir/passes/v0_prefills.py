@@ -67,8 +67,8 @@ class V0Prefills(StepPass):
         total, arrival = step.columns(pending, ("total", "arrival"))
         limit = min(facts.max_model_len, facts.token_budget)
         out, admitted = K.v0_prefills(
-            ids, total, arrival, facts.token_budget, seqs, facts.max_seqs, limit, pool.usable_blocks,
-            self.delay_factor * latency, self.delay_factor > 0, seqs > 0, int(now),
+            ids, total, arrival, False, 0, seqs, facts.token_budget, facts.max_seqs, limit, facts.token_budget, 1, 0, 0,
+            1, pool.usable_blocks, self.delay_factor * latency, self.delay_factor > 0, seqs > 0, int(now),
             pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache, pool.table, pool.nblk)
         emit_prefills(step, pending, ids, out, admitted, now, latency)
 
