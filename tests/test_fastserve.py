@@ -111,3 +111,88 @@ def test_a_new_job_behind_served_ones_does_not_displace_forever() -> None:
     from schedir.tools.parity.invariants import check_case
 
     assert check_case(draw_case(845, SMALL_SIZE), "fastserve").steps < 5000
+
+
+# ------------------------------------------------------------ swap (mlfq-order{preemption=swap}, mlfq-swap-in)
+def _displacement(num_cpu_blocks: int, **config) -> tuple[Scheduler, list]:
+    """Two long jobs at level 1 fill both seats; a new short job arrives and displaces one."""
+    s = Scheduler(SchedulerConfig(num_blocks=400, block_size=4, max_num_seqs=2, pipeline="fastserve",
+                                  num_cpu_blocks=num_cpu_blocks, **config))
+    s.add_request(Request("old1", [1] * 8, max_tokens=50, arrival_time=0.0))
+    s.add_request(Request("old2", [2] * 8, max_tokens=50, arrival_time=1.0))
+    for _ in range(12):
+        _step(s)
+    s.add_request(Request("new", [3] * 4, max_tokens=2, arrival_time=2.0))
+    outs = []
+    while s.has_requests():
+        out = s.schedule()
+        s.update(out, {n: [7] for n in out.req_ids})
+        outs.append(out)
+    return s, outs
+
+
+def test_a_displaced_job_is_swapped_out_and_comes_back_with_its_progress() -> None:
+    s, outs = _displacement(num_cpu_blocks=100)
+    first = outs[0]
+    assert first.swapped_out_req_ids == {"old2"} and not first.preempted_req_ids and "new" in first.req_ids
+    assert len(first.blocks_to_swap_out) == 5  # 8 prompt + 12 generated tokens in 4-token blocks
+    back = next(o for o in outs if len(o.blocks_to_swap_in))
+    at = back.req_ids.index("old2")
+    assert back.num_tokens[at] == 1  # it decodes on: nothing is recomputed
+    assert sorted(back.blocks_to_swap_in[:, 0].tolist()) == sorted(first.blocks_to_swap_out[:, 1].tolist())
+    assert sum(o.num_tokens[o.req_ids.index("old2")] for o in outs if "old2" in o.req_ids) == 50 - 12
+    assert s.pool.num_free == s.pool.usable_blocks and s.pool.host.num_free == 100
+    s.pool.check()
+
+
+@pytest.mark.parametrize("host", [0, 2])
+def test_without_room_on_the_host_the_displaced_job_is_recomputed(host: int) -> None:
+    _, outs = _displacement(num_cpu_blocks=host)  # none, or fewer host blocks than old2's 5
+    assert outs[0].preempted_req_ids == {"old2"} and not outs[0].swapped_out_req_ids
+    assert not any(len(o.blocks_to_swap_out) for o in outs)
+
+
+def test_a_starving_job_displaces_by_swap_and_nobody_loses_progress() -> None:
+    """With swap a job that was served before may displace a lower level's (a recompute would
+    cost the victim its progress; a swap costs a copy): the starvation rule's promoted jobs."""
+    spec = ("reject-oversized,mlfq-levels{starve-steps=5},mlfq-order{preemption=swap},schedule-running,"
+            "mlfq-swap-in,admit-greedy,mlfq-account,verify-step")
+    s = Scheduler(SchedulerConfig(num_blocks=400, block_size=4, max_num_seqs=1, pipeline=spec, num_cpu_blocks=50))
+    s.add_request(Request("runner", [1] * 4, max_tokens=40, arrival_time=0.0))
+    for _ in range(10):
+        _step(s)
+    s.add_request(Request("waiter", [2] * 4, max_tokens=40, arrival_time=1.0))
+    swaps = served = 0
+    while s.has_requests():
+        out = s.schedule()
+        assert not out.preempted_req_ids
+        swaps += len(out.swapped_out_req_ids)
+        served += int(out.num_tokens.sum())
+        s.update(out, {n: [7] for n in out.req_ids})
+    assert swaps >= 2  # the waiter displaced the runner, then the promoted runner displaced the waiter
+    assert served == 2 * (4 + 40 - 1) - (4 + 9)  # every token once (the runner's first 10 steps: 13)
+    assert s.pool.num_free == s.pool.usable_blocks and s.pool.host.num_free == 50
+
+
+def test_swap_needs_a_pass_that_brings_jobs_back() -> None:
+    spec = "reject-oversized,mlfq-levels,mlfq-order{preemption=swap},schedule-running,admit-greedy,mlfq-account"
+    with pytest.raises(PipelineError, match="pass 'mlfq-order' preempts by swap, but no pass of pipeline"):
+        Scheduler(SchedulerConfig(pipeline=spec, num_cpu_blocks=10))
+    with pytest.raises(PipelineError, match="preemption must be recompute or swap, got 'park'"):
+        PassManager.parse("reject-oversized,mlfq-levels,mlfq-order{preemption=park}")
+
+
+def test_dumped_fastserve_swap_steps_replay(tmp_path, capsys) -> None:  # noqa: ANN001
+    from schedir.tools.cli import main as schedir_main
+
+    s, outs = _displacement(num_cpu_blocks=100, dump_dir=tmp_path, dump_steps="all")
+    swaps = [o.step for o in outs if o.swapped_out_req_ids or len(o.blocks_to_swap_in)]
+    assert len(swaps) == 2
+    for step in swaps:
+        stem = f"step-{step:05d}-"
+        capsys.readouterr()
+        assert schedir_main(["opt", str(tmp_path / f"{stem}00-input.mlir"), "-p", s.spec]) == 0
+        replayed = capsys.readouterr().out
+        live = (tmp_path / f"{stem}08-verify-step.mlir").read_text()
+        assert replayed == live
+        assert "host_free_blocks = " in live and ("req.preempt" in live or "mem.swap_in" in live)

@@ -79,6 +79,7 @@ class StepFacts:
     policy: str = "fcfs"
     facts: tuple[str, ...] = ()  # analysis facts when the step was built; live ones: Step.fact_set
     now_us: int = -1  # the engine's clock when the step was built (µs, as `arrival`); -1: not given
+    host_free_blocks: int = -1  # free blocks of the KV pool's host tier (swap space); -1: the step has none
 
 
 _INT_CACHE: dict[int, IntegerAttr] = {}
@@ -180,10 +181,12 @@ class StepOp(IRDLOperation):
     policy = prop_def(StringAttr)
     facts = prop_def(ArrayAttr[StringAttr])
     now_us = opt_prop_def(IntegerAttr[I64])
+    host_free_blocks = opt_prop_def(IntegerAttr[I64])
     body = region_def("single_block")
     traits = traits_def(SingleBlockImplicitTerminator(YieldOp))
 
-    FACT_NAMES: ClassVar[tuple[str, ...]] = INT_FACTS + ("policy", "facts", "now_us")
+    FACT_NAMES: ClassVar[tuple[str, ...]] = INT_FACTS + ("policy", "facts", "now_us", "host_free_blocks")
+    OPTIONAL_INT_FACTS: ClassVar[tuple[str, ...]] = ("now_us", "host_free_blocks")  # absent: -1
 
     @staticmethod
     def build(facts: StepFacts, ops: Iterable[IRDLOperation] = ()) -> StepOp:
@@ -217,6 +220,8 @@ class StepOp(IRDLOperation):
         }
         if facts.now_us >= 0:
             props["now_us"] = i64_attr(facts.now_us)
+        if facts.host_free_blocks >= 0:
+            props["host_free_blocks"] = i64_attr(facts.host_free_blocks)
         self.properties = props
         if canonical:
             self._built = (facts, props["step"], props["free_blocks"], props["cached_free_blocks"], facts_prop)
@@ -234,12 +239,14 @@ class StepOp(IRDLOperation):
             if (props["step"] is built[1] and props["free_blocks"] is built[2]
                     and props["cached_free_blocks"] is built[3] and props["facts"] is built[4]):
                 return built[0]
-        now = self.properties.get("now_us")
+        props = self.properties
+        optional = {name: props[name].value.data if name in props else -1  # type: ignore[attr-defined]
+                    for name in self.OPTIONAL_INT_FACTS}
         return StepFacts(
             step=self.step.value.data,
             policy=self.policy.data,
             facts=tuple(f.data for f in self.facts.data),
-            now_us=now.value.data if now is not None else -1,  # type: ignore[attr-defined]
+            **optional,
             **{name: getattr(self, name).value.data for name in INT_FACTS},
         )
 
@@ -256,9 +263,10 @@ class StepOp(IRDLOperation):
         for name in ("token_budget", "max_seqs", "block_size", "max_model_len"):
             if getattr(self, name).value.data == 0:
                 raise VerifyException(f"sched.step: {name} must be positive")
-        now = self.properties.get("now_us")
-        if now is not None and now.value.data < 0:  # type: ignore[attr-defined]
-            raise VerifyException(f"sched.step: now_us = {now.value.data} is negative")  # type: ignore[attr-defined]
+        for name in self.OPTIONAL_INT_FACTS:
+            value = self.properties.get(name)
+            if value is not None and value.value.data < 0:  # type: ignore[attr-defined]
+                raise VerifyException(f"sched.step: {name} = {value.value.data} is negative")  # type: ignore[attr-defined]
         free, cached, total = (getattr(self, n).value.data for n in ("free_blocks", "cached_free_blocks", "total_blocks"))
         if free > total:
             raise VerifyException(f"sched.step: free_blocks = {free} exceeds total_blocks = {total}")
@@ -283,6 +291,8 @@ class StepOp(IRDLOperation):
         ints = ", ".join(f"{name} = {getattr(f, name)}" for name in INT_FACTS)
         facts = ", ".join(string_literal(fact) for fact in f.facts)
         now = f", now_us = {f.now_us}" if f.now_us >= 0 else ""
+        if f.host_free_blocks >= 0:
+            now += f", host_free_blocks = {f.host_free_blocks}"
         printer.print_string(f" {f.step} {{{ints}{now}, policy = {string_literal(f.policy)}, facts = [{facts}]}}")
         print_attr_dict(printer, self)
         printer.print_string(" ")

@@ -7,6 +7,7 @@ from schedir.passes.admit_greedy import AdmitGreedy
 from schedir.passes.mlfq_account import MlfqAccount
 from schedir.passes.mlfq_levels import MlfqLevels
 from schedir.passes.mlfq_order import MlfqOrder
+from schedir.passes.mlfq_swap_in import MlfqSwapIn
 from schedir.passes.orca_admit import OrcaAdmit
 from schedir.passes.order_decodes_first import OrderDecodesFirst
 from schedir.passes.order_fcfs import OrderFcfs
@@ -37,7 +38,7 @@ def register_pass(cls: type[StepPass]) -> type[StepPass]:
 
 
 for _cls in (RejectOversized, OrderFcfs, OrderPriority, ScheduleRunning, AdmitGreedy, VerifyStep, OrderVllm,
-             VllmScheduleRunning, VllmAdmit, OrcaAdmit, MlfqLevels, MlfqOrder, MlfqAccount,
+             VllmScheduleRunning, VllmAdmit, OrcaAdmit, MlfqLevels, MlfqOrder, MlfqSwapIn, MlfqAccount,
              OrderSlo, SarathiBudget, OrderDecodesFirst, VtcOrder, VtcAccount):
     register_pass(_cls)
 

@@ -14,6 +14,20 @@ from schedir.ir.step import Step, Usage
 from schedir.passes.kernels import count_members, fit_pending
 
 
+def running_not_scheduled(step: Step, used: Usage, queue: str = "running") -> int:
+    """Running requests this step left out (in flight, deferred): they keep their slots,
+    so max_seqs caps the running set, as in vLLM, not just this step's batch."""
+    running = step.queue(queue)
+    if running is None or len(running) == 0:
+        return 0
+    ids = step.ids(running.result)
+    taken = used.scheduled_ids
+    gone = [op.ids for op in step.ops_of(PreemptOp)]  # type: ignore[attr-defined]
+    if gone:  # preempted ones give their slots back
+        taken = np.concatenate([taken, *gone])
+    return ids.size - count_members(ids, taken)
+
+
 @dataclass(frozen=True)
 class AdmitGreedy(StepPass):
     """Admit waiting requests in order while the token budget, max sequences and free blocks allow.
@@ -37,26 +51,13 @@ class AdmitGreedy(StepPass):
     queue: str = "waiting"
     running: str = "running"
 
-    def _running_not_scheduled(self, step: Step, used: Usage) -> int:
-        """Running requests this step left out (in flight, deferred): they keep their slots,
-        so max_seqs caps the running set, as in vLLM, not just this step's batch."""
-        running = step.queue(self.running)
-        if running is None or len(running) == 0:
-            return 0
-        ids = step.ids(running.result)
-        taken = used.scheduled_ids
-        gone = [op.ids for op in step.ops_of(PreemptOp)]  # type: ignore[attr-defined]
-        if gone:  # preempted ones give their slots back
-            taken = np.concatenate([taken, *gone])
-        return ids.size - count_members(ids, taken)
-
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)
         if pending is None:
             return
         used = step.usage()
         fit = fit_pending(step, pending, prefix_hits=True, chunk=self.chunk, stop_at_first=self.stop_at_first,
-                          seated=self._running_not_scheduled(step, used), used=used)
+                          seated=running_not_scheduled(step, used, self.running), used=used)
         if fit is None:
             return
         if fit.run_ids.size:

@@ -14,21 +14,29 @@ from schedir.ir.step import Step
 from schedir.passes.mlfq_state import LEVEL, MLFQ_STATE, SERVED_DECODE, SERVED_PREFILL
 
 
-@numba.njit(cache=True, nogil=True)
-def mlfq_pick(run_level: np.ndarray, run_blocks: np.ndarray, run_total: np.ndarray, wait_level: np.ndarray,
-              wait_total: np.ndarray, wait_fresh: np.ndarray, seats: int, free_blocks: int,
-              block_size: int) -> np.ndarray:
-    """Which running jobs give way (1) to new waiting jobs of a higher level, and which run on (0).
+KEEP, RECOMPUTE, SWAP = 0, 1, 2  # a running job's fate this step
 
-    Waiting jobs take free seats in (level, arrival) order; when none is free, a new job (never
-    served) that is next in that order takes the seat of the lowest-ranked running job of a
-    strictly lower level (a job already served stops the walk: a seat freed for a new job behind
-    it would go to it instead, and the new job would displace again and again). When
-    the jobs kept and taken need more KV blocks than are free and the queue's head is a new job,
-    more running jobs of a level below it give way, the lowest-ranked first. Inputs are in (level, arrival)
-    order per queue."""
+
+@numba.njit(cache=True, nogil=True)
+def mlfq_pick(run_level: np.ndarray, run_blocks: np.ndarray, run_total: np.ndarray, run_swappable: np.ndarray,
+              wait_level: np.ndarray, wait_total: np.ndarray, wait_fresh: np.ndarray, seats: int, free_blocks: int,
+              block_size: int, host_free: int) -> np.ndarray:
+    """Which running jobs give way to waiting (or swapped) jobs of a higher level, and how:
+    KEEP, RECOMPUTE (KV dropped) or SWAP (KV copied to the host tier, `host_free` blocks there;
+    -1: no swapping). A running job is swapped when it is `run_swappable` and its blocks fit
+    in what the host tier has left, else recomputed.
+
+    Waiting jobs take free seats in (level, arrival) order; when none is free, the next job in
+    that order takes the seat of the lowest-ranked running job of a strictly lower level. A
+    job that is not new (`wait_fresh` false: it was served before) displaces only by swap: a
+    recompute would cost the victim its progress, and jobs displacing each other by recompute
+    livelock (each loses its progress before it finishes); where it cannot, the walk stops (a
+    seat freed later would go to it, not to a job behind it). When the jobs kept and taken
+    need more KV blocks than are free, more running jobs of a level below the queue's head give
+    way, the lowest-ranked first, under the same rule. Inputs are in (level, arrival) order."""
     nr = run_level.size
     fate = np.zeros(nr, dtype=np.int64)
+    host_left = host_free
     need = 0
     for k in range(nr):
         need += max((run_total[k] + block_size) // block_size - run_blocks[k], 0)  # room for its next token
@@ -37,25 +45,37 @@ def mlfq_pick(run_level: np.ndarray, run_blocks: np.ndarray, run_total: np.ndarr
     for j in range(wait_level.size):
         if free_seats > 0:
             free_seats -= 1
-        elif not wait_fresh[j]:
-            break  # the next seat freed would go to this job, not to a new one behind it
         else:
-            while worst >= 0 and fate[worst] == 1:
+            while worst >= 0 and fate[worst] != KEEP:
                 worst -= 1
             if worst < 0 or run_level[worst] <= wait_level[j]:
                 break
-            fate[worst] = 1
+            swap = run_swappable[worst] and 0 <= run_blocks[worst] <= host_left
+            if not swap and not wait_fresh[j]:
+                break  # the next seat freed would go to this job, not to a new one behind it
+            if swap:
+                fate[worst] = SWAP
+                host_left -= run_blocks[worst]
+            else:
+                fate[worst] = RECOMPUTE
             need -= max((run_total[worst] + block_size) // block_size - run_blocks[worst], 0)
         need += max(-(-wait_total[j] // block_size), 0)
-    # memory goes to the waiting queue's head first: give KV up only for a new job there
-    if wait_level.size == 0 or not wait_fresh[0]:
+    # memory goes to the queue's head first
+    if wait_level.size == 0:
         return fate
     best = wait_level[0]
     short = need - free_blocks
     k = nr - 1
     while short > 0 and k >= 0:
-        if fate[k] == 0 and run_level[k] > best and run_blocks[k] > 0:
-            fate[k] = 1
+        if fate[k] == KEEP and run_level[k] > best and run_blocks[k] > 0:
+            swap = run_swappable[k] and run_blocks[k] <= host_left
+            if not swap and not wait_fresh[0]:
+                break  # give KV up by recompute only for a new job
+            if swap:
+                fate[k] = SWAP
+                host_left -= run_blocks[k]
+            else:
+                fate[k] = RECOMPUTE
             short -= run_blocks[k]
             need -= max((run_total[k] + block_size) // block_size - run_blocks[k], 0)
         k -= 1
@@ -64,31 +84,45 @@ def mlfq_pick(run_level: np.ndarray, run_blocks: np.ndarray, run_total: np.ndarr
 
 @dataclass(frozen=True)
 class MlfqOrder(StepPass):
-    """Order both queues by MLFQ level, then arrival; running jobs of a lower level give way
-    to waiting jobs of a higher one.
+    """Order the queues by MLFQ level, then arrival; running jobs of a lower level give way to
+    waiting (or swapped) jobs of a higher one, by swap or by recompute.
 
     FastServe (§4.1) schedules at iteration granularity and preemptively: each iteration runs the
     highest-priority jobs, so a short new job (a high level, thanks to skip-join) overtakes long
-    ones. A new job (never served) that finds no free seat takes the seat of the lowest-ranked
-    running job of a strictly lower level, and running jobs of a level below the best new job
-    give their KV up while the jobs chosen need more blocks than are free.
+    ones. A job that finds no free seat takes the seat of the lowest-ranked running job of a
+    strictly lower level, and running jobs of a level below the queue's head give their KV up
+    while the jobs chosen need more blocks than are free (the head's need, not a failed
+    allocation, triggers it: FastServe's proactive swap-out, §4.3).
 
-    Where this differs from the paper, and why: FastServe pauses such jobs and swaps their KV
-    to host memory ahead of need; schedir has no CPU block pool yet, so they are preempted by
-    recompute (and max_seqs stays the engine's cap on running requests, so a job cannot merely
-    pause in its slot). Because a recompute loses the job's progress, only new jobs displace
-    running ones: a job promoted by the starvation rule waits for a free seat, ahead of lower
-    levels (letting promoted jobs displace each other livelocks: each loses its progress to the
-    next before it finishes). Admission then takes waiting jobs in level order.
+    `preemption=swap` is FastServe's KV cache management: the victim's KV moves to the host tier
+    (the runtime's `num_cpu_blocks`; the lowering copies it, `blocks_to_swap_out`) and the job
+    waits in the `swapped` queue with its level and progress, ordered here with the others;
+    `mlfq-swap-in` brings it back in its turn. Where the host tier is full (or absent, or the
+    victim has tokens in flight) the victim is recomputed. `preemption=recompute` (the default)
+    drops the victim's KV. Because a recompute loses the job's progress, only new jobs (never
+    served) displace by recompute; any job displaces by swap (letting served jobs displace each
+    other by recompute livelocks: each loses its progress to the next before it finishes).
+
+    Where this differs from the paper, and why: max_seqs stays the engine's cap on running
+    requests, so a job cannot pause in its slot with its KV on the device; a job whose turn
+    comes is swapped in within the step that runs it (the engine copies before the forward
+    pass), not a step ahead. Admission then takes waiting jobs in level order.
     """
 
     name: ClassVar[str] = "mlfq-order"
+    queue_options: ClassVar[tuple[str, ...]] = ("queue", "running", "swapped")
     requires: ClassVar[frozenset[str]] = frozenset({"mlfq-levels"})
     provides: ClassVar[frozenset[str]] = frozenset({"order"})
     request_state = MLFQ_STATE
 
     queue: str = "waiting"
     running: str = "running"
+    swapped: str = "swapped"
+    preemption: str = "recompute"
+
+    def __post_init__(self) -> None:
+        if self.preemption not in ("recompute", "swap"):
+            raise ValueError(f"preemption must be recompute or swap, got '{self.preemption}'")
 
     def _sorted(self, step: Step, value: SSAValue | None) -> tuple[SSAValue | None, np.ndarray]:
         """`value` sorted by (level, arrival), with its levels in that order."""
@@ -101,23 +135,44 @@ class MlfqOrder(StepPass):
         return step.sort(value, ("mlfq_level", "arrival"), ids[order], picked=order), level[order]
 
     def run(self, step: Step) -> None:
+        swap = self.preemption == "swap"
+        if swap and step.queue(self.swapped) is None:
+            raise ValueError(f"mlfq-order: preemption=swap needs the '{self.swapped}' queue: put mlfq-swap-in "
+                             "(which brings swapped jobs back) in the pipeline")
         waiting, wait_level = self._sorted(step, step.pending(self.queue))
+        swapped, swap_level = self._sorted(step, step.pending(self.swapped)) if swap else (None, _NONE)
         running, run_level = self._sorted(step, step.pending(self.running))
-        if running is None:
+        if running is None or (waiting is None and swapped is None):
             return
-        if waiting is None:
-            return
+        # the jobs that want a seat, in (level, arrival) order: swapped ones and waiting ones
+        parts = [(v, lv) for v, lv in ((swapped, swap_level), (waiting, wait_level)) if v is not None]
+        level = np.concatenate([lv for _, lv in parts])
+        arrival = np.concatenate([step.column(v, "arrival") for v, _ in parts])
+        total = np.concatenate([step.column(v, "total") for v, _ in parts])
+        fresh = np.concatenate([(step.state_column(v, SERVED_PREFILL.name, 0) == 0)
+                                & (step.state_column(v, SERVED_DECODE.name, 0) == 0) for v, _ in parts])
+        if len(parts) > 1:
+            order = np.lexsort((arrival, level))
+            level, total, fresh = level[order], total[order], fresh[order]
         facts = step.facts
-        fresh = (step.state_column(waiting, SERVED_PREFILL.name, 0) == 0) & (
-            step.state_column(waiting, SERVED_DECODE.name, 0) == 0)
         used = step.usage()
-        fate = mlfq_pick(run_level, step.column(running, "blocks"), step.column(running, "total"), wait_level,
-                         step.column(waiting, "total"), fresh, facts.max_seqs - used.seqs, used.free_left(facts),
-                         facts.block_size)
+        run_blocks = step.column(running, "blocks")
+        swappable = np.zeros(run_blocks.size, dtype=np.bool_)
+        if swap:  # a job with a token in flight (async scheduling) has KV not written yet: recompute it
+            cols, rows = step.source(running)
+            in_flight = cols.get_or("in_flight", _NONE)
+            swappable = in_flight[rows] == 0 if in_flight.size else ~swappable
+        fate = mlfq_pick(run_level, run_blocks, step.column(running, "total"), swappable, level, total, fresh,
+                         facts.max_seqs - used.seqs, used.free_left(facts), facts.block_size,
+                         facts.host_free_blocks if swap else -1)
         if not fate.any():
             return
         ids = step.ids(running)
-        step.preempt(running, "recompute", ids[fate == 1])
-        keep = np.flatnonzero(fate == 0)
+        step.preempt(running, "recompute", ids[fate == RECOMPUTE])
+        step.preempt(running, "swap", ids[fate == SWAP])
+        keep = np.flatnonzero(fate == KEEP)
         if keep.size:
             step.keep(running, ids[keep], picked=keep)
+
+
+_NONE = np.zeros(0, dtype=np.int64)

@@ -12,9 +12,11 @@ PRESETS: dict[str, str] = {
     # Orca (OSDI '22, Algorithm 1): iteration-level batching, whole prompts under the token cap,
     # the whole KV of each request reserved at admission, so it never preempts.
     "orca": "reject-oversized,order-fcfs,schedule-running,orca-admit,verify-step",
-    # FastServe (Wu et al. 2023, §4.1): skip-join MLFQ, iteration-level preemption of lower levels,
-    # starvation promotion; KV of paused jobs given up by recompute when memory runs short (no swap yet).
-    "fastserve": "reject-oversized,mlfq-levels,mlfq-order,schedule-running,admit-greedy,mlfq-account,verify-step",
+    # FastServe (Wu et al. 2023, §4.1, §4.3): skip-join MLFQ, iteration-level preemption of lower
+    # levels, starvation promotion; preempted jobs' KV swapped to the host tier (recompute when it is
+    # full or absent) and swapped back in their turn.
+    "fastserve": "reject-oversized,mlfq-levels,mlfq-order{preemption=swap},schedule-running,mlfq-swap-in,"
+                 "admit-greedy,mlfq-account,verify-step",
     # vLLM's step with a deadline-aware order: waiting requests that can still meet their TTFT
     # target first, the hopeless ones behind them (goodput under overload; see order-slo).
     "slo-aware": "reject-oversized,order-slo,vllm-schedule-running,vllm-admit",

@@ -82,6 +82,8 @@ class VerifyStep(StepPass):
                 continue
             ids, tokens = op.ids, op.col("tokens")
             computed, total, held = step.columns(op.result, ("computed", "total", "blocks"))
+            if step.root(op.result).queue.data == "swapped":  # their `blocks` are on the host tier
+                held = np.zeros_like(held)
             hit, _ = step.prefix_hits(op.result)
             shared = step.decision_column(ShareOp, "blocks", ids)
             # Prefix hits count as computed only for a request that shares the cached blocks.

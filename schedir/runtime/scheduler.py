@@ -40,6 +40,7 @@ from schedir.ir.step import root_queue, steps_of
 from schedir.lowering.batch_plan import POSITIONS, SLOTS
 from schedir.lowering.hashing import extend_hashes
 from schedir.lowering.kv_pool import KVPool, commit, match_rows
+from schedir.lowering.host_pool import swap_in_row, swap_out_row
 from schedir.lowering.radix_pool import KIND as RADIX_KIND
 from schedir.lowering.radix_pool import RadixKVPool
 from schedir.passes.reject_oversized import oversized
@@ -193,6 +194,11 @@ class Scheduler:
             raise PipelineError(f"pipeline '{spec}' has no pass that schedules swapped requests (one that requires "
                                 f"'swapped-queue'), and {self.swapped.size} request(s) are swapped out: switch to it "
                                 "once they are back")
+        swappers = [p.name for p in manager.passes if getattr(p, "preemption", "") == "swap"]
+        if swappers and not swap_queue:
+            raise PipelineError(f"pass '{swappers[0]}' preempts by swap, but no pass of pipeline '{spec}' brings "
+                                "swapped requests back (one that requires 'swapped-queue', e.g. mlfq-swap-in or "
+                                "v0-swapped)")
         # checked: install it
         self.config, self.spec, self.manager = cfg, spec, manager
         if current != kind:
@@ -247,12 +253,13 @@ class Scheduler:
         self.scheduler_state: dict[str, float | np.ndarray] = values
         self._state_names = declared.scheduler_names
 
-    def _queue_attr(self, rows: np.ndarray, running: bool) -> ColumnsAttr:
-        """A queue's columns for the step IR: the runtime's, then the declared request state."""
+    def _queue_attr(self, rows: np.ndarray, running: bool, blocks: np.ndarray | None = None) -> ColumnsAttr:
+        """A queue's columns for the step IR: the runtime's, then the declared request state.
+        `blocks`: per-row block counts to show (the swapped queue's are its host blocks)."""
         if not rows.size:
             return self._no_requests
         d = self.table.data
-        matrix = queue_columns(d, rows, self.pool.nblk, running)
+        matrix = queue_columns(d, rows, self.pool.nblk if blocks is None else blocks, running or blocks is not None)
         if self._state_rows.size:
             matrix = np.vstack([matrix, self.table.state[self._state_rows][:, rows]])
         return ColumnsAttr.of_matrix(self._queue_names, matrix, copy=False)
@@ -405,11 +412,14 @@ class Scheduler:
                           cached_free_blocks=pool.num_cached_free() if cfg.enable_prefix_caching else 0,
                           total_blocks=pool.usable_blocks, max_model_len=cfg.max_model_len, policy=cfg.policy,
                           facts=self._initial_facts,
-                          now_us=max(round(self.clock() * 1e6), 0) if self._reads_clock else -1)
+                          now_us=max(round(self.clock() * 1e6), 0) if self._reads_clock else -1,
+                          host_free_blocks=pool.host.num_free if self.swap_queue and pool.host is not None else -1)
+        # a swapped request holds no device blocks: its `blocks` column counts those on the host tier
+        host_blocks = pool.host.hnblk if self.swap_queue and pool.host is not None else None
         if self._state_rows.size:
             queues = {"running": self._queue_attr(running, True), "waiting": self._queue_attr(waiting, False)}
             if self.swap_queue:
-                queues["swapped"] = self._queue_attr(self.swapped, False)
+                queues["swapped"] = self._queue_attr(self.swapped, False, host_blocks)
             state = {n: self.scheduler_state[n] for n in self._state_names} if self._state_names else None
         else:  # the common case, inline: no declared request state
             queues = {"running": ColumnsAttr.of_matrix(_QUEUE_NAMES, queue_columns(d, running, pool.nblk, True),
@@ -418,8 +428,10 @@ class Scheduler:
                                                        copy=False) if waiting.size else _NO_REQUESTS}
             if self.swap_queue:
                 swapped = self.swapped
-                queues["swapped"] = (ColumnsAttr.of_matrix(_QUEUE_NAMES, queue_columns(d, swapped, pool.nblk, False),
-                                                           copy=False) if swapped.size else _NO_REQUESTS)
+                queues["swapped"] = (ColumnsAttr.of_matrix(
+                    _QUEUE_NAMES, queue_columns(d, swapped, pool.nblk if host_blocks is None else host_blocks,
+                                                host_blocks is not None),
+                    copy=False) if swapped.size else _NO_REQUESTS)
             state = {n: self.scheduler_state[n] for n in self._state_names} if self._state_names else None
         hits = None
         if not self.pool_level and cfg.enable_prefix_caching and waiting.size:
@@ -513,6 +525,30 @@ class Scheduler:
             return _EMPTY
         return waiting[self._oversized[waiting]]
 
+    def _swap_rows(self, out_rows: np.ndarray, in_rows: np.ndarray, step: int) -> None:
+        """Move the KV of requests a count-level pass preempted by swap to the host tier, then
+        that of the requests it swapped back in to the device (before the step's allocations:
+        their blocks are what `commit` extends). A pool-level pass swaps inside its kernel."""
+        pool = self.pool
+        host = pool.host
+        names = self.table.names
+        if host is None:
+            raise PassFailure(self.spec, f"step {step} swapped request(s) but the scheduler has no host tier "
+                              "(num_cpu_blocks = 0)")
+        for r in out_rows.tolist():
+            if swap_out_row(r, pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache,
+                            pool.table, pool.nblk, pool.ncached, host.hfree, host.hmeta, host.htable, host.hnblk,
+                            host.log) < 0:
+                raise PassFailure(self.spec, f"step {step} swapped out request '{names[r]}' but its "
+                                  f"{int(pool.nblk[r])} KV blocks do not fit in the host tier's "
+                                  f"{host.num_free} free blocks")
+        for r in in_rows.tolist():
+            if swap_in_row(r, pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache,
+                           pool.table, pool.nblk, host.hfree, host.hmeta, host.htable, host.hnblk, host.log) < 0:
+                raise PassFailure(self.spec, f"step {step} swapped in request '{names[r]}' but its "
+                                  f"{int(host.hnblk[r])} host blocks do not fit in the device pool's "
+                                  f"{pool.num_free} free blocks")
+
     def _run_dumped(self, module: ModuleOp, step: int) -> None:
         cfg = self.config
         assert cfg.dump_dir is not None
@@ -579,6 +615,8 @@ class Scheduler:
             else:
                 d[T.COMPUTED, new_rows] = 0
         if not self.pool_level:
+            if out_rows.size or resumed.size:  # a count-level pass swapped: the copies happen here
+                self._swap_rows(out_rows, resumed, step)
             before = read_scheduled(rows, d)  # computed and total as decided, for the block commit
             failed = commit(gone, new_rows, d[T.COMPUTED, new_rows], rows, tokens, before[SCHED_COMPUTED],
                             before[SCHED_TOTAL], cfg.max_model_len, pool.ref, pool.bhash, pool.dup_next, pool.nxt,

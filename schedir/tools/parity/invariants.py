@@ -74,6 +74,8 @@ def config_for(case: FuzzCase, preset: str) -> Any:
             cfg = attrs.evolve(cfg, prefix_caching=False, policy="fcfs",
                                num_cpu_blocks=cfg.num_blocks if any("swapped-queue" in p.requires for p in passes)
                                else 0)
+        elif any(getattr(p, "preemption", "") == "swap" for p in passes):  # fastserve: a host tier half the
+            cfg = attrs.evolve(cfg, num_cpu_blocks=max(cfg.num_blocks // 2, 1))  # device's, so it fills up too
         if any("radix-pool" in p.requires for p in passes):  # SGLang's memory is its prefix cache; no priority order
             cfg = attrs.evolve(cfg, prefix_caching=True, policy="fcfs",  # chunks are whole pages in SGLang
                                max_num_batched_tokens=max(cfg.max_num_batched_tokens, cfg.block_size))

@@ -1,7 +1,8 @@
 // RUN: schedir opt %s -p mlfq-levels | filecheck %s --check-prefix=LEVELS
-// RUN: schedir opt %s -p fastserve | filecheck %s
+// RUN: schedir opt %s -p "reject-oversized,mlfq-levels,mlfq-order,schedule-running,admit-greedy,mlfq-account,verify-step" | filecheck %s
 
-// FastServe's skip-join MLFQ (mlfq-levels, mlfq-order, mlfq-account). Level i's quantum is
+// FastServe's skip-join MLFQ (mlfq-levels, mlfq-order, mlfq-account), preempting by recompute
+// (the fastserve preset swaps: mlfq-swap.mlir). Level i's quantum is
 // 8 * 2**i iteration units; a prefill of t tokens is ceil(t / 512) units, a decode token one.
 // - Request 1 runs at level 0 and has used its quantum (8 decode units since it entered the
 //   level, at 4): it is demoted to level 1, and needs no new block for its next token.
