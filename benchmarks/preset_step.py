@@ -36,7 +36,7 @@ def median_step_us(preset: str, n: int, steps: int) -> float:
     no_cache = any(p.no_prefix_cache for p in passes)  # vllm-v0: v0's prefix caching is not reproduced
     cfg = SchedulerConfig(num_blocks=n * 80 + 64, block_size=16, max_num_batched_tokens=16384, max_num_seqs=n,
                           max_model_len=2048, pipeline=preset, enable_prefix_caching=not no_cache,
-                          num_cpu_blocks=n * 80 if no_cache else 0)
+                          num_cpu_blocks=n * 80 if any("swapped-queue" in p.requires for p in passes) else 0)
     s = Scheduler(cfg, clock=lambda: 0.0)  # every request fresh: order-slo keeps them all
     for i in range(n + n // 2):
         tokens = (np.arange(PROMPT) + i * PROMPT) % 30000 + 1

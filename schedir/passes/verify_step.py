@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numba
 import numpy as np
 
 from schedir.dialects.mem import AllocOp, ShareOp, SwapInOp
@@ -15,6 +16,41 @@ from schedir.ir.step import Step
 from schedir.passes.kernels import decision_gaps
 
 _NO_IDS = np.zeros(0, dtype=np.int64)
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    if not parts:
+        return _NO_IDS
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+@numba.njit(cache=True, nogil=True)
+def token_and_block_gaps(ids, tokens, computed, total, held, hit, effect_ids, effect_blocks, effect_shared,
+                         block_size):
+    """(over, short) per scheduled request: more tokens than it has left to compute, or fewer
+    blocks (held + allocated + shared + swapped in, summed over the step's effects on its id)
+    than its tokens need. Prefix hits count as computed only for a request that shares the
+    cached blocks (`mem.share`), and never the last token."""
+    order = np.argsort(effect_ids, kind="mergesort")
+    sorted_ids = effect_ids[order]
+    n = ids.size
+    over = np.zeros(n, dtype=np.bool_)
+    short = np.zeros(n, dtype=np.bool_)
+    for i in range(n):
+        have = held[i]
+        shared = 0
+        at = np.searchsorted(sorted_ids, ids[i])
+        while at < sorted_ids.size and sorted_ids[at] == ids[i]:
+            have += effect_blocks[order[at]]
+            shared += effect_shared[order[at]]
+            at += 1
+        start = computed[i]
+        if shared > 0:
+            usable = min(hit[i], max(total[i] - 1, 0)) // block_size * block_size
+            start = max(start, usable)
+        over[i] = tokens[i] > total[i] - start
+        short[i] = have < (start + tokens[i] + block_size - 1) // block_size
+    return over, short
 
 
 def _listed(ids: np.ndarray, limit: int = 10) -> str:
@@ -74,30 +110,44 @@ class VerifyStep(StepPass):
 
     @staticmethod
     def _token_and_block_checks(step: Step) -> list[str]:
+        """Tokens within what is left to compute, and blocks held for them, for every scheduled
+        request: one walk over the step's ops gathers the scheduled sets and the block effects
+        (`mem.alloc`, `mem.share`, `mem.swap_in`), one kernel checks them all."""
+        ids_parts, token_parts, computed_parts, total_parts, held_parts, hit_parts = [], [], [], [], [], []
+        effect_ids, effect_blocks, effect_shared = [], [], []
+        op = step.block.first_op
+        while op is not None:
+            kind = type(op)
+            if kind is ScheduleOp:
+                if len(op):  # type: ignore[arg-type]
+                    result = op.results[0]
+                    computed, total, held = step.columns(result, ("computed", "total", "blocks"))
+                    if step.root(result).queue.data == "swapped":  # their `blocks` are on the host tier
+                        held = np.zeros_like(held)
+                    ids_parts.append(op.ids)  # type: ignore[attr-defined]
+                    token_parts.append(op.col("tokens"))  # type: ignore[attr-defined]
+                    computed_parts.append(computed)
+                    total_parts.append(total)
+                    held_parts.append(held)
+                    hit_parts.append(step.prefix_hits(result)[0])
+            elif kind is AllocOp or kind is ShareOp or kind is SwapInOp:
+                if len(op):  # type: ignore[arg-type]
+                    effect_ids.append(op.ids)  # type: ignore[attr-defined]
+                    blocks = op.col("blocks")  # type: ignore[attr-defined]
+                    effect_blocks.append(blocks)
+                    effect_shared.append(blocks if kind is ShareOp else np.zeros(blocks.size, dtype=np.int64))
+            op = op._next_op
+        if not ids_parts:
+            return []
+        ids = _joined(ids_parts)
+        over, short = token_and_block_gaps(ids, _joined(token_parts), _joined(computed_parts), _joined(total_parts),
+                                           _joined(held_parts), _joined(hit_parts), _joined(effect_ids),
+                                           _joined(effect_blocks), _joined(effect_shared), step.facts.block_size)
         out: list[str] = []
-        bs = step.facts.block_size
-        for op in step.ops_of(ScheduleOp):
-            assert isinstance(op, ScheduleOp)
-            if not len(op):
-                continue
-            ids, tokens = op.ids, op.col("tokens")
-            computed, total, held = step.columns(op.result, ("computed", "total", "blocks"))
-            if step.root(op.result).queue.data == "swapped":  # their `blocks` are on the host tier
-                held = np.zeros_like(held)
-            hit, _ = step.prefix_hits(op.result)
-            shared = step.decision_column(ShareOp, "blocks", ids)
-            # Prefix hits count as computed only for a request that shares the cached blocks.
-            usable = np.minimum(hit, np.maximum(total - 1, 0)) // bs * bs
-            start = np.where(shared > 0, np.maximum(computed, usable), computed)
-            over = tokens > total - start
-            if over.any():
-                out.append(f"request(s) {_listed(ids[over])} scheduled more tokens than they have left to compute")
-            have = held.copy()
-            for kind in (AllocOp, ShareOp, SwapInOp):
-                have += step.decision_column(kind, "blocks", ids)
-            short = have < (start + tokens + bs - 1) // bs
-            if short.any():
-                out.append(f"request(s) {_listed(ids[short])} hold too few blocks for the tokens scheduled")
+        if over.any():
+            out.append(f"request(s) {_listed(ids[over])} scheduled more tokens than they have left to compute")
+        if short.any():
+            out.append(f"request(s) {_listed(ids[short])} hold too few blocks for the tokens scheduled")
         return out
 
     @staticmethod

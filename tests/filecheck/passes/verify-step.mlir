@@ -54,9 +54,8 @@ sched.step 2 {token_budget = 10, max_seqs = 2, block_size = 16, free_blocks = 2,
 // ILLEGAL-SAME: request(s) [2] scheduled more than once;
 // ILLEGAL-SAME: 3 blocks taken, but only 2 free + 0 given back this step;
 // ILLEGAL-SAME: 2 blocks evicted, only 1 cached-free;
-// ILLEGAL-SAME: request(s) [1] hold too few blocks for the tokens scheduled;
 // ILLEGAL-SAME: request(s) [11] scheduled more tokens than they have left to compute;
-// ILLEGAL-SAME: request(s) [11] hold too few blocks for the tokens scheduled;
+// ILLEGAL-SAME: request(s) [1, 11] hold too few blocks for the tokens scheduled;
 // ILLEGAL-SAME: request(s) [2] of queue 'running' have more than one decision;
 // ILLEGAL-SAME: request(s) [12] of queue 'waiting' have no decision (schedule, defer, reject or preempt){{$}}
 // ILLEGAL-NOT:  Traceback
@@ -65,4 +64,4 @@ sched.step 2 {token_budget = 10, max_seqs = 2, block_size = 16, free_blocks = 2,
 
 // Without complete, the decision checks are left out; the rest still fail.
 // INCOMPLETE:      step 2 is illegal: 53 tokens scheduled
-// INCOMPLETE-SAME: request(s) [11] hold too few blocks for the tokens scheduled{{$}}
+// INCOMPLETE-SAME: request(s) [1, 11] hold too few blocks for the tokens scheduled{{$}}
