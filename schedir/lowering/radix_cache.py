@@ -37,6 +37,7 @@ ROOT = 0
 EVICTABLE, PROTECTED, CLOCK, NODE_TOP, ARENA_TOP, FREE_NODE, BORN, PAGE = range(8)
 # rows of the node matrix
 PARENT, CHILD, SIBLING, KSTART, KLEN, LOCK, ACCESS, SERIAL = range(8)
+_CHUNK = 64  # tokens compared per vectorized chunk in `_common`
 
 
 @nb.njit(cache=True)
@@ -58,11 +59,25 @@ def _find_child(nodes, tok, node, keys, at, page):
 
 @nb.njit(cache=True)
 def _common(nodes, tok, c, keys, at, n, page):
-    """Tokens node `c`'s key shares with keys[at:n], rounded down to whole pages."""
+    """Tokens node `c`'s key shares with keys[at:n], rounded down to whole pages.
+
+    Compared 64 tokens at a time without an early exit inside a chunk, over slices (indices
+    LLVM knows are in range): the chunk loop vectorizes, a full-hit match of an 8k-token
+    prompt reads its tokens at memory speed instead of one branch per token."""
     start = nodes[KSTART, c]
     most = min(nodes[KLEN, c], n - at)
+    ours = tok[start:start + most]
+    theirs = keys[at:at + most]
     m = 0
-    while m < most and tok[start + m] == keys[at + m]:
+    whole = most - most % _CHUNK
+    for base in range(0, whole, _CHUNK):
+        diff = 0
+        for j in range(base, base + _CHUNK):
+            diff |= ours[j] ^ theirs[j]
+        if diff != 0:
+            break
+        m += _CHUNK
+    while m < most and ours[m] == theirs[m]:
         m += 1
     return m - m % page
 
@@ -187,9 +202,8 @@ def insert(nodes, tok, val, meta, keys, values, n):
     if at < n:
         leaf = _new_node(nodes, meta)
         start = meta[ARENA_TOP]
-        for j in range(n - at):
-            tok[start + j] = keys[at + j]
-            val[start + j] = values[at + j]
+        tok[start:start + n - at] = keys[at:n]  # slice copies: memcpy, not a loop per token
+        val[start:start + n - at] = values[at:n]
         meta[ARENA_TOP] = start + n - at
         nodes[KSTART, leaf] = start
         nodes[KLEN, leaf] = n - at
