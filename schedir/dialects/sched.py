@@ -396,9 +396,28 @@ StateValue = float | np.ndarray
 
 
 def _value_of(attr: Attribute) -> StateValue:
-    if isinstance(attr, BytesAttr):  # a vector: its float64 bytes (one attribute, not one per entry)
+    if type(attr) is BytesAttr:  # a vector: its float64 bytes (one attribute, not one per entry)
         return np.frombuffer(attr.data, dtype=np.float64).copy()
     return attr.value.data  # type: ignore[attr-defined]
+
+
+_DECODED: dict[int, tuple[DictionaryAttr, dict[str, StateValue], bool]] = {}
+
+
+def decoded_state_values(attr: DictionaryAttr) -> dict[str, StateValue]:
+    """A state dictionary's values, decoded once per attribute (most steps carry the last step's
+    attribute again, and several passes read it per step). Read-only for scalars; vectors come
+    back as fresh copies, as `_value_of` gives them."""
+    hit = _DECODED.get(id(attr))
+    if hit is None or hit[0] is not attr:
+        values = {k: _value_of(v) for k, v in attr.data.items()}
+        hit = (attr, values, any(type(v) is np.ndarray for v in values.values()))
+        if len(_DECODED) >= 4096:
+            _DECODED.clear()
+        _DECODED[id(attr)] = hit  # holds `attr`: its id is not reused while the entry lives
+    if hit[2]:
+        return {k: v.copy() if type(v) is np.ndarray else v for k, v in hit[1].items()}
+    return hit[1]
 
 
 def _number_text(value: StateValue) -> str:
@@ -410,12 +429,22 @@ def _number_text(value: StateValue) -> str:
 _STATE_ATTRS: dict[tuple, DictionaryAttr] = {}
 
 
+def _key_part(value: StateValue | list | tuple) -> float | bytes:
+    """A state value as a hashable cache key: a float, or a vector's float64 bytes (exact types
+    first: this runs for every value of every `sched.set_state` a step writes)."""
+    kind = type(value)
+    if kind is float:
+        return value  # type: ignore[return-value]
+    if kind is np.ndarray or kind is list or kind is tuple or isinstance(value, np.ndarray):
+        return np.asarray(value, dtype=np.float64).tobytes()
+    return float(value)  # type: ignore[arg-type]
+
+
 def state_values_attr(values: Mapping[str, StateValue]) -> DictionaryAttr:
     """A cached `{name = value : f64}` dictionary (most steps repeat the last values); a vector
     value is kept as the bytes of a float64 array (building one FloatAttr per entry costs
     microseconds each: a 64-tenant vector would cost more than the rest of the step)."""
-    key = tuple((k, np.asarray(v, dtype=np.float64).tobytes() if isinstance(v, (np.ndarray, list, tuple))
-                 else float(v)) for k, v in values.items())
+    key = tuple((k, _key_part(v)) for k, v in values.items())
     attr = _STATE_ATTRS.get(key)
     if attr is None:
         attr = _dictionary({k: BytesAttr(v) if isinstance(v, bytes) else _float_attr(v) for k, v in key})

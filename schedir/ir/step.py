@@ -45,6 +45,7 @@ from schedir.dialects.sched import (
     state_values_attr,
 )
 from schedir.dialects.sched import _value_of as _state_value
+from schedir.dialects.sched import decoded_state_values
 from schedir.ir.fastop import append_operand, insert_before, new_op
 from schedir.lowering.kv_pool import KVPool
 
@@ -448,8 +449,7 @@ class Step:
         while op is not None:
             kind = type(op)
             if kind is StateOp or kind is SetStateOp:
-                for name, value in op.properties["values"].data.items():  # type: ignore[union-attr]
-                    out[name] = _state_value(value)
+                out.update(decoded_state_values(op.properties["values"]))  # type: ignore[arg-type]
             op = op._next_op
         return out
 
