@@ -5,7 +5,8 @@ policy, not by the load. For each preset and size N, N requests (128-token promp
 tokens to generate, distinct prefixes) start together, with N/2 more waiting behind them where
 the max_num_seqs cap (N) keeps them out; once every running request decodes, `schedule()` is
 timed over `--steps` steps (update() untimed) and its median printed, with the ratio to
-`vllm`'s median in the same run.
+`vllm`'s median in the same run. The presets take turns (10 rounds of steps/10 steps each), so a
+drift in the machine's speed moves them all alike.
 
     python benchmarks/preset_step.py                  # every engine preset, 32 and 256
     python benchmarks/preset_step.py --presets vllm,vtc --sizes 32 --steps 300
@@ -31,7 +32,8 @@ def engine_presets() -> list[str]:
     return [name for name in PRESETS if name not in ROUTER_PRESETS]
 
 
-def median_step_us(preset: str, n: int, steps: int) -> float:
+def _decoding_scheduler(preset: str, n: int) -> Scheduler:
+    """A scheduler of `preset` with N requests decoding and N/2 waiting behind max_num_seqs."""
     passes = PassManager.parse(PRESETS[preset]).passes
     no_cache = any(p.no_prefix_cache for p in passes)  # vllm-v0: v0's prefix caching is not reproduced
     cfg = SchedulerConfig(num_blocks=n * 80 + 64, block_size=16, max_num_batched_tokens=16384, max_num_seqs=n,
@@ -45,14 +47,36 @@ def median_step_us(preset: str, n: int, steps: int) -> float:
     for _ in range(8):  # until every running request decodes
         out = s.schedule()
         s.update(out, np.full(len(out.req_ids), 7, dtype=np.int64))
-    times = []
+    return s
+
+
+def _timed_steps(s: Scheduler, steps: int, into: list[float]) -> None:
     clock = time.perf_counter
     for _ in range(steps):
         start = clock()
         out = s.schedule()
-        times.append(clock() - start)
+        into.append(clock() - start)
         s.update(out, np.full(len(out.req_ids), 7, dtype=np.int64))
+
+
+def median_step_us(preset: str, n: int, steps: int) -> float:
+    """One preset alone: its median `schedule()` over `steps` decode steps."""
+    times: list[float] = []
+    _timed_steps(_decoding_scheduler(preset, n), steps, times)
     return float(np.median(times)) * 1e6
+
+
+def interleaved_medians(cases: list[tuple[str, int]], steps: int, rounds: int = 10) -> dict[tuple[str, int], float]:
+    """Every case's median `schedule()`, the cases taking turns in `rounds` rounds of steps/rounds
+    steps each: a machine whose speed drifts (a shared 2-core box) moves every case alike, so the
+    ratios to `vllm` hold even when the absolute figures wander."""
+    schedulers = {case: _decoding_scheduler(*case) for case in cases}
+    times: dict[tuple[str, int], list[float]] = {case: [] for case in cases}
+    per_round = max(1, steps // rounds)
+    for _ in range(rounds):
+        for case, s in schedulers.items():
+            _timed_steps(s, per_round, times[case])
+    return {case: float(np.median(t)) * 1e6 for case, t in times.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,8 +91,9 @@ def main(argv: list[str] | None = None) -> int:
         presets.insert(0, "vllm")
     for preset in presets:  # compile and warm every preset's kernels before timing any
         median_step_us(preset, 8, 5)
-    results = {(p, n): median_step_us(p, n, args.steps) for n in sizes for p in presets}
-    print(f"schedule() median, µs ({args.steps} decode steps, N running + N/2 waiting); x = / vllm's")
+    results = interleaved_medians([(p, n) for n in sizes for p in presets], args.steps)
+    print(f"schedule() median, µs ({args.steps} decode steps in 10 interleaved rounds, N running + N/2 waiting); "
+          "x = / vllm's")
     print(f"{'preset':<18}" + "".join(f"{f'N={n}':>18}" for n in sizes))
     for p in presets:
         cells = "".join(f"{results[(p, n)]:10.1f} {results[(p, n)] / results[('vllm', n)]:5.2f}x  " for n in sizes)
