@@ -8,7 +8,7 @@ from typing import ClassVar
 import numba
 import numpy as np
 
-from schedir.dialects.mem import AllocOp, ShareOp, SwapInOp
+from schedir.dialects.mem import AllocOp, MatchOp, ShareOp, SwapInOp
 from schedir.dialects.req import OUTCOMES, ScheduleOp
 from schedir.ir.errors import PassFailure
 from schedir.ir.pass_base import StepPass
@@ -25,15 +25,20 @@ def _joined(parts: list[np.ndarray]) -> np.ndarray:
 
 
 @numba.njit(cache=True, nogil=True)
-def token_and_block_gaps(ids, tokens, computed, total, held, hit, effect_ids, effect_blocks, effect_shared,
-                         block_size):
+def token_and_block_gaps(ids, tokens, computed, total, held, hit, match_ids, match_hit, effect_ids, effect_blocks,
+                         effect_shared, block_size):
     """(over, short) per scheduled request: more tokens than it has left to compute, or fewer
     blocks (held + allocated + shared + swapped in, summed over the step's effects on its id)
     than its tokens need. Prefix hits count as computed only for a request that shares the
-    cached blocks (`mem.share`), and never the last token."""
+    cached blocks (`mem.share`), and never the last token. A request's hit is `hit[i]` when
+    `hit` has one per request, else its last `mem.match` entry (`match_ids`, `match_hit`, in op
+    order: a later match answers over an earlier one, as in `Step.prefix_hits`), else 0."""
     order = np.argsort(effect_ids, kind="mergesort")
     sorted_ids = effect_ids[order]
+    m_order = np.argsort(match_ids, kind="mergesort")  # stable: equal ids stay in op order
+    m_sorted = match_ids[m_order]
     n = ids.size
+    direct = hit.size == n
     over = np.zeros(n, dtype=np.bool_)
     short = np.zeros(n, dtype=np.bool_)
     for i in range(n):
@@ -46,7 +51,14 @@ def token_and_block_gaps(ids, tokens, computed, total, held, hit, effect_ids, ef
             at += 1
         start = computed[i]
         if shared > 0:
-            usable = min(hit[i], max(total[i] - 1, 0)) // block_size * block_size
+            h = 0
+            if direct:
+                h = hit[i]
+            else:
+                j = np.searchsorted(m_sorted, ids[i], side="right") - 1
+                if j >= 0 and m_sorted[j] == ids[i]:
+                    h = match_hit[m_order[j]]
+            usable = min(h, max(total[i] - 1, 0)) // block_size * block_size
             start = max(start, usable)
         over[i] = tokens[i] > total[i] - start
         short[i] = have < (start + tokens[i] + block_size - 1) // block_size
@@ -113,8 +125,9 @@ class VerifyStep(StepPass):
         """Tokens within what is left to compute, and blocks held for them, for every scheduled
         request: one walk over the step's ops gathers the scheduled sets and the block effects
         (`mem.alloc`, `mem.share`, `mem.swap_in`), one kernel checks them all."""
-        ids_parts, token_parts, computed_parts, total_parts, held_parts, hit_parts = [], [], [], [], [], []
-        effect_ids, effect_blocks, effect_shared = [], [], []
+        ids_parts, token_parts, computed_parts, total_parts, held_parts = [], [], [], [], []
+        effect_ids, effect_blocks, effect_shared, match_ids, match_hit = [], [], [], [], []
+        scheduled, any_share = [], False
         op = step.block.first_op
         while op is not None:
             kind = type(op)
@@ -124,25 +137,37 @@ class VerifyStep(StepPass):
                     computed, total, held = step.columns(result, ("computed", "total", "blocks"))
                     if step.root(result).queue.data == "swapped":  # their `blocks` are on the host tier
                         held = np.zeros_like(held)
+                    scheduled.append(result)
                     ids_parts.append(op.ids)  # type: ignore[attr-defined]
                     token_parts.append(op.col("tokens"))  # type: ignore[attr-defined]
                     computed_parts.append(computed)
                     total_parts.append(total)
                     held_parts.append(held)
-                    hit_parts.append(step.prefix_hits(result)[0])
             elif kind is AllocOp or kind is ShareOp or kind is SwapInOp:
                 if len(op):  # type: ignore[arg-type]
                     effect_ids.append(op.ids)  # type: ignore[attr-defined]
                     blocks = op.col("blocks")  # type: ignore[attr-defined]
                     effect_blocks.append(blocks)
-                    effect_shared.append(blocks if kind is ShareOp else np.zeros(blocks.size, dtype=np.int64))
+                    if kind is ShareOp:
+                        any_share = True
+                        effect_shared.append(blocks)
+                    else:
+                        effect_shared.append(np.zeros(blocks.size, dtype=np.int64))
+            elif kind is MatchOp:
+                if len(op):  # type: ignore[arg-type]
+                    match_ids.append(op.ids)  # type: ignore[attr-defined]
+                    match_hit.append(op.col("hit"))  # type: ignore[attr-defined]
             op = op._next_op
         if not ids_parts:
             return []
         ids = _joined(ids_parts)
+        hit = _NO_IDS  # hits matter only to requests that share cached blocks
+        if any_share and not match_ids:  # no mem.match: the step's KV pool answers (Step.prefix_hits)
+            hit = _joined([step.prefix_hits(result)[0] for result in scheduled])
         over, short = token_and_block_gaps(ids, _joined(token_parts), _joined(computed_parts), _joined(total_parts),
-                                           _joined(held_parts), _joined(hit_parts), _joined(effect_ids),
-                                           _joined(effect_blocks), _joined(effect_shared), step.facts.block_size)
+                                           _joined(held_parts), hit, _joined(match_ids), _joined(match_hit),
+                                           _joined(effect_ids), _joined(effect_blocks), _joined(effect_shared),
+                                           step.facts.block_size)
         out: list[str] = []
         if over.any():
             out.append(f"request(s) {_listed(ids[over])} scheduled more tokens than they have left to compute")
