@@ -260,8 +260,8 @@ class Scheduler:
             return self._no_requests
         d = self.table.data
         matrix = queue_columns(d, rows, self.pool.nblk if blocks is None else blocks, running or blocks is not None)
-        if self._state_rows.size:
-            matrix = np.vstack([matrix, self.table.state[self._state_rows][:, rows]])
+        if self._state_rows.size:  # only the queue's columns of the state rows (not every row's, then a pick)
+            matrix = np.vstack([matrix, self.table.state[self._state_rows[:, None], rows]])
         return ColumnsAttr.of_matrix(self._queue_names, matrix, copy=False)
 
     def set_pipeline(self, pipeline: str) -> None:
