@@ -92,8 +92,8 @@ class RecycledStep:
     """
 
     def __init__(self, facts: StepFacts, queues: Mapping[str, ColumnsAttr], pool: KVPool | None,
-                 state: Mapping[str, float] | None = None) -> None:
-        self.module = build_step(facts, queues, None, pool=pool, state=state)
+                 state: Mapping[str, float] | None = None, hits: Mapping[str, Columns] | None = None) -> None:
+        self.module = build_step(facts, queues, hits, pool=pool, state=state)
         self.step_op: StepOp = self.module.regions[0].block.first_op  # type: ignore[assignment]
         self.block = self.step_op.regions[0].block
         ops = []
@@ -108,20 +108,31 @@ class RecycledStep:
         self.facts_in = facts.facts
         self.pool_op: PoolOp | None = self.base[0] if pool is not None else None  # type: ignore[assignment]
         self.state_op: StateOp | None = next((op for op in self.base if type(op) is StateOp), None)  # type: ignore[assignment]
+        # mem.match per queue with prefix hits (count-level pipelines with prefix caching), in order
+        self.hit_names = tuple(hits or ())
+        self.match_ops = tuple(op for op in self.base if type(op) is MatchOp)
+        self.hit_facts: tuple[str, ...] | None = None  # facts.facts with prefix-hits, as build_step adds it
 
     def refill(self, facts: StepFacts, queues: Mapping[str, ColumnsAttr], pool: KVPool | None,
-               state: Mapping[str, float] | None = None) -> ModuleOp | None:
-        """This step's IR with `facts`, `queues`, `pool` and `state` (the same queue names, in
-        order, pool or none, state or none, as at creation); None when the skeleton was
-        rewritten or the inputs differ."""
+               state: Mapping[str, float] | None = None, hits: Mapping[str, Columns] | None = None) -> ModuleOp | None:
+        """This step's IR with `facts`, `queues`, `pool`, `state` and `hits` (the same queue
+        names, in order, pool or none, state or none, prefix hits for the same queues, as at
+        creation); None when the skeleton was rewritten or the inputs differ."""
         if (tuple(queues) != self.names or facts.facts != self.facts_in or (pool is None) != (self.pool_op is None)
-                or (not state) != (self.state_op is None)):
+                or (not state) != (self.state_op is None) or (tuple(hits) if hits else ()) != self.hit_names):
             return None
         if self.step_op.parent is not self.module.regions[0].block or not clear_decisions(self.block, self.base,
                                                                                          self.terminator):
             return None
         for name, op in self.queue_ops.items():
             op.properties = {"queue": op.properties["queue"], "columns": queues[name]}
+        if hits:
+            for name, op in zip(self.hit_names, self.match_ops, strict=True):
+                op.properties = {"columns": ColumnsAttr.of(hits[name])}
+            if "prefix-hits" not in facts.facts:  # as build_step records it
+                if self.hit_facts is None:
+                    self.hit_facts = (*facts.facts, "prefix-hits")
+                facts = attrs.evolve(facts, facts=self.hit_facts)
         if self.pool_op is not None:
             self.pool_op.properties = {"state": self.pool_op.properties["state"]}
             self.pool_op._live = pool

@@ -439,11 +439,12 @@ class Scheduler:
                                           pool.nhash, pool.cache)
             hits = {"waiting": {"id": waiting, "hit": hit, "cached_free": cached_free}}
         step_pool = work_pool if self.pool_level else None
-        recycled = hits is None and not dumping and not self.keep_ir
+        recycled = not dumping and not self.keep_ir
         if recycled:  # the usual step: refill last step's skeleton (see RecycledStep)
-            module = self._recycled.refill(facts, queues, step_pool, state) if self._recycled is not None else None
+            module = (self._recycled.refill(facts, queues, step_pool, state, hits) if self._recycled is not None
+                      else None)
             if module is None:
-                self._recycled = RecycledStep(facts, queues, step_pool, state)
+                self._recycled = RecycledStep(facts, queues, step_pool, state, hits)
                 module = self._recycled.module
         else:
             module = build_step(facts, queues, hits, pool=step_pool, state=state)
