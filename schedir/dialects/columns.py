@@ -42,6 +42,25 @@ _NAME_INDEX: dict[tuple[str, ...], dict[str, int]] = {}
 _MATRIX_INDEX: dict[tuple[tuple[str, ...], tuple[str, ...]], np.ndarray] = {}
 
 
+_NO_VALUES = np.zeros(0, dtype=np.int64)
+_NO_VALUES.flags.writeable = False
+
+
+def joined_columns(parts: list[np.ndarray]) -> np.ndarray:
+    """Column parts (one per op, in op order) as one read-only int64 array. An op's column is a
+    read-only view, so a joined one is flagged too and a single part is passed as it is: the
+    kernels that read them see one array type (Numba compiles a kernel once per signature; mixed
+    flags compiled the runtime's settle_step four times, one of them in the first step that
+    preempts)."""
+    if len(parts) == 1:
+        return parts[0]
+    if not parts:
+        return _NO_VALUES
+    joined = np.concatenate(parts)
+    joined.flags.writeable = False
+    return joined
+
+
 def as_i64(values: Iterable[int] | np.ndarray) -> np.ndarray:
     arr = np.asarray(values, dtype=np.int64)
     if arr.ndim != 1:

@@ -111,7 +111,8 @@ class RecycledStep:
         # mem.match per queue with prefix hits (count-level pipelines with prefix caching), in order
         self.hit_names = tuple(hits or ())
         self.match_ops = tuple(op for op in self.base if type(op) is MatchOp)
-        self.hit_facts: tuple[str, ...] | None = None  # facts.facts with prefix-hits, as build_step adds it
+        # the facts build_step records for a step with hits (refill requires facts.facts == facts_in)
+        self.hit_facts = (*facts.facts, "prefix-hits") if hits and "prefix-hits" not in facts.facts else None
 
     def refill(self, facts: StepFacts, queues: Mapping[str, ColumnsAttr], pool: KVPool | None,
                state: Mapping[str, float] | None = None, hits: Mapping[str, Columns] | None = None) -> ModuleOp | None:
@@ -129,9 +130,7 @@ class RecycledStep:
         if hits:
             for name, op in zip(self.hit_names, self.match_ops, strict=True):
                 op.properties = {"columns": ColumnsAttr.of(hits[name])}
-            if "prefix-hits" not in facts.facts:  # as build_step records it
-                if self.hit_facts is None:
-                    self.hit_facts = (*facts.facts, "prefix-hits")
+            if self.hit_facts is not None:
                 facts = attrs.evolve(facts, facts=self.hit_facts)
         if self.pool_op is not None:
             self.pool_op.properties = {"state": self.pool_op.properties["state"]}

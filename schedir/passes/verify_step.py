@@ -8,6 +8,7 @@ from typing import ClassVar
 import numba
 import numpy as np
 
+from schedir.dialects.columns import joined_columns
 from schedir.dialects.mem import AllocOp, MatchOp, ShareOp, SwapInOp
 from schedir.dialects.req import OUTCOMES, ScheduleOp
 from schedir.ir.errors import PassFailure
@@ -16,12 +17,6 @@ from schedir.ir.step import Step
 from schedir.passes.kernels import decision_gaps
 
 _NO_IDS = np.zeros(0, dtype=np.int64)
-
-
-def _joined(parts: list[np.ndarray]) -> np.ndarray:
-    if not parts:
-        return _NO_IDS
-    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -160,13 +155,13 @@ class VerifyStep(StepPass):
             op = op._next_op
         if not ids_parts:
             return []
-        ids = _joined(ids_parts)
+        ids = joined_columns(ids_parts)
         hit = _NO_IDS  # hits matter only to requests that share cached blocks
         if any_share and not match_ids:  # no mem.match: the step's KV pool answers (Step.prefix_hits)
-            hit = _joined([step.prefix_hits(result)[0] for result in scheduled])
-        over, short = token_and_block_gaps(ids, _joined(token_parts), _joined(computed_parts), _joined(total_parts),
-                                           _joined(held_parts), hit, _joined(match_ids), _joined(match_hit),
-                                           _joined(effect_ids), _joined(effect_blocks), _joined(effect_shared),
+            hit = joined_columns([step.prefix_hits(result)[0] for result in scheduled])
+        over, short = token_and_block_gaps(ids, joined_columns(token_parts), joined_columns(computed_parts), joined_columns(total_parts),
+                                           joined_columns(held_parts), hit, joined_columns(match_ids), joined_columns(match_hit),
+                                           joined_columns(effect_ids), joined_columns(effect_blocks), joined_columns(effect_shared),
                                            step.facts.block_size)
         out: list[str] = []
         if over.any():
@@ -186,7 +181,7 @@ class VerifyStep(StepPass):
             name = queue.queue.data
             members = queue.ids
             parts = decided.get(name)
-            got = (parts[0] if len(parts) == 1 else np.concatenate(parts)) if parts else _NO_IDS
+            got = joined_columns(parts) if parts else _NO_IDS
             twice, undecided = decision_gaps(members, got)
             if twice.size:
                 out.append(f"request(s) {_listed(twice)} of queue '{name}' have more than one decision")

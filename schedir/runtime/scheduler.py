@@ -25,7 +25,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block
 
 from schedir.dialects.codes import Reason
-from schedir.dialects.columns import ColumnsAttr
+from schedir.dialects.columns import ColumnsAttr, joined_columns
 from schedir.dialects.mem import MatchOp
 from schedir.dialects.req import PreemptOp, RejectOp, ScheduleOp
 from schedir.dialects.req import SetStateOp as ReqSetStateOp
@@ -71,18 +71,6 @@ _NO_ROWS = np.zeros(0, dtype=np.int64)
 _NO_ROWS.flags.writeable = False
 
 
-def _joined(parts: list[np.ndarray]) -> np.ndarray:
-    """The decisions' columns of one kind in op order, always read-only: a single part is a
-    read-only view of an op's column, so a joined one is flagged too, and `settle_step` sees one
-    array type (Numba compiles a kernel once per signature: mixed flags compiled it four times,
-    one of them in the first step that preempts)."""
-    if len(parts) == 1:
-        return parts[0]
-    if not parts:
-        return _NO_ROWS
-    joined = np.concatenate(parts)
-    joined.flags.writeable = False
-    return joined
 _QUEUE_NAMES = T.COLUMNS[: T.QUEUE_COLUMN_COUNT]
 _REASON_NAMES = {int(r): r.name.lower().replace("_", "-") for r in Reason}
 _INT32_MAX = 2**31 - 1
@@ -596,10 +584,11 @@ class Scheduler:
             op = op._next_op
         if state_writes:
             self._apply_state(state_writes)
-        rows, tokens, new_rows, gone = _joined(parts), _joined(part_tokens), _joined(admitted), _joined(preempted)
+        rows, tokens = joined_columns(parts), joined_columns(part_tokens)
+        new_rows, gone = joined_columns(admitted), joined_columns(preempted)
         if swapped_out or swapped_in:  # vLLM v0's swap: rows move between running and the swapped queue
-            resumed = _joined(swapped_in)
-            out_rows = _joined(swapped_out)
+            resumed = joined_columns(swapped_in)
+            out_rows = joined_columns(swapped_out)
             d[T.STATUS, out_rows] = T.SWAPPED  # before settle_step: it keeps RUNNING rows in running
             d[T.BLOCKS, out_rows] = 0
             d[T.PREEMPTIONS, out_rows] += 1
@@ -640,7 +629,7 @@ class Scheduler:
                 pool.nhash[r] = 0
                 self._release_row(r)
             self.metrics.rejected += ids.size
-        joining = _joined([new_rows, resumed]) if resumed.size else new_rows  # admitted, then swapped in
+        joining = joined_columns([new_rows, resumed]) if resumed.size else new_rows  # admitted, then swapped in
         (self.running, self.waiting, per_request, sampled, qsl, per_token, seq_lens,
          block_table) = settle_step(rows, tokens, joining, gone, self._front, d, self.running, self.waiting,
                                     pool.table, pool.nblk, cfg.block_size, cfg.async_scheduling,
