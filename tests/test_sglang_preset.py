@@ -110,6 +110,21 @@ def test_a_request_no_pool_could_hold_is_rejected_not_stalled() -> None:
     assert out.rejected == {"big": "exceeds-cache"}
 
 
+def test_a_cached_prefix_does_not_make_a_request_too_big_for_the_pool_admissible() -> None:
+    """The matched prefix is locked while a request is weighed, so it stays in the pool beside the
+    uncached tokens: a request whose whole prompt plus reservation reaches the pool never fits,
+    however much of it is cached. Real SGLang 0.5.23 stalls on it (fuzz seed 2688, driven through
+    its PrefillAdder: idle with the request waiting); schedir rejects it instead."""
+    s = _sched(num_blocks=9, max_model_len=128, policy="fcfs")  # 8 pages of 4 tokens = 32 tokens of KV
+    prompt = list(range(10, 26))
+    s.add_request(Request(request_id="warm", prompt_token_ids=prompt, max_tokens=2))
+    _run(s)  # its 16 prompt tokens stay cached
+    s.add_request(Request(request_id="big", prompt_token_ids=prompt + list(range(40, 48)), max_tokens=4))
+    out = _step(s)  # 24 prompt + 4 reserved + a page = 32 tokens: the whole pool
+    assert out.rejected == {"big": "exceeds-cache"}
+    assert not s.has_unfinished_requests()
+
+
 def test_dumped_step_replays_to_the_same_decisions(tmp_path) -> None:
     from schedir.ir.pipeline import PassManager
     from schedir.ir.textio import parse_step_file, print_ir

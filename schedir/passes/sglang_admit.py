@@ -116,9 +116,11 @@ class SglangAdmit(StepPass):
       `batch_is_full`), at the token or chunk budget, or when the slots are taken.
     Prefill first: a step that admits anything runs only the prefill batch (no decodes).
 
-    One rule is schedir's: a request whose uncached tokens plus reservation reach the whole pool
-    could never be admitted (SGLang's queue would stall behind it), so it is rejected (reason
-    `exceeds-cache`) and the loop goes on.
+    One rule is schedir's: a request whose whole prompt (its cached prefix included: the prefix is
+    locked while it is weighed, so it cannot be evicted to make room) plus its reservation reaches
+    the whole pool could never be admitted, so it is rejected (reason `exceeds-cache`) and the loop
+    goes on. SGLang's own queue stalls behind such a request (its `add_one_req` answers
+    `NO_TOKEN` forever, with nothing running to free memory).
     """
 
     name: ClassVar[str] = "sglang-admit"
@@ -234,8 +236,10 @@ class SglangAdmit(StepPass):
                 left = min(max(int(max_new[i]) - (n - int(prompt[i])), 0), self.clip)
                 cand = n - prefix
                 need = cand + left + page
-                if need >= pool.usable_blocks * page:
-                    hopeless.append(row)  # no pool could ever hold it with its reservation: see below
+                if n + left + page >= pool.usable_blocks * page:
+                    # Never fits, cached prefix or not: the matched prefix is locked while the request
+                    # is weighed, so it stays in the pool beside `need` (see the class docstring).
+                    hopeless.append(row)
                     continue
                 pool.lock_node(node)  # PrefillAdder._lock_node: its own prefix is not evictable
                 fits = need < budget.remaining_total()
