@@ -450,6 +450,11 @@ def state_values_attr(values: Mapping[str, StateValue]) -> DictionaryAttr:
         attr = _dictionary({k: BytesAttr(v) if isinstance(v, bytes) else _float_attr(v) for k, v in key})
         if len(_STATE_ATTRS) < 4096:
             _STATE_ATTRS[key] = attr
+        # its decoded values are known: the passes that read it (`decoded_state_values`) skip decoding
+        decoded = {k: np.frombuffer(v, dtype=np.float64).copy() if isinstance(v, bytes) else v for k, v in key}
+        if len(_DECODED) >= 4096:
+            _DECODED.clear()
+        _DECODED[id(attr)] = (attr, decoded, any(isinstance(v, bytes) for _, v in key))
     return attr
 
 

@@ -245,8 +245,11 @@ class PassManager:
             after = self._checked[initial] = check_pipeline(self.passes, initial, self.registry)
         return after
 
-    def run(self, module: ModuleOp, on_pass: Callable[[StepPass, ModuleOp], None] | None = None) -> None:
-        """Check, then run every pass in order over every step of `module` (in place)."""
+    def run(self, module: ModuleOp, on_pass: Callable[[StepPass, ModuleOp], None] | None = None, *,
+            complete_state: bool = False) -> None:
+        """Check, then run every pass in order over every step of `module` (in place).
+        `complete_state`: the caller built every step with all the state the passes declare (the
+        runtime does), so the steps are not searched for missing state to fill with defaults."""
         marks = self._marks
         marks.clear()
         steps = steps_of(module)
@@ -255,12 +258,13 @@ class PassManager:
             raise PipelineError("the input holds no sched.step op")
         if (((route_views is None and len(steps) == 1) or (route_views is not None and len(route_views) == 1))
                 and self._named_queues == [] and not self.verify_each and self.instrument is None and on_pass is None):
-            self._run_one(Step(steps[0]) if route_views is None else route_views[0], marks)  # one step, unobserved
+            self._run_one(Step(steps[0]) if route_views is None else route_views[0], marks,
+                          complete_state)  # one step, unobserved
             return
         views = route_views if route_views is not None else [Step(op) for op in steps]
         for view in views:
             self.check(view.fact_set)
-        if self.state:
+        if self.state and not complete_state:
             for view in views:
                 view.ensure_state(*self._state_defaults())
         named = self._named_queues
@@ -317,11 +321,11 @@ class PassManager:
             raise PipelineError(f"pass '{routing[0]}' routes, but the input holds no cluster.route_step op")
         return [RouteStep(op) for op in ops]
 
-    def _run_one(self, view: Step, marks: list[float]) -> None:
+    def _run_one(self, view: Step, marks: list[float], complete_state: bool = False) -> None:
         """`run` for one step, unobserved, with no queue named by an option (the runtime's path):
         the pipeline's fact transitions from this input are computed once, then each pass runs."""
         initial = view.fact_set
-        if self._has_state:
+        if self._has_state and not complete_state:
             view.ensure_state(*self._state_defaults())
         chain = self._chains.get(initial)
         if chain is None:

@@ -152,6 +152,13 @@ class Step:
         # Keyed by id(value): hashing an xDSL SSAValue costs microseconds (it is not an identity hash).
         self._roots: dict[int, QueueOp] = {}
         self._rows: dict[int, tuple[ColumnsAttr, np.ndarray]] = {}
+        # What `pending` and `states` found, valid while `_edits` is unchanged: every op a pass adds
+        # goes through `append` (or `ensure_state`), which counts; a pass that rewrites ops another
+        # way calls `forget`. Several passes of a pipeline ask for the same queues and state.
+        self._edits = 0
+        self._pending: dict[str, tuple[int, SSAValue | None]] = {}
+        self._states: tuple[int, dict[str, float | np.ndarray]] | None = None
+        self._usage: tuple[int, Usage] | None = None
 
     # ------------------------------------------------------------ facts
     @property
@@ -204,6 +211,7 @@ class Step:
                 missing = [k for k in requests if not cols.has(k)]  # type: ignore[attr-defined]
                 if missing:
                     n = len(cols)
+                    self._edits += 1
                     queue.properties["columns"] = ColumnsAttr.of(
                         {**cols.as_dict(), **{k: np.full(n, requests[k], dtype=np.int64) for k in missing}})  # type: ignore[attr-defined]
                     self.forget()
@@ -217,6 +225,7 @@ class Step:
         missing_values = {k: v for k, v in scheduler.items() if k not in present}
         if not missing_values:
             return
+        self._edits += 1
         if existing is not None:
             existing.properties["values"] = state_values_attr({**present, **missing_values})
             return
@@ -271,6 +280,14 @@ class Step:
         unless decisions (schedule, defer, reject, preempt) took it over: a pass that decides
         on part of a set leaves the rest pending with `Step.keep` (a `req.select`).
         """
+        known = self._pending.get(queue)
+        if known is not None and known[0] == self._edits:
+            return known[1]
+        found = self._find_pending(queue)
+        self._pending[queue] = (self._edits, found)
+        return found
+
+    def _find_pending(self, queue: str) -> SSAValue | None:
         current: SSAValue | None = None
         decided: list[Operation] = []
         op = self.block.first_op
@@ -444,6 +461,9 @@ class Step:
     def states(self) -> dict[str, float | np.ndarray]:
         """Every scheduler-level value as this step sees it now (one walk over the step: for a
         pass that reads several), later `sched.set_state` values over earlier ones."""
+        known = self._states
+        if known is not None and known[0] == self._edits:
+            return dict(known[1])
         out: dict[str, float | np.ndarray] = {}
         op = self.block.first_op
         while op is not None:
@@ -451,7 +471,8 @@ class Step:
             if kind is StateOp or kind is SetStateOp:
                 out.update(decoded_state_values(op.properties["values"]))  # type: ignore[arg-type]
             op = op._next_op
-        return out
+        self._states = (self._edits, out)
+        return dict(out)
 
     def set_state(self, **values: float | np.ndarray) -> None:
         """New scheduler-level values, kept from the next step on (a `sched.set_state`; the pass
@@ -492,7 +513,16 @@ class Step:
 
     # ------------------------------------------------------------ budgets
     def usage(self) -> Usage:
-        """Budgets consumed by the decisions so far (a walk over the step's few ops)."""
+        """Budgets consumed by the decisions so far (a walk over the step's few ops, once per
+        edit of the step: several passes ask)."""
+        known = self._usage
+        if known is not None and known[0] == self._edits:
+            return known[1]
+        found = self._find_usage()
+        self._usage = (self._edits, found)
+        return found
+
+    def _find_usage(self) -> Usage:
         tokens = seqs = taken = given = evicted = 0
         scheduled: list[np.ndarray] = []
         op = self.block.first_op
@@ -533,11 +563,13 @@ class Step:
     def forget(self) -> None:
         """Drop cached row maps (after rewriting ops this view already read)."""
         self._rows.clear()
+        self._edits += 1
         self._roots.clear()
 
     # ------------------------------------------------------------ appending decisions
     def append(self, op: Operation) -> Operation:
         """Add an op before `sched.yield` (a fresh op from `new_op`: linked without checks)."""
+        self._edits += 1
         if op.parent is not None or op.regions:
             self.block.insert_op_before(op, self.terminator)
         else:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 
@@ -61,9 +61,9 @@ class _Budget:
             self.rem_chunk -= paged
 
 
-@dataclass(frozen=True)
-class Gate:
-    """Whether this step tries a prefill batch at all, and the state that decided it."""
+class Gate(NamedTuple):
+    """Whether this step tries a prefill batch at all, and the state that decided it (a
+    NamedTuple: built twice a step, where a frozen dataclass's __init__ costs microseconds)."""
 
     skip: bool
     full: bool  # running_batch.batch_is_full after the checks
@@ -82,7 +82,7 @@ def admission_gate(step: Step, running, waiting, max_seqs: int, st: dict) -> Gat
     chunked = int(st.get(CHUNKED.name, CHUNKED.default))
     if chunked >= 0 and chunked not in run_ids:
         chunked = -1  # it ended (an abort) since the last step
-    batch_size = int(np.count_nonzero(run_ids != chunked))
+    batch_size = run_ids.size if chunked < 0 else int(np.count_nonzero(run_ids != chunked))
     full = st.get(BATCH_FULL.name, 0.0) > 0
     if batch_size < st.get(BATCH_SIZE.name, 0.0) or batch_size == 0:
         full = False

@@ -57,6 +57,7 @@ from schedir.runtime.kernels import (
     STEP_KIND,
     apply_samples,
     queue_columns,
+    queue_columns_with_state,
     read_scheduled,
     settle_step,
 )
@@ -246,10 +247,8 @@ class Scheduler:
         `blocks`: per-row block counts to show (the swapped queue's are its host blocks)."""
         if not rows.size:
             return self._no_requests
-        d = self.table.data
-        matrix = queue_columns(d, rows, self.pool.nblk if blocks is None else blocks, running or blocks is not None)
-        if self._state_rows.size:  # only the queue's columns of the state rows (not every row's, then a pick)
-            matrix = np.vstack([matrix, self.table.state[self._state_rows[:, None], rows]])
+        matrix = queue_columns_with_state(self.table.data, rows, self.pool.nblk if blocks is None else blocks,
+                                          running or blocks is not None, self.table.state, self._state_rows)
         return ColumnsAttr.of_matrix(self._queue_names, matrix, copy=False)
 
     def set_pipeline(self, pipeline: str) -> None:
@@ -440,7 +439,7 @@ class Scheduler:
             self._run_dumped(module, step)
             self.pool = pool = work_pool
         else:
-            self.manager.run(module)
+            self.manager.run(module, complete_state=True)  # the queues and sched.state carry every declared state
         out, hit_tokens = self._lower(self._recycled.block if recycled else steps_of(module)[0].body.block, step)
         if self.keep_ir:
             self.last_module = module
