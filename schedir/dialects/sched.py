@@ -440,21 +440,58 @@ def _key_part(value: StateValue | list | tuple) -> float | bytes:
     return float(value)  # type: ignore[arg-type]
 
 
+class _LazyStateEntries(immutabledict):
+    """A state dictionary's `{name = value : f64}` entries, written only when something asks for
+    them (printing, equality, verification), as `ColumnsAttr.of_matrix` writes its bytes: the
+    passes read the decoded values registered at creation (`decoded_state_values`), and a ratio
+    that moves every step (SGLang's new_token_ratio) would otherwise cost a FloatAttr and an
+    immutabledict per write. `_key` holds the values as `state_values_attr`'s key parts.
+    (xDSL's DictionaryAttr is final; its entries mapping is what can be lazy.)"""
+
+    @property
+    def _dict(self) -> dict[str, Attribute]:  # type: ignore[override]
+        entries = self.__dict__.get("_entries")
+        if entries is None:
+            entries = self.__dict__["_entries"] = {
+                k: BytesAttr(v) if type(v) is bytes else _float_attr(v) for k, v in self.__dict__["_key"]}
+        return entries
+
+    @_dict.setter
+    def _dict(self, value: dict[str, Attribute]) -> None:
+        self.__dict__["_entries"] = value
+
+
 def state_values_attr(values: Mapping[str, StateValue]) -> DictionaryAttr:
     """A cached `{name = value : f64}` dictionary (most steps repeat the last values); a vector
     value is kept as the bytes of a float64 array (building one FloatAttr per entry costs
-    microseconds each: a 64-tenant vector would cost more than the rest of the step)."""
-    key = tuple((k, _key_part(v)) for k, v in values.items())
-    attr = _STATE_ATTRS.get(key)
-    if attr is None:
-        attr = _dictionary({k: BytesAttr(v) if isinstance(v, bytes) else _float_attr(v) for k, v in key})
-        if len(_STATE_ATTRS) < 4096:
-            _STATE_ATTRS[key] = attr
-        # its decoded values are known: the passes that read it (`decoded_state_values`) skip decoding
-        decoded = {k: np.frombuffer(v, dtype=np.float64).copy() if isinstance(v, bytes) else v for k, v in key}
-        if len(_DECODED) >= 4096:
-            _DECODED.clear()
-        _DECODED[id(attr)] = (attr, decoded, any(isinstance(v, bytes) for _, v in key))
+    microseconds each: a 64-tenant vector would cost more than the rest of the step). Its
+    entries are written lazily (`_LazyStateEntries`); its decoded values are registered now,
+    so the passes that read it never decode it."""
+    try:  # scalars only (the usual case): the items are the key
+        key = tuple(values.items())
+        attr = _STATE_ATTRS.get(key)
+        if attr is not None:
+            return attr
+        if not all(type(v) is float for _, v in key):
+            raise TypeError  # ints, numpy scalars: normalised below, so equal states share one key
+    except TypeError:  # a vector (unhashable) or a value to normalise
+        key = tuple((k, _key_part(v)) for k, v in values.items())
+        attr = _STATE_ATTRS.get(key)
+        if attr is not None:
+            return attr
+    entries = object.__new__(_LazyStateEntries)
+    entries.__dict__["_key"] = key
+    entries.__dict__["_hash"] = None
+    attr = object.__new__(DictionaryAttr)
+    object.__setattr__(attr, "data", entries)
+    if len(_STATE_ATTRS) < 4096:
+        _STATE_ATTRS[key] = attr
+    vectors = any(type(v) is bytes for _, v in key)
+    decoded = ({k: np.frombuffer(v, dtype=np.float64).copy() if type(v) is bytes else v for k, v in key} if vectors
+               else dict(key))
+    if len(_DECODED) >= 4096:
+        _DECODED.clear()
+    _DECODED[id(attr)] = (attr, decoded, vectors)
     return attr
 
 

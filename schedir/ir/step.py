@@ -13,8 +13,8 @@ rest (`Step.keep`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Iterator, Sequence
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 from xdsl.dialects.builtin import ArrayAttr, StringAttr
@@ -113,6 +113,9 @@ class Served(NamedTuple):
     decode: np.ndarray  # generated-token positions computed this step, per request
 
 
+T = TypeVar("T")
+
+
 class Usage:
     """What the decisions so far consume of the step's budgets (a plain class: built every pass)."""
 
@@ -159,6 +162,7 @@ class Step:
         self._pending: dict[str, tuple[int, SSAValue | None]] = {}
         self._states: tuple[int, dict[str, float | np.ndarray]] | None = None
         self._usage: tuple[int, Usage] | None = None
+        self._analyses: dict[object, tuple[int, object]] = {}
 
     # ------------------------------------------------------------ facts
     @property
@@ -457,6 +461,18 @@ class Step:
             raise ValueError(f"the step has no scheduler state '{name}' (the runtime lists the state its "
                              "pipeline declares in a sched.state op)")
         return default
+
+    def analysis(self, key: object, compute: Callable[[], T]) -> T:
+        """What `compute()` derives from the step as it stands, computed once per edit of the
+        step (MLIR's analysis cache): passes that each ask the same question of an unchanged
+        step (SGLang's admission gate, asked by the order and the admission pass) share the
+        answer. `key` must name everything `compute` reads besides the step."""
+        known = self._analyses.get(key)
+        if known is not None and known[0] == self._edits:
+            return known[1]  # type: ignore[return-value]
+        value = compute()
+        self._analyses[key] = (self._edits, value)
+        return value
 
     def states(self) -> dict[str, float | np.ndarray]:
         """Every scheduler-level value as this step sees it now (one walk over the step: for a

@@ -25,6 +25,7 @@ The row token streams (prompt + outputs) are kept here because the tree is keyed
 
 from __future__ import annotations
 
+import numba as nb
 import numpy as np
 
 from schedir.lowering.kv_pool import BlockTables
@@ -301,6 +302,22 @@ class RadixKVPool(BlockTables):
         self.evict_for(need)
         return self.available >= need
 
+    def decode_if_free(self, rows: np.ndarray) -> bool:
+        """`check_decode_mem` then `prepare_for_decode` in one call when the free pages alone
+        cover a page per row (both evictions would then be no-ops): True if it decoded the rows,
+        False (nothing done) when the caller must take the general path (`decode_fits`, then
+        `decode`). SGLang's steady decode step, in one kernel instead of a dozen numpy calls."""
+        if self.nfree < rows.size:
+            return False
+        taken = _decode_rows(self.kv_len, self.table, self.nblk, rows, self.free, self.head, self.block_size)
+        if taken < 0:
+            raise MemoryError(f"radix pool: a row needs more than {self.width} pages")
+        self.head = (self.head + taken) % self.free.size
+        self.nfree -= taken
+        self.extend_rows = _NO_ROWS
+        self.extend_ends = _NO_ROWS
+        return True
+
     def decode(self, rows: np.ndarray, mixed: bool = False) -> None:
         """`prepare_for_decode`: one more token of KV for each row (a new page where the last is full).
         `mixed`: the rows decode in a prefill step (the extend batch stays recorded)."""
@@ -422,3 +439,33 @@ class RadixKVPool(BlockTables):
         if pages.size + total_tokens // page != self.num_blocks - 1:
             raise AssertionError(f"pages not conserved: {pages.size} free/owned + {total_tokens // page} in the "
                                  f"tree != {self.num_blocks - 1}")
+
+
+_NO_ROWS = np.zeros(0, dtype=np.int64)
+_NO_ROWS.flags.writeable = False
+
+
+@nb.njit(cache=True)
+def _decode_rows(kv_len, table, nblk, rows, free, head, page):
+    """One more token of KV for each of `rows`: a row whose last page is full takes the next
+    free page (the ring `free` from `head`, in row order, as `decode` takes them). Returns the
+    number of pages taken; -1 if a row would outgrow its page table (nothing is changed then).
+    The caller has checked that enough pages are free."""
+    width = table.shape[1]
+    for i in range(rows.size):
+        r = rows[i]
+        if kv_len[r] % page == 0 and kv_len[r] // page >= width:
+            return -1
+    size = free.size
+    taken = 0
+    for i in range(rows.size):
+        r = rows[i]
+        n = kv_len[r]
+        if n % page == 0:
+            at = n // page
+            table[r, at] = free[(head + taken) % size]
+            taken += 1
+            if nblk[r] < at + 1:
+                nblk[r] = at + 1
+        kv_len[r] = n + 1
+    return taken

@@ -73,6 +73,13 @@ class Gate(NamedTuple):
 
 
 def admission_gate(step: Step, running, waiting, max_seqs: int, st: dict) -> Gate:  # noqa: ANN001
+    """`_admission_gate`, asked once per edit of the step: the order pass and the admission pass
+    both ask it of the same step (`st` is the step's own state, so the step's edits cover it)."""
+    return step.analysis(("sglang-admission-gate", id(running), id(waiting), max_seqs),
+                         lambda: _admission_gate(step, running, waiting, max_seqs, st))
+
+
+def _admission_gate(step: Step, running, waiting, max_seqs: int, st: dict) -> Gate:  # noqa: ANN001
     """The checks `Scheduler.get_next_batch_to_run` / `_get_new_batch_prefill_raw` make before
     ordering the queue: `batch_is_full` is cleared when the running batch shrank or is empty;
     no prefill while it is set or nothing waits (unless a chunked request continues), nor when

@@ -75,13 +75,17 @@ class SglangDecode(StepPass):
         full = st.get(BATCH_FULL.name, 0.0) > 0
         if batch.size < st.get(BATCH_SIZE.name, 0.0):
             full = False
-        in_batch = ids != chunked
-        total, prompt, max_new = (c[order][in_batch] for c in step.columns(running, ("total", "prompt", "max_tokens")))
-        outputs = total - prompt
         writes: dict[str, float] = {}
         init = self.init_ratio
         floor = init * self.min_factor
-        if not pool.decode_fits(batch):
+        fast = pool.decode_if_free(batch)  # the usual step: pages free for every row, decoded already
+        if fast:
+            ratio = max(ratio - (init - floor) / self.decay_steps, floor)
+        elif not pool.decode_fits(batch):
+            in_batch = ids != chunked
+            total, prompt, max_new = (c[order][in_batch]
+                                      for c in step.columns(running, ("total", "prompt", "max_tokens")))
+            outputs = total - prompt
             # ScheduleBatch._get_decode_retraction_order: keep most-output, shortest-prompt first
             keep = sorted(range(batch.size), key=lambda i: (int(outputs[i]), -int(prompt[i])), reverse=True)
             retracted: list[int] = []
@@ -120,7 +124,8 @@ class SglangDecode(StepPass):
         else:
             ratio = max(ratio - (init - floor) / self.decay_steps, floor)
         if batch.size:
-            pool.decode(batch)
+            if not fast:
+                pool.decode(batch)
             step.schedule(running, "decode", batch, np.ones(batch.size, dtype=np.int64))
         else:
             pool.idle()
