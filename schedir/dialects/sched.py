@@ -354,7 +354,9 @@ class _StateValuesOp(IRDLOperation):
         return new_op(cls, (), {"values": state_values_attr(values)})
 
     def as_dict(self) -> dict[str, StateValue]:
-        return {k: _value_of(v) for k, v in self.properties["values"].data.items()}  # type: ignore[attr-defined]
+        """The values (vectors as fresh copies); decoded once per attribute (`decoded_state_values`)."""
+        values = decoded_state_values(self.properties["values"])  # type: ignore[arg-type]
+        return dict(values)
 
     def verify_(self) -> None:
         for key, value in self.values.data.items():

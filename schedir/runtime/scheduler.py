@@ -30,7 +30,7 @@ from schedir.dialects.mem import MatchOp
 from schedir.dialects.req import PreemptOp, RejectOp, ScheduleOp
 from schedir.dialects.req import SetStateOp as ReqSetStateOp
 from schedir.dialects.sched import SetStateOp as SchedSetStateOp
-from schedir.dialects.sched import StepFacts
+from schedir.dialects.sched import StepFacts, decoded_state_values
 from schedir.ir.builder import RecycledStep, build_step
 from schedir.ir.errors import PassFailure, PipelineError
 from schedir.ir.fastop import dispose
@@ -672,7 +672,7 @@ class Scheduler:
         table = self.table
         for op in writes:
             if type(op) is SchedSetStateOp:
-                self.scheduler_state.update(op.as_dict())
+                self.scheduler_state.update(decoded_state_values(op.properties["values"]))  # no FloatAttrs written
                 continue
             cols = op.properties["columns"]
             rows = cols.get("id")
