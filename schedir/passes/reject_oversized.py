@@ -51,13 +51,18 @@ class RejectOversized(StepPass):
         if pending is None:
             return
         facts = step.facts
-        total, prompt, max_tokens = step.columns(pending, ("total", "prompt", "max_tokens"))
+        total = step.column(pending, "total")
         if total.size == 0:
             return
         mml, cache = facts.max_model_len, facts.total_blocks * facts.block_size
-        # Fast path: nothing reaches the model length, and the longest generation fits the cache.
+        # Fast path: nothing reaches the model length, and the longest generation fits the cache
+        # (always, when the cache holds max_model_len tokens: then only `total` is read).
         longest = int(total.max())
-        if longest < mml and longest <= cache and (mml - 1 <= cache or int((prompt + max_tokens).max()) - 1 <= cache):
+        fits = longest < mml and longest <= cache
+        if fits and mml - 1 <= cache:
+            return
+        prompt, max_tokens = step.columns(pending, ("prompt", "max_tokens"))
+        if fits and int((prompt + max_tokens).max()) - 1 <= cache:
             return
         too_long, too_big = oversized(total, prompt, max_tokens, mml, facts.total_blocks, facts.block_size)
         bad = too_long | too_big

@@ -138,17 +138,18 @@ class SglangOrder(StepPass):
         if pending is None:
             return
         st = step.states()
-        ids = step.ids(pending)
         pos = step.state_column(pending, POS.name, POS.default)
         if admission_gate(step, step.pending(self.running), pending, step.facts.max_seqs, st).skip:
             # SGLang orders the queue only when it tries a prefill batch; arrivals still join the
             # list's end now (`_add_request_to_queue`), ahead of requests retracted later
+            if not pos.size or pos.min() >= 0:  # none arrived since the last step
+                return
             fresh = np.flatnonzero(pos < 0)
-            if fresh.size:
-                base = int(st.get(NEXT_POS.name, NEXT_POS.default))
-                step.set_state(**{NEXT_POS.name: float(base + fresh.size)})
-                step.set_request_state(pending, ids[fresh], **{POS.name: np.arange(base, base + fresh.size)})
+            base = int(st.get(NEXT_POS.name, NEXT_POS.default))
+            step.set_state(**{NEXT_POS.name: float(base + fresh.size)})
+            step.set_request_state(pending, step.ids(pending)[fresh], **{POS.name: np.arange(base, base + fresh.size)})
             return
+        ids = step.ids(pending)
         writes: dict[str, float] = {}
         at = waiting_list(ids, pos)
         policy = step.facts.policy if self.policy == "config" else self.policy
