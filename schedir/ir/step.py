@@ -160,7 +160,7 @@ class Step:
         # way calls `forget`. Several passes of a pipeline ask for the same queues and state.
         self._edits = 0
         self._pending: dict[str, tuple[int, SSAValue | None]] = {}
-        self._states: tuple[int, dict[str, float | np.ndarray]] | None = None
+        self._states: tuple[int, dict[str, float | np.ndarray], bool] | None = None
         self._usage: tuple[int, Usage] | None = None
         self._analyses: dict[object, tuple[int, object]] = {}
 
@@ -478,17 +478,18 @@ class Step:
         """Every scheduler-level value as this step sees it now (one walk over the step: for a
         pass that reads several), later `sched.set_state` values over earlier ones."""
         known = self._states
-        if known is not None and known[0] == self._edits:
-            return dict(known[1])
-        out: dict[str, float | np.ndarray] = {}
-        op = self.block.first_op
-        while op is not None:
-            kind = type(op)
-            if kind is StateOp or kind is SetStateOp:
-                out.update(decoded_state_values(op.properties["values"]))  # type: ignore[arg-type]
-            op = op._next_op
-        self._states = (self._edits, out)
-        return dict(out)
+        if known is None or known[0] != self._edits:
+            out: dict[str, float | np.ndarray] = {}
+            op = self.block.first_op
+            while op is not None:
+                kind = type(op)
+                if kind is StateOp or kind is SetStateOp:
+                    out.update(decoded_state_values(op.properties["values"]))  # type: ignore[arg-type]
+                op = op._next_op
+            known = self._states = (self._edits, out, any(type(v) is np.ndarray for v in out.values()))
+        if known[2]:  # vectors: each caller gets its own copy (a pass may update one in place)
+            return {k: v.copy() if type(v) is np.ndarray else v for k, v in known[1].items()}
+        return dict(known[1])
 
     def set_state(self, **values: float | np.ndarray) -> None:
         """New scheduler-level values, kept from the next step on (a `sched.set_state`; the pass
