@@ -333,8 +333,8 @@ class RadixKVPool(BlockTables):
             self.nblk[fresh] = np.maximum(self.nblk[fresh], at + 1)
         self.kv_len[rows] = n + 1
         if not mixed:
-            self.extend_rows = np.zeros(0, dtype=np.int64)
-            self.extend_ends = np.zeros(0, dtype=np.int64)
+            self.extend_rows = _NO_ROWS
+            self.extend_ends = _NO_ROWS
 
     def stash_chunked(self) -> None:
         """`Scheduler.stash_chunked_request`: put what a chunked request computed into the tree."""
@@ -344,8 +344,8 @@ class RadixKVPool(BlockTables):
         self.stash = []
 
     def idle(self) -> None:
-        self.extend_rows = np.zeros(0, dtype=np.int64)
-        self.extend_ends = np.zeros(0, dtype=np.int64)
+        self.extend_rows = _NO_ROWS  # shared and read-only: the extend batch is only ever replaced
+        self.extend_ends = _NO_ROWS
 
     def checkpoint(self, row: int, up_to: int) -> None:
         """Insert the row's first `up_to` tokens (whole pages; the prompt boundary split off) into
