@@ -155,13 +155,11 @@ class Step:
         # Keyed by id(value): hashing an xDSL SSAValue costs microseconds (it is not an identity hash).
         self._roots: dict[int, QueueOp] = {}
         self._rows: dict[int, tuple[ColumnsAttr, np.ndarray]] = {}
-        # What `pending` and `states` found, valid while `_edits` is unchanged: every op a pass adds
-        # goes through `append` (or `ensure_state`), which counts; a pass that rewrites ops another
-        # way calls `forget`. Several passes of a pipeline ask for the same queues and state.
+        # Answers derived from the step (`analysis`: pending sets, state, usage, ...), valid while
+        # `_edits` is unchanged: every op a pass adds goes through `append` (or `ensure_state`),
+        # which counts; a pass that rewrites ops another way calls `forget`. Several passes of a
+        # pipeline ask for the same queues and state.
         self._edits = 0
-        self._pending: dict[str, tuple[int, SSAValue | None]] = {}
-        self._states: tuple[int, dict[str, float | np.ndarray], bool] | None = None
-        self._usage: tuple[int, Usage] | None = None
         self._analyses: dict[object, tuple[int, object]] = {}
 
     # ------------------------------------------------------------ facts
@@ -284,12 +282,7 @@ class Step:
         unless decisions (schedule, defer, reject, preempt) took it over: a pass that decides
         on part of a set leaves the rest pending with `Step.keep` (a `req.select`).
         """
-        known = self._pending.get(queue)
-        if known is not None and known[0] == self._edits:
-            return known[1]
-        found = self._find_pending(queue)
-        self._pending[queue] = (self._edits, found)
-        return found
+        return self.analysis(("pending", queue), lambda: self._find_pending(queue))
 
     def _find_pending(self, queue: str) -> SSAValue | None:
         current: SSAValue | None = None
@@ -477,19 +470,20 @@ class Step:
     def states(self) -> dict[str, float | np.ndarray]:
         """Every scheduler-level value as this step sees it now (one walk over the step: for a
         pass that reads several), later `sched.set_state` values over earlier ones."""
-        known = self._states
-        if known is None or known[0] != self._edits:
-            out: dict[str, float | np.ndarray] = {}
-            op = self.block.first_op
-            while op is not None:
-                kind = type(op)
-                if kind is StateOp or kind is SetStateOp:
-                    out.update(decoded_state_values(op.properties["values"]))  # type: ignore[arg-type]
-                op = op._next_op
-            known = self._states = (self._edits, out, any(type(v) is np.ndarray for v in out.values()))
-        if known[2]:  # vectors: each caller gets its own copy (a pass may update one in place)
-            return {k: v.copy() if type(v) is np.ndarray else v for k, v in known[1].items()}
-        return dict(known[1])
+        values, vectors = self.analysis("states", self._find_states)
+        if vectors:  # each caller gets its own copy (a pass may update one in place)
+            return {k: v.copy() if type(v) is np.ndarray else v for k, v in values.items()}
+        return dict(values)
+
+    def _find_states(self) -> tuple[dict[str, float | np.ndarray], bool]:
+        out: dict[str, float | np.ndarray] = {}
+        op = self.block.first_op
+        while op is not None:
+            kind = type(op)
+            if kind is StateOp or kind is SetStateOp:
+                out.update(decoded_state_values(op.properties["values"]))  # type: ignore[arg-type]
+            op = op._next_op
+        return out, any(type(v) is np.ndarray for v in out.values())
 
     def set_state(self, **values: float | np.ndarray) -> None:
         """New scheduler-level values, kept from the next step on (a `sched.set_state`; the pass
@@ -532,12 +526,7 @@ class Step:
     def usage(self) -> Usage:
         """Budgets consumed by the decisions so far (a walk over the step's few ops, once per
         edit of the step: several passes ask)."""
-        known = self._usage
-        if known is not None and known[0] == self._edits:
-            return known[1]
-        found = self._find_usage()
-        self._usage = (self._edits, found)
-        return found
+        return self.analysis("usage", self._find_usage)
 
     def _find_usage(self) -> Usage:
         tokens = seqs = taken = given = evicted = 0

@@ -309,11 +309,7 @@ class RadixKVPool(BlockTables):
         `decode`). SGLang's steady decode step, in one kernel instead of a dozen numpy calls."""
         if self.nfree < rows.size:
             return False
-        taken = _decode_rows(self.kv_len, self.table, self.nblk, rows, self.free, self.head, self.block_size)
-        if taken < 0:
-            raise MemoryError(f"radix pool: a row needs more than {self.width} pages")
-        self.head = (self.head + taken) % self.free.size
-        self.nfree -= taken
+        self._decode_rows(rows)
         self.extend_rows = _NO_ROWS
         self.extend_ends = _NO_ROWS
         return True
@@ -321,20 +317,22 @@ class RadixKVPool(BlockTables):
     def decode(self, rows: np.ndarray, mixed: bool = False) -> None:
         """`prepare_for_decode`: one more token of KV for each row (a new page where the last is full).
         `mixed`: the rows decode in a prefill step (the extend batch stays recorded)."""
-        page = self.block_size
-        self.evict_for(rows.size * page)  # alloc_token_slots / alloc_paged_token_slots_decode's demand
-        n = self.kv_len[rows]
-        fresh = rows[n % page == 0]
-        if fresh.size:
-            at = self.kv_len[fresh] // page
-            if at.max() >= self.width:
-                raise MemoryError(f"radix pool: a row needs more than {self.width} pages")
-            self.table[fresh, at] = self._take_pages(fresh.size)
-            self.nblk[fresh] = np.maximum(self.nblk[fresh], at + 1)
-        self.kv_len[rows] = n + 1
+        self.evict_for(rows.size * self.block_size)  # alloc_token_slots / alloc_paged_token_slots_decode's demand
+        self._decode_rows(rows)
         if not mixed:
             self.extend_rows = _NO_ROWS
             self.extend_ends = _NO_ROWS
+
+    def _decode_rows(self, rows: np.ndarray) -> None:
+        taken = _decode_rows(self.kv_len, self.table, self.nblk, rows, self.free, self.head, self.nfree,
+                             self.block_size)
+        if taken == _TOO_WIDE:
+            raise MemoryError(f"radix pool: a row needs more than {self.width} pages")
+        if taken == _TOO_FEW:
+            need = int(np.count_nonzero(self.kv_len[rows] % self.block_size == 0))
+            raise MemoryError(f"radix pool: {need} pages asked, {self.nfree} free")
+        self.head = (self.head + taken) % self.free.size
+        self.nfree -= taken
 
     def stash_chunked(self) -> None:
         """`Scheduler.stash_chunked_request`: put what a chunked request computed into the tree."""
@@ -445,17 +443,25 @@ _NO_ROWS = np.zeros(0, dtype=np.int64)
 _NO_ROWS.flags.writeable = False
 
 
+_TOO_WIDE, _TOO_FEW = -1, -2
+
+
 @nb.njit(cache=True)
-def _decode_rows(kv_len, table, nblk, rows, free, head, page):
+def _decode_rows(kv_len, table, nblk, rows, free, head, nfree, page):
     """One more token of KV for each of `rows`: a row whose last page is full takes the next
-    free page (the ring `free` from `head`, in row order, as `decode` takes them). Returns the
-    number of pages taken; -1 if a row would outgrow its page table (nothing is changed then).
-    The caller has checked that enough pages are free."""
+    free page (the ring `free` from `head`, in row order). Returns the number of pages taken;
+    `_TOO_WIDE` if a row would outgrow its page table, `_TOO_FEW` if fewer than that many pages
+    are free (nothing is changed then)."""
     width = table.shape[1]
+    fresh = 0
     for i in range(rows.size):
         r = rows[i]
-        if kv_len[r] % page == 0 and kv_len[r] // page >= width:
-            return -1
+        if kv_len[r] % page == 0:
+            if kv_len[r] // page >= width:
+                return _TOO_WIDE
+            fresh += 1
+    if fresh > nfree:
+        return _TOO_FEW
     size = free.size
     taken = 0
     for i in range(rows.size):

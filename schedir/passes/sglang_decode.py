@@ -79,9 +79,7 @@ class SglangDecode(StepPass):
         init = self.init_ratio
         floor = init * self.min_factor
         fast = pool.decode_if_free(batch)  # the usual step: pages free for every row, decoded already
-        if fast:
-            ratio = max(ratio - (init - floor) / self.decay_steps, floor)
-        elif not pool.decode_fits(batch):
+        if not fast and not pool.decode_fits(batch):
             in_batch = ids != chunked
             total, prompt, max_new = (c[order][in_batch]
                                       for c in step.columns(running, ("total", "prompt", "max_tokens")))

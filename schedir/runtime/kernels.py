@@ -31,27 +31,12 @@ DROPPED = -2  # update(): a stale output in drop mode (preempted and resumed mea
 
 
 @nb.njit(cache=True)
-def queue_columns(data, rows, nblk, refresh_blocks: bool):
-    """The step IR's columns of a queue (the table's first QUEUE_COLUMN_COUNT rows at `rows`)
-    as one C-ordered matrix; with `refresh_blocks`, each row's held-block count is first
-    copied from the pool (running requests: the count moves every few steps). One pass
-    instead of a fancy get, a fancy set and a gather."""
-    n = rows.size
-    if refresh_blocks:
-        for i in range(n):
-            data[BLOCKS, rows[i]] = nblk[rows[i]]
-    out = np.empty((QUEUE_COLUMN_COUNT, n), dtype=np.int64)
-    for c in range(QUEUE_COLUMN_COUNT):
-        for i in range(n):
-            out[c, i] = data[c, rows[i]]
-    return out
-
-
-@nb.njit(cache=True)
 def queue_columns_with_state(data, rows, nblk, refresh_blocks: bool, state, state_rows):
-    """`queue_columns`, then the rows' declared request state (`state[state_rows]`) below
-    them, in one matrix: a pipeline that declares request state (sglang, vtc, fastserve, the
-    v0 presets) pays one kernel call per queue instead of a gather and a `vstack`."""
+    """The step IR's columns of a queue (the table's first QUEUE_COLUMN_COUNT rows at `rows`),
+    then the rows' declared request state (`state[state_rows]`), as one C-ordered matrix; with
+    `refresh_blocks`, each row's held-block count is first copied from the pool (running
+    requests: the count moves every few steps). One pass instead of a fancy get, a fancy set,
+    a gather and a `vstack`."""
     n = rows.size
     if refresh_blocks:
         for i in range(n):
@@ -65,6 +50,15 @@ def queue_columns_with_state(data, rows, nblk, refresh_blocks: bool, state, stat
         for i in range(n):
             out[QUEUE_COLUMN_COUNT + c, i] = state[state_rows[c], rows[i]]
     return out
+
+
+_NO_STATE = np.zeros((0, 0), dtype=np.int64)
+_NO_STATE_ROWS = np.zeros(0, dtype=np.int64)
+
+
+def queue_columns(data, rows, nblk, refresh_blocks: bool):  # noqa: ANN001, ANN201
+    """`queue_columns_with_state` for a pipeline that declares no request state."""
+    return queue_columns_with_state(data, rows, nblk, refresh_blocks, _NO_STATE, _NO_STATE_ROWS)
 
 
 # rows of `read_scheduled`'s result
