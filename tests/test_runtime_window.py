@@ -212,3 +212,69 @@ def test_only_the_vllm_preset_bounds_the_window_by_seats_budget_and_blocks():
     assert bound(False) == 4
     assert not Scheduler(SchedulerConfig(pipeline="sarathi"))._vllm_rules()
     assert not Scheduler(SchedulerConfig(long_prefill_token_threshold=32))._vllm_rules()
+
+
+def run_sglang(window: bool, policy: str, seed: int, num_blocks: int, mixed: bool) -> tuple[list[tuple], int]:
+    """The sglang preset over a burst far larger than max_num_seqs (shared prefixes, a few
+    prompts no pool could hold, retractions when the pool is small), with or without the
+    window: every step's output and every piece of SGLang state it keeps must agree."""
+    cfg = SchedulerConfig(num_blocks=num_blocks, block_size=4, max_num_batched_tokens=64, max_num_seqs=4,
+                          max_model_len=256, pipeline="sglang-mixed" if mixed else "sglang", policy=policy)
+    sched = Scheduler(cfg)
+    assert sched._sglang_gate
+    if not window:
+        sched._sglang_gate = False
+    rng = np.random.default_rng(seed)
+    shared = rng.integers(0, 1000, 48).tolist()
+    n = 160
+    decisions = []
+    windowed_steps = 0
+    arrived = 0
+    while arrived < n or sched.has_unfinished_requests():
+        for _ in range(min(int(rng.integers(0, 6)), n - arrived)):  # arrivals between steps
+            length = int(rng.integers(1, 60))
+            tokens = (shared[: int(rng.integers(0, 48))] + rng.integers(0, 1000, length).tolist())[:250]
+            if arrived % 37 == 5:
+                tokens = rng.integers(0, 1000, 300).tolist()  # longer than max_model_len: rejected
+            sched.add_request(Request(f"r{arrived:04d}", tokens, max_tokens=int(rng.integers(1, 40))))
+            arrived += 1
+        seen = sched.waiting.size
+        original = sched._sglang_window
+        entered: list[int] = []
+        sched._sglang_window = lambda w: entered.append(0) or original(w)  # type: ignore[method-assign]
+        out = sched.schedule()
+        sched._sglang_window = original  # type: ignore[method-assign]
+        windowed_steps += bool(entered) and seen > 1
+        state = tuple(sorted((k, float(v)) for k, v in sched.scheduler_state.items()))
+        rows = np.sort(np.concatenate([sched.running, sched.waiting]))
+        table_state = sched.table.state[:, rows].tobytes()
+        decisions.append((tuple(out.req_ids), tuple(out.num_tokens.tolist()), tuple(out.computed.tolist()),
+                          tuple(sorted(out.preempted_req_ids)), tuple(sorted(out.rejected.items())), state,
+                          table_state))
+        sched.update(out, np.where(out.sampled, 7, -1))
+        assert len(decisions) < 20000
+    metrics = sched.get_metrics()
+    assert metrics["finished_requests"] + metrics["rejected_requests"] == n
+    return decisions, windowed_steps
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+@pytest.mark.parametrize("num_blocks", [400, 60])  # 60: retractions
+@pytest.mark.parametrize("policy", ["lpm", "fcfs"])
+def test_sglang_window_keeps_every_decision_and_state(policy, num_blocks, mixed):
+    windowed, steps = run_sglang(True, policy, seed=4, num_blocks=num_blocks, mixed=mixed)
+    whole, _ = run_sglang(False, policy, seed=4, num_blocks=num_blocks, mixed=mixed)
+    assert steps > 20  # the window was asked with a queue behind a full batch
+    if num_blocks == 60:
+        assert any(step[3] for step in whole)  # retractions happened
+    assert any(step[4] for step in whole)  # so did rejections
+    assert len(windowed) == len(whole)
+    for step, (a, b) in enumerate(zip(windowed, whole, strict=True)):
+        assert a == b, f"step {step + 1} differs"
+
+
+def test_sglang_window_only_for_the_sglang_passes_over_their_queues():
+    assert Scheduler(SchedulerConfig(pipeline="sglang", block_size=1, num_blocks=257))._sglang_gate
+    assert not Scheduler(SchedulerConfig(pipeline="vllm"))._sglang_gate
+    other = "reject-oversized,sglang-order,sglang-admit{queue=waiting},sglang-decode{waiting=running}"
+    assert not Scheduler(SchedulerConfig(pipeline=other, block_size=1, num_blocks=257))._sglang_gate

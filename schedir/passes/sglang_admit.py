@@ -80,22 +80,29 @@ def admission_gate(step: Step, running, waiting, max_seqs: int, st: dict) -> Gat
 
 
 def _admission_gate(step: Step, running, waiting, max_seqs: int, st: dict) -> Gate:  # noqa: ANN001
+    """`gate_rule` over the step: its running set, whether anybody waits, its state."""
+    run_ids = step.ids(running) if running is not None else np.zeros(0, dtype=np.int64)
+    nothing = waiting is None or len(step.ids(waiting)) == 0
+    return gate_rule(run_ids, nothing, max_seqs, int(st.get(CHUNKED.name, CHUNKED.default)),
+                     float(st.get(BATCH_FULL.name, 0.0)), float(st.get(BATCH_SIZE.name, 0.0)))
+
+
+def gate_rule(run_ids: np.ndarray, nothing_waits: bool, max_seqs: int, chunked: int, batch_full: float,
+              last_batch_size: float) -> Gate:
     """The checks `Scheduler.get_next_batch_to_run` / `_get_new_batch_prefill_raw` make before
     ordering the queue: `batch_is_full` is cleared when the running batch shrank or is empty;
     no prefill while it is set or nothing waits (unless a chunked request continues), nor when
     no request slot is left (`get_num_allocatable_reqs`). The order pass asks too: SGLang does
-    not sort (nor match, nor touch the tree) in a step that skips admission."""
-    run_ids = step.ids(running) if running is not None else np.zeros(0, dtype=np.int64)
-    chunked = int(st.get(CHUNKED.name, CHUNKED.default))
+    not sort (nor match, nor touch the tree) in a step that skips admission. The runtime asks
+    it before building the step, from the same state (see `Scheduler._sglang_window`)."""
     if chunked >= 0 and chunked not in run_ids:
         chunked = -1  # it ended (an abort) since the last step
     batch_size = run_ids.size if chunked < 0 else int(np.count_nonzero(run_ids != chunked))
-    full = st.get(BATCH_FULL.name, 0.0) > 0
-    if batch_size < st.get(BATCH_SIZE.name, 0.0) or batch_size == 0:
+    full = batch_full > 0
+    if batch_size < last_batch_size or batch_size == 0:
         full = False
-    nothing = waiting is None or len(step.ids(waiting)) == 0
     skip = False
-    if (full or nothing) and chunked < 0:
+    if (full or nothing_waits) and chunked < 0:
         skip = True
     elif max_seqs - batch_size <= 0 and chunked < 0:
         skip = full = True
