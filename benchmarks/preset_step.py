@@ -32,15 +32,16 @@ def engine_presets() -> list[str]:
     return [name for name in PRESETS if name not in ROUTER_PRESETS]
 
 
-def _decoding_scheduler(preset: str, n: int) -> Scheduler:
-    """A scheduler of `preset` with N requests decoding and N/2 waiting behind max_num_seqs."""
+def _decoding_scheduler(preset: str, n: int, waiting: int | None = None) -> Scheduler:
+    """A scheduler of `preset` with N requests decoding and `waiting` (default N/2) waiting behind
+    max_num_seqs."""
     passes = PassManager.parse(PRESETS[preset]).passes
     no_cache = any(p.no_prefix_cache for p in passes)  # vllm-v0: v0's prefix caching is not reproduced
     cfg = SchedulerConfig(num_blocks=n * 80 + 64, block_size=16, max_num_batched_tokens=16384, max_num_seqs=n,
                           max_model_len=2048, pipeline=preset, enable_prefix_caching=not no_cache,
                           num_cpu_blocks=n * 80 if any("swapped-queue" in p.requires for p in passes) else 0)
     s = Scheduler(cfg, clock=lambda: 0.0)  # every request fresh: order-slo keeps them all
-    for i in range(n + n // 2):
+    for i in range(n + (n // 2 if waiting is None else waiting)):
         tokens = (np.arange(PROMPT) + i * PROMPT) % 30000 + 1
         s.add_request(Request(f"r{i}", tokens, max_tokens=1000, arrival_time=0.0,
                               state={"tenant": i % 4} if preset == "vtc" else {}))
@@ -66,11 +67,12 @@ def median_step_us(preset: str, n: int, steps: int) -> float:
     return float(np.median(times)) * 1e6
 
 
-def interleaved_medians(cases: list[tuple[str, int]], steps: int, rounds: int = 10) -> dict[tuple[str, int], float]:
+def interleaved_medians(cases: list[tuple[str, int]], steps: int, rounds: int = 10,
+                        waiting: int | None = None) -> dict[tuple[str, int], float]:
     """Every case's median `schedule()`, the cases taking turns in `rounds` rounds of steps/rounds
     steps each: a machine whose speed drifts (a shared 2-core box) moves every case alike, so the
     ratios to `vllm` hold even when the absolute figures wander."""
-    schedulers = {case: _decoding_scheduler(*case) for case in cases}
+    schedulers = {case: _decoding_scheduler(*case, waiting) for case in cases}
     times: dict[tuple[str, int], list[float]] = {case: [] for case in cases}
     per_round = max(1, steps // rounds)
     for _ in range(rounds):
@@ -84,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--presets", default=",".join(engine_presets()))
     parser.add_argument("--sizes", default="32,256")
     parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--waiting", type=int, help="requests waiting behind the full batch (default N/2): "
+                        "an overload shows whether a preset's step grows with the queue")
     args = parser.parse_args(argv)
     presets = [p for p in args.presets.split(",") if p]
     sizes = [int(x) for x in args.sizes.split(",")]
@@ -91,8 +95,9 @@ def main(argv: list[str] | None = None) -> int:
         presets.insert(0, "vllm")
     for preset in presets:  # compile and warm every preset's kernels before timing any
         median_step_us(preset, 8, 5)
-    results = interleaved_medians([(p, n) for n in sizes for p in presets], args.steps)
-    print(f"schedule() median, µs ({args.steps} decode steps in 10 interleaved rounds, N running + N/2 waiting); "
+    results = interleaved_medians([(p, n) for n in sizes for p in presets], args.steps, waiting=args.waiting)
+    behind = "N/2" if args.waiting is None else f"{args.waiting:,}"
+    print(f"schedule() median, µs ({args.steps} decode steps in 10 interleaved rounds, N running + {behind} waiting); "
           "x = / vllm's")
     print(f"{'preset':<18}" + "".join(f"{f'N={n}':>18}" for n in sizes))
     for p in presets:

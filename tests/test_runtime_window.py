@@ -221,9 +221,9 @@ def run_sglang(window: bool, policy: str, seed: int, num_blocks: int, mixed: boo
     cfg = SchedulerConfig(num_blocks=num_blocks, block_size=4, max_num_batched_tokens=64, max_num_seqs=4,
                           max_model_len=256, pipeline="sglang-mixed" if mixed else "sglang", policy=policy)
     sched = Scheduler(cfg)
-    assert sched._sglang_gate
+    assert sched._declared_window
     if not window:
-        sched._sglang_gate = False
+        sched._declared_window = False
     rng = np.random.default_rng(seed)
     shared = rng.integers(0, 1000, 48).tolist()
     n = 160
@@ -238,13 +238,18 @@ def run_sglang(window: bool, policy: str, seed: int, num_blocks: int, mixed: boo
                 tokens = rng.integers(0, 1000, 300).tolist()  # longer than max_model_len: rejected
             sched.add_request(Request(f"r{arrived:04d}", tokens, max_tokens=int(rng.integers(1, 40))))
             arrived += 1
-        seen = sched.waiting.size
-        original = sched._sglang_window
-        entered: list[int] = []
-        sched._sglang_window = lambda w: entered.append(0) or original(w)  # type: ignore[method-assign]
+        original = sched._waiting_window
+        sizes: list[tuple[int, int]] = []
+
+        def spy(w: np.ndarray) -> np.ndarray:
+            kept = original(w)
+            sizes.append((w.size, kept.size))
+            return kept
+
+        sched._waiting_window = spy  # type: ignore[method-assign]
         out = sched.schedule()
-        sched._sglang_window = original  # type: ignore[method-assign]
-        windowed_steps += bool(entered) and seen > 1
+        sched._waiting_window = original  # type: ignore[method-assign]
+        windowed_steps += any(kept < size for size, kept in sizes)  # the window left somebody out
         state = tuple(sorted((k, float(v)) for k, v in sched.scheduler_state.items()))
         rows = np.sort(np.concatenate([sched.running, sched.waiting]))
         table_state = sched.table.state[:, rows].tobytes()
@@ -273,8 +278,17 @@ def test_sglang_window_keeps_every_decision_and_state(policy, num_blocks, mixed)
         assert a == b, f"step {step + 1} differs"
 
 
-def test_sglang_window_only_for_the_sglang_passes_over_their_queues():
-    assert Scheduler(SchedulerConfig(pipeline="sglang", block_size=1, num_blocks=257))._sglang_gate
-    assert not Scheduler(SchedulerConfig(pipeline="vllm"))._sglang_gate
-    other = "reject-oversized,sglang-order,sglang-admit{queue=waiting},sglang-decode{waiting=running}"
-    assert not Scheduler(SchedulerConfig(pipeline=other, block_size=1, num_blocks=257))._sglang_gate
+def test_a_window_only_where_every_pass_declares_one():
+    """The declared window (`StepPass.waiting_window`) applies when every pass of the pipeline
+    declares what it needs; a pass that does not (or one reading other queues) sees everything."""
+    from schedir.ir.window import WindowContext
+    from schedir.passes.sglang_decode import SglangDecode
+
+    assert Scheduler(SchedulerConfig(pipeline="sglang", block_size=1, num_blocks=257))._declared_window
+    assert not Scheduler(SchedulerConfig(pipeline="vllm"))._declared_window  # its own window (above)
+    assert not Scheduler(SchedulerConfig(pipeline="base"))._declared_window
+    ctx = WindowContext(running=np.array([1, 2]), waiting=np.array([3, 4]), max_seqs=2,
+                        oversized=WindowContext.NONE, scheduler_state={},
+                        request_state=lambda name, rows: np.zeros(rows.size, dtype=np.int64))
+    assert SglangDecode().waiting_window(ctx).tolist() == []
+    assert SglangDecode(waiting="running").waiting_window(ctx) is None

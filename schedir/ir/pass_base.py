@@ -17,14 +17,18 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from dataclasses import MISSING, dataclass, fields
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
+import numpy as np
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
 from schedir.ir.state import RequestState, SchedulerState
 from schedir.ir.step import Step, steps_of
+
+if TYPE_CHECKING:
+    from schedir.ir.window import WindowContext
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,12 @@ class StepPass(ModulePass):
     @abstractmethod
     def run(self, step: Step) -> None:
         """Read the step's columns, append this pass's decisions."""
+
+    def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
+        """The waiting requests this pass could act on in a step built now: their positions in
+        `ctx.waiting`, or None for every one (the default: a runtime puts the whole queue in the
+        step unless every pass of its pipeline declares a mask; see `schedir.ir.window`)."""
+        return None
 
     @classmethod
     def summary(cls) -> str:

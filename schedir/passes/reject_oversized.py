@@ -10,6 +10,7 @@ import numpy as np
 from schedir.dialects.codes import Reason
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
+from schedir.ir.window import WindowContext
 
 
 def oversized(total: np.ndarray, prompt: np.ndarray, max_tokens: np.ndarray, max_model_len: int,
@@ -45,6 +46,10 @@ class RejectOversized(StepPass):
     provides: ClassVar[frozenset[str]] = frozenset({"admissible"})
 
     queue: str = "waiting"
+
+    def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
+        """The waiting requests its rule refuses (the runtime flags them at arrival with `oversized`)."""
+        return ctx.oversized if self.queue == "waiting" else ctx.NONE
 
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)

@@ -10,6 +10,7 @@ import numpy as np
 from schedir.dialects.codes import Reason
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step, pool_of
+from schedir.ir.window import WindowContext
 from schedir.passes.sglang_state import (
     BATCH_FULL, BATCH_SIZE, CHUNKED, JOIN, NEXT_JOIN, RATIO, SCHEDULER_STATE,
 )
@@ -109,6 +110,15 @@ def gate_rule(run_ids: np.ndarray, nothing_waits: bool, max_seqs: int, chunked: 
     return Gate(skip, full, chunked, batch_size, run_ids)
 
 
+def skips_admission(ctx: WindowContext) -> bool:
+    """`gate_rule` before the step is built, from the runtime's queues and state: whether the
+    next step skips admission with somebody waiting (the sglang passes' `waiting_window`)."""
+    st = ctx.scheduler_state
+    return ctx.shared("sglang-admission-gate", lambda: gate_rule(
+        ctx.running, False, ctx.max_seqs, int(st.get(CHUNKED.name, CHUNKED.default)),
+        float(st.get(BATCH_FULL.name, 0.0)), float(st.get(BATCH_SIZE.name, 0.0))).skip)
+
+
 @dataclass(frozen=True)
 class SglangAdmit(StepPass):
     """Admit a prefill batch as SGLang's `Scheduler._get_new_batch_prefill_raw` does.
@@ -149,6 +159,16 @@ class SglangAdmit(StepPass):
     init_ratio: float = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO * schedule_conservativeness
     queue: str = "waiting"
     running: str = "running"
+
+    def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
+        """Nobody when the step skips admission (a full running batch, `batch_is_full`, no chunked
+        prefill continuing: `_get_new_batch_prefill_raw` returns first), but one request the
+        step will not reject: the gate reads whether anybody waits. Else the whole list."""
+        if (self.queue, self.running) != ("waiting", "running") or not skips_admission(ctx):
+            return None
+        refused = set(ctx.oversized.tolist())  # a handful at most: flagged at arrival, refused at once
+        first = next((i for i in range(len(refused) + 1) if i not in refused), None)
+        return np.array([first], dtype=np.int64) if first is not None and first < ctx.waiting.size else ctx.NONE
 
     def _mix(self, step: Step, pool, running, run_ids: np.ndarray, in_batch: np.ndarray):  # noqa: ANN001, ANN202
         """Mixed chunked prefill: the running batch (in its order) decodes in this prefill step if

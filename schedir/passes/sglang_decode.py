@@ -10,6 +10,7 @@ import numpy as np
 from schedir.dialects.codes import Reason
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step, pool_of
+from schedir.ir.window import WindowContext
 from schedir.passes.sglang_state import (
     BATCH_FULL, BATCH_SIZE, CHUNKED, JOIN, NEXT_JOIN, NEXT_POS, POS, RATIO, SCHEDULER_STATE,
 )
@@ -47,6 +48,15 @@ class SglangDecode(StepPass):
     retract_steps: int = 20  # SGLANG_RETRACT_DECODE_STEPS
     queue: str = "running"
     waiting: str = "waiting"
+
+    def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
+        """Nobody while a running batch decodes (retracted requests are placed by state, not by
+        reading the list); only an empty batch asks whether anybody waits (the idle reset)."""
+        if (self.queue, self.waiting) != ("running", "waiting"):
+            return None
+        chunked = int(ctx.scheduler_state.get(CHUNKED.name, CHUNKED.default))
+        batch = ctx.running.size - (1 if chunked >= 0 and chunked in ctx.running else 0)
+        return ctx.NONE if batch else None
 
     def run(self, step: Step) -> None:
         pool = pool_of(step)

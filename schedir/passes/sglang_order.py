@@ -12,7 +12,8 @@ from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step, pool_of
 from schedir.lowering.radix_cache import CHILD, ROOT, SIBLING, RadixCache
 from schedir.ir.state import SchedulerState
-from schedir.passes.sglang_admit import admission_gate
+from schedir.ir.window import WindowContext
+from schedir.passes.sglang_admit import admission_gate, skips_admission
 from schedir.passes.sglang_state import NEXT_POS, POS
 
 POLICIES = ("lpm", "dfs-weight", "fcfs", "lof", "random")
@@ -132,6 +133,13 @@ class SglangOrder(StepPass):
         if self.policy not in (*POLICIES, "config"):
             raise ValueError(f"policy must be one of {', '.join(POLICIES)} or config (the scheduler's "
                              f"policy), got '{self.policy}'")
+
+    def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
+        """When the step skips admission SGLang does not sort the list: it only places new
+        arrivals at its end (`sglang_pos` still -1). Else the whole list."""
+        if (self.queue, self.running) != ("waiting", "running") or not skips_admission(ctx):
+            return None
+        return np.flatnonzero(ctx.request_state(POS.name, ctx.waiting) < 0)
 
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)

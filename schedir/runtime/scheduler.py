@@ -34,9 +34,11 @@ from schedir.dialects.sched import StepFacts, decoded_state_values
 from schedir.ir.builder import RecycledStep, build_step
 from schedir.ir.errors import PassFailure, PipelineError
 from schedir.ir.fastop import dispose
+from schedir.ir.pass_base import StepPass
 from schedir.ir.pipeline import Instrumentation, PassManager
 from schedir.ir.state import RequestState
 from schedir.ir.step import root_queue, steps_of
+from schedir.ir.window import WindowContext
 from schedir.lowering.batch_plan import POSITIONS, SLOTS
 from schedir.lowering.hashing import extend_hashes
 from schedir.lowering.kv_pool import KVPool, commit, match_rows
@@ -44,8 +46,6 @@ from schedir.lowering.host_pool import swap_in_row, swap_out_row
 from schedir.lowering.radix_pool import KIND as RADIX_KIND
 from schedir.lowering.radix_pool import RadixKVPool
 from schedir.passes.reject_oversized import oversized
-from schedir.passes.sglang_admit import gate_rule
-from schedir.passes.sglang_state import BATCH_FULL, BATCH_SIZE, CHUNKED, POS
 from schedir.runtime import table as T
 from schedir.runtime.config import SGLANG_POLICIES, Request, SchedulerConfig
 from schedir.runtime.kernels import (
@@ -65,7 +65,7 @@ from schedir.runtime.kernels import (
 )
 from schedir.runtime.metrics import RuntimeMetrics
 from schedir.runtime.output import BatchPlan, SchedulerOutput
-from schedir.runtime.window import admissible_bound, fcfs_head, sglang_rules, vllm_passes
+from schedir.runtime.window import admissible_bound, fcfs_head, vllm_passes
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 _NO_PAIRS = np.zeros((0, 2), dtype=np.int64)
@@ -224,9 +224,9 @@ class Scheduler:
         # With a window and FCFS, `waiting` is kept in `queued` order (preempted rows in front),
         # so the window is its head: no sort over thousands of waiting requests per step.
         self._fcfs_window = bool(self.window) and cfg.policy == "fcfs"
-        # SGLang's step skips its waiting list while the running batch is full (see `_sglang_window`)
-        self._sglang_gate = radix and sglang_rules(tuple(manager.passes))
-        self._pos_row = self.table.state_index[POS.name] if self._sglang_gate else -1
+        # ... else the waiting requests every pass declares it could act on (see `_waiting_window`)
+        self._declared_window = not self.window and all(
+            type(p).waiting_window is not StepPass.waiting_window for p in manager.passes)
 
     def _install_state(self, manager: PassManager) -> None:
         """Carry the state the pipeline's passes declare (`schedir.ir.state`): request state as
@@ -397,8 +397,8 @@ class Scheduler:
                 waiting = self._rejectable(waiting)
             elif waiting.size > self.window:
                 waiting = self._admission_window(waiting)
-        elif self._sglang_gate and waiting.size > 1:
-            waiting = self._sglang_window(waiting)
+        elif self._declared_window and waiting.size > 1:
+            waiting = self._waiting_window(waiting)
         dumping = cfg.dumps(step)
         work_pool = pool.copy() if dumping and self.pool_level else pool
         facts = StepFacts(step=step, token_budget=cfg.max_num_batched_tokens, max_seqs=cfg.max_num_seqs,
@@ -496,27 +496,28 @@ class Scheduler:
                 head = np.union1d(head, bad)
         return head
 
-    def _sglang_window(self, waiting: np.ndarray) -> np.ndarray:
-        """The waiting requests an sglang step acts on when its admission gate skips (the
-        running batch is full, or `batch_is_full` holds, and no chunked prefill continues): then
-        SGLang neither orders nor matches the waiting list (`_get_new_batch_prefill_raw` returns
-        first), and the step only places new arrivals at the list's end (`sglang_pos` still
-        -1) and rejects requests that can never run. The rest stay out of the step, as the
-        vllm window leaves out what a vllm step cannot admit: the gate reads only whether
-        anybody waits, so one placed request stays in. The same gate rule as the passes'
-        (`gate_rule`), from the same state; decisions and state are those of the whole queue
-        (tested). O(waiting) in one mask, no step IR over thousands of rows."""
-        st = self.scheduler_state
-        gate = gate_rule(self.running, False, self.config.max_num_seqs, int(st[CHUNKED.name]),
-                         float(st[BATCH_FULL.name]), float(st[BATCH_SIZE.name]))
-        if not gate.skip:
-            return waiting
-        keep = self.table.state[self._pos_row, waiting] < 0
-        if self._oversized_waiting:
-            keep |= self._oversized[waiting]
-        if not keep.any():
-            keep[0] = True
-        return waiting[keep]
+    def _waiting_window(self, waiting: np.ndarray) -> np.ndarray:
+        """The waiting requests the step needs: the union of what each pass declares it could act
+        on (`StepPass.waiting_window`, see `schedir.ir.window`), or all of them when one pass
+        declares nothing. The sglang passes, say, leave the list out while the running batch is
+        full (SGLang does not look at it then) but for new arrivals and requests to reject.
+        Decisions are those of the whole queue (tested per pass); only the IR is smaller."""
+        table = self.table
+        ctx = WindowContext(running=self.running, waiting=waiting, max_seqs=self.config.max_num_seqs,
+                            oversized=(np.flatnonzero(self._oversized[waiting]) if self._oversized_waiting
+                                       else WindowContext.NONE),
+                            scheduler_state=self.scheduler_state,
+                            request_state=lambda name, rows: table.state[table.state_index[name], rows])
+        parts = []
+        for p in self.manager.passes:
+            at = p.waiting_window(ctx)
+            if at is None:
+                return waiting
+            if at.size:
+                parts.append(at)
+        if not parts:
+            return _EMPTY
+        return waiting[np.unique(np.concatenate(parts)) if len(parts) > 1 else np.sort(parts[0])]
 
     def _vllm_rules(self) -> bool:
         """Whether the window may bound admission by the token budget and the free blocks (see

@@ -138,15 +138,3 @@ def vllm_passes() -> tuple:
 
     return tuple(parse_passes("vllm"))
 
-
-SGLANG_PASS_NAMES = ("reject-oversized", "sglang-order", "sglang-admit", "sglang-decode")
-
-
-def sglang_rules(passes: tuple) -> bool:
-    """Whether a step may leave out the waiting requests SGLang's step does not look at (see
-    `Scheduler._sglang_window`): the sglang preset's passes, any policy and budget options, over
-    the default queues (a pass reading another queue may need what the window leaves out)."""
-    if tuple(p.name for p in passes) != SGLANG_PASS_NAMES:
-        return False
-    return all(getattr(p, field) == getattr(type(p)(), field)
-               for p in passes for field in ("queue", "running", "waiting") if hasattr(p, field))

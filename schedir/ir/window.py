@@ -1,0 +1,40 @@
+"""What a pass can act on in the next step: the waiting requests a runtime must put in it.
+
+A runtime holding thousands of waiting requests need not put them all in every step: most
+steps can only act on a few (none while the running batch is full). Each pass may declare,
+with `StepPass.waiting_window(ctx)`, which waiting requests it could act on in a step built
+from the runtime's state now: their positions in `ctx.waiting` (an int64 array, in any order),
+or None (every one, the default). The runtime puts the union in the step, in queue order,, and the whole queue when any
+pass of the pipeline declares nothing; the decisions must be those of the whole queue (each
+declaring pass tests that), only the IR is smaller. State a pass keeps is read here as the
+step would show it (`scheduler_state`, `request_state`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import ClassVar
+
+import attrs
+import numpy as np
+
+
+@attrs.frozen
+class WindowContext:
+    """The runtime's state before it builds a step, as `waiting_window` reads it."""
+
+    running: np.ndarray  # ids (table rows) of the running queue, in its order
+    waiting: np.ndarray  # ids of the waiting queue, in its order
+    max_seqs: int
+    oversized: np.ndarray  # positions in `waiting` of the requests reject-oversized's rule refuses
+    scheduler_state: Mapping[str, float | np.ndarray]
+    request_state: Callable[[str, np.ndarray], np.ndarray]  # (declared name, ids) -> values
+    memo: dict = attrs.field(factory=dict)  # answers the passes share (one pipeline asks them all)
+
+    NONE: ClassVar[np.ndarray] = np.zeros(0, dtype=np.int64)  # nobody
+
+    def shared(self, key: object, compute: Callable[[], object]) -> object:
+        """`compute()` once per context: a rule several passes ask (SGLang's admission gate)."""
+        if key not in self.memo:
+            self.memo[key] = compute()
+        return self.memo[key]
