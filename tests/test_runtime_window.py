@@ -214,13 +214,15 @@ def test_only_the_vllm_preset_bounds_the_window_by_seats_budget_and_blocks():
     assert not Scheduler(SchedulerConfig(long_prefill_token_threshold=32))._vllm_rules()
 
 
-def run_sglang(window: bool, policy: str, seed: int, num_blocks: int, mixed: bool) -> tuple[list[tuple], int]:
-    """The sglang preset over a burst far larger than max_num_seqs (shared prefixes, a few
-    prompts no pool could hold, retractions when the pool is small), with or without the
-    window: every step's output and every piece of SGLang state it keeps must agree."""
+def run_declared(window: bool, pipeline: str, policy: str, seed: int, num_blocks: int) -> tuple[list[tuple], int]:
+    """A pipeline whose passes declare a waiting window (`StepPass.waiting_window`), over arrivals
+    far more than max_num_seqs serves (shared prefixes, four tenants, tight TTFT targets, a few
+    prompts no pool could hold, preemptions or retractions when the pool is small), with or
+    without the window: every step's output and every piece of state must agree."""
     cfg = SchedulerConfig(num_blocks=num_blocks, block_size=4, max_num_batched_tokens=64, max_num_seqs=4,
-                          max_model_len=256, pipeline="sglang-mixed" if mixed else "sglang", policy=policy)
-    sched = Scheduler(cfg)
+                          max_model_len=256, pipeline=pipeline, policy=policy)
+    now = [0.0]
+    sched = Scheduler(cfg, clock=lambda: now[0])
     assert sched._declared_window
     if not window:
         sched._declared_window = False
@@ -236,7 +238,13 @@ def run_sglang(window: bool, policy: str, seed: int, num_blocks: int, mixed: boo
             tokens = (shared[: int(rng.integers(0, 48))] + rng.integers(0, 1000, length).tolist())[:250]
             if arrived % 37 == 5:
                 tokens = rng.integers(0, 1000, 300).tolist()  # longer than max_model_len: rejected
-            sched.add_request(Request(f"r{arrived:04d}", tokens, max_tokens=int(rng.integers(1, 40))))
+            state = {}
+            if "vtc" in pipeline:
+                state = {"tenant": int(rng.integers(0, 4))}
+            elif "slo" in pipeline:
+                state = {"ttft_slo_ms": int(rng.integers(5, 200))}
+            sched.add_request(Request(f"r{arrived:04d}", tokens, max_tokens=int(rng.integers(1, 40)),
+                                      arrival_time=now[0], state=state))
             arrived += 1
         original = sched._waiting_window
         sizes: list[tuple[int, int]] = []
@@ -250,28 +258,31 @@ def run_sglang(window: bool, policy: str, seed: int, num_blocks: int, mixed: boo
         out = sched.schedule()
         sched._waiting_window = original  # type: ignore[method-assign]
         windowed_steps += any(kept < size for size, kept in sizes)  # the window left somebody out
-        state = tuple(sorted((k, float(v)) for k, v in sched.scheduler_state.items()))
+        state = tuple(sorted((k, np.asarray(v, dtype=np.float64).tobytes()) for k, v in sched.scheduler_state.items()))
         rows = np.sort(np.concatenate([sched.running, sched.waiting]))
         table_state = sched.table.state[:, rows].tobytes()
         decisions.append((tuple(out.req_ids), tuple(out.num_tokens.tolist()), tuple(out.computed.tolist()),
                           tuple(sorted(out.preempted_req_ids)), tuple(sorted(out.rejected.items())), state,
                           table_state))
         sched.update(out, np.where(out.sampled, 7, -1))
+        now[0] += 0.01
         assert len(decisions) < 20000
     metrics = sched.get_metrics()
     assert metrics["finished_requests"] + metrics["rejected_requests"] == n
     return decisions, windowed_steps
 
 
-@pytest.mark.parametrize("mixed", [False, True])
-@pytest.mark.parametrize("num_blocks", [400, 60])  # 60: retractions
-@pytest.mark.parametrize("policy", ["lpm", "fcfs"])
-def test_sglang_window_keeps_every_decision_and_state(policy, num_blocks, mixed):
-    windowed, steps = run_sglang(True, policy, seed=4, num_blocks=num_blocks, mixed=mixed)
-    whole, _ = run_sglang(False, policy, seed=4, num_blocks=num_blocks, mixed=mixed)
-    assert steps > 20  # the window was asked with a queue behind a full batch
+@pytest.mark.parametrize("num_blocks", [400, 60])  # 60: preemptions / retractions
+@pytest.mark.parametrize("pipeline,policy", [("sglang", "lpm"), ("sglang", "fcfs"), ("sglang-mixed", "lpm"),
+                                             ("sglang-mixed", "fcfs"), ("vtc", "fcfs"), ("slo-aware", "fcfs"),
+                                             ("slo-aware-reject", "fcfs")])
+def test_declared_window_keeps_every_decision_and_state(pipeline, policy, num_blocks):
+    windowed, steps = run_declared(True, pipeline, policy, seed=4, num_blocks=num_blocks)
+    whole, _ = run_declared(False, pipeline, policy, seed=4, num_blocks=num_blocks)
+    if pipeline != "slo-aware-reject":  # it judges every waiting request every step: no window
+        assert steps > 20  # the window left requests out behind a full batch
     if num_blocks == 60:
-        assert any(step[3] for step in whole)  # retractions happened
+        assert any(step[3] for step in whole)  # preemptions or retractions happened
     assert any(step[4] for step in whole)  # so did rejections
     assert len(windowed) == len(whole)
     for step, (a, b) in enumerate(zip(windowed, whole, strict=True)):

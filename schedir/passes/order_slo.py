@@ -13,6 +13,7 @@ from schedir.ir.errors import PassFailure
 from schedir.ir.pass_base import StepPass
 from schedir.ir.state import RequestState
 from schedir.ir.step import Step
+from schedir.ir.window import WindowContext
 
 TTFT_SLO = RequestState("ttft_slo_ms", default=0, doc="this request's TTFT target in ms; 0: the pass's ttft-slo-ms")
 HOPELESS_MODES = ("last", "reject")
@@ -74,6 +75,11 @@ class OrderSlo(StepPass):
             raise ValueError("ttft-slo-ms and prefill-tokens-per-s must be >= 1")
         if self.hopeless not in HOPELESS_MODES:
             raise ValueError(f"hopeless must be one of {', '.join(HOPELESS_MODES)}, got '{self.hopeless}'")
+
+    def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
+        """Nobody of its own when it only orders (`last`: admission picks from the order); every
+        request when it rejects the hopeless (each is judged every step)."""
+        return ctx.NONE if self.hopeless == "last" else None
 
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)

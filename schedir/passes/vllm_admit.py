@@ -12,6 +12,7 @@ from schedir.dialects.mem import AllocOp, ShareOp
 from schedir.dialects.req import PreemptOp
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step, pool_of
+from schedir.ir.window import WindowContext
 from schedir.passes import vllm_kernels as K
 from schedir.passes.vllm_schedule_running import long_prefill_cap
 
@@ -41,6 +42,13 @@ class VllmAdmit(StepPass):
     reserve_full: bool = True
     queue: str = "waiting"
     running: str = "running"
+
+    def waiting_window(self, ctx: WindowContext):  # noqa: ANN201
+        """Nobody while max_seqs requests run (vLLM's waiting loop stops at once, and a step that
+        preempts admits nobody either); else the whole queue."""
+        if (self.queue, self.running) == ("waiting", "running") and ctx.running.size >= ctx.max_seqs:
+            return ctx.NONE
+        return None
 
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)

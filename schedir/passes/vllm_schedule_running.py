@@ -8,6 +8,7 @@ from typing import ClassVar
 from schedir.dialects.mem import AllocOp, FreeOp
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step, pool_of
+from schedir.ir.window import WindowContext
 from schedir.passes import vllm_kernels as K
 
 
@@ -40,6 +41,10 @@ class VllmScheduleRunning(StepPass):
 
     long_prefill: int = 0
     queue: str = "running"
+
+    def waiting_window(self, ctx: WindowContext):  # noqa: ANN201
+        """Nobody: it schedules the running queue (a long-prefill cap counts the waiting, so then all)."""
+        return ctx.NONE if not self.long_prefill and self.queue == "running" else None
 
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)

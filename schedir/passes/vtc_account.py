@@ -9,6 +9,7 @@ import numpy as np
 
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
+from schedir.ir.window import WindowContext
 from schedir.passes.vtc_state import COUNTERS, TENANT
 
 
@@ -25,6 +26,10 @@ class VtcAccount(StepPass):
 
     w_in: int = 1
     w_out: int = 2
+
+    def waiting_window(self, ctx: WindowContext) -> np.ndarray:
+        """Nobody of its own: it charges what the other passes scheduled."""
+        return ctx.NONE
 
     def run(self, step: Step) -> None:
         counters = np.array(step.state(COUNTERS.name, COUNTERS.initial()), dtype=np.float64)

@@ -11,6 +11,7 @@ import numpy as np
 from schedir.ir.errors import PassFailure
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
+from schedir.ir.window import WindowContext
 from schedir.passes.vtc_state import COUNTERS, MAX_TENANTS, TENANT
 
 
@@ -67,6 +68,13 @@ class VtcOrder(StepPass):
     w_in: int = 1
     queue: str = "waiting"
     running: str = "running"
+
+    def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
+        """One waiting request per tenant: the counter lift reads which tenants wait, not how many
+        of each (the order itself matters only to admission, which declares its own window)."""
+        if (self.queue, self.running) != ("waiting", "running"):
+            return None
+        return np.unique(ctx.request_state(TENANT.name, ctx.waiting), return_index=True)[1]
 
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)
