@@ -65,6 +65,10 @@ class VllmAdmit(StepPass):
         facts = step.facts
         running = step.queue(self.running)
         seqs_left = facts.max_seqs - (len(running) if running is not None else 0)
+        if seqs_left <= 0:  # the kernel's first check stops the loop at once: every request waits
+            why = Reason.BUDGET if facts.token_budget - usage.tokens <= 0 else Reason.MAX_SEQS
+            step.defer(pending, ids, np.full(ids.size, int(why), dtype=np.int64))
+            return
         pool = pool_of(step)
         cols, rows = step.source(pending)
         get = cols.get

@@ -36,7 +36,10 @@ class VtcAccount(StepPass):
         charged = False
         for got in step.served():
             tenant = step.state_column(got.queue, TENANT.name, TENANT.default)[got.at]
-            np.add.at(counters, tenant, self.w_in * got.prefill + self.w_out * got.decode)
+            # per tenant, in one pass (np.add.at's unbuffered loop costs ~10 µs here); token counts
+            # are integers, so the float sums are exact and the order of the additions does not matter
+            counters += np.bincount(tenant, weights=self.w_in * got.prefill + self.w_out * got.decode,
+                                    minlength=counters.size)[: counters.size]
             charged = True
         if charged:
             step.set_state(vtc_counter=counters)

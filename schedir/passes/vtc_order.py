@@ -94,7 +94,9 @@ class VtcOrder(StepPass):
         lifted = counters.copy()
         if served_now.size:  # the counter lift: nobody comes back below the least served tenant
             floor = counters[served_now].min()
-            back = np.unique(tenant[~np.isin(tenant, served_now)])
+            back = np.zeros(counters.size, dtype=np.bool_)
+            back[tenant] = True  # tenants waiting ...
+            back[served_now] = False  # ... and not being served
             lifted[back] = np.maximum(lifted[back], floor)
         if not np.array_equal(lifted, counters):
             step.set_state(vtc_counter=lifted)
