@@ -26,12 +26,32 @@ class WindowContext:
     running: np.ndarray  # ids (table rows) of the running queue, in its order
     waiting: np.ndarray  # ids of the waiting queue, in its order
     max_seqs: int
+    free_blocks: int  # the KV pool's free blocks (the step's `free_blocks` fact)
+    block_size: int
+    max_model_len: int
     oversized: np.ndarray  # positions in `waiting` of the requests reject-oversized's rule refuses
     scheduler_state: Mapping[str, float | np.ndarray]
     request_state: Callable[[str, np.ndarray], np.ndarray]  # (declared name, ids) -> values
+    column: Callable[[str, np.ndarray], np.ndarray]  # (queue column name, ids) -> values, as the step shows them
     memo: dict = attrs.field(factory=dict)  # answers the passes share (one pipeline asks them all)
 
     NONE: ClassVar[np.ndarray] = np.zeros(0, dtype=np.int64)  # nobody
+
+    def seats_stay_taken(self) -> bool:
+        """Every sequence slot is taken and stays taken this step: max_seqs requests run, and every
+        token they know (placeholders included) fits in the free blocks together, so a pass that
+        preempts for want of blocks has no cause to, and nobody else frees a slot (a pass that
+        preempts for other reasons declares no window)."""
+        if self.running.size < self.max_seqs:
+            return False
+
+        def fits() -> bool:
+            known = self.column("total", self.running) + self.column("placeholders", self.running)
+            end = np.minimum(known, self.max_model_len)
+            need = np.maximum(-(-end // self.block_size) - self.column("blocks", self.running), 0)
+            return int(need.sum()) <= self.free_blocks
+
+        return bool(self.shared("seats-stay-taken", fits))
 
     def shared(self, key: object, compute: Callable[[], object]) -> object:
         """`compute()` once per context: a rule several passes ask (SGLang's admission gate)."""

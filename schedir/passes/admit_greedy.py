@@ -11,6 +11,7 @@ from schedir.dialects.mem import AllocOp, ShareOp
 from schedir.dialects.req import PreemptOp
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step, Usage
+from schedir.ir.window import WindowContext
 from schedir.passes.kernels import count_members, fit_pending
 
 
@@ -50,6 +51,13 @@ class AdmitGreedy(StepPass):
     stop_at_first: bool = False
     queue: str = "waiting"
     running: str = "running"
+
+    def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
+        """Nobody while every sequence slot is taken and stays taken this step (no block shortage
+        to preempt for: `WindowContext.seats_stay_taken`); else the whole queue."""
+        if (self.queue, self.running) == ("waiting", "running") and ctx.seats_stay_taken():
+            return ctx.NONE
+        return None
 
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)

@@ -21,6 +21,7 @@ from schedir.dialects.mem import AllocOp, ShareOp
 from schedir.ir.errors import PassFailure
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
+from schedir.ir.window import WindowContext
 
 _BUDGET = int(Reason.BUDGET)
 _MAX_SEQS = int(Reason.MAX_SEQS)
@@ -103,6 +104,13 @@ class OrcaAdmit(StepPass):
 
     queue: str = "waiting"
     running: str = "running"
+
+    def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
+        """Nobody while every sequence slot is taken and stays taken this step (no block shortage
+        to preempt for: `WindowContext.seats_stay_taken`); else the whole queue."""
+        if (self.queue, self.running) == ("waiting", "running") and ctx.seats_stay_taken():
+            return ctx.NONE
+        return None
 
     def run(self, step: Step) -> None:
         facts = step.facts

@@ -9,6 +9,7 @@ import numpy as np
 
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
+from schedir.ir.window import WindowContext
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,10 @@ class PrefixCacheAware(StepPass):
 
     min_blocks: int = 1
     queue: str = "waiting"
+
+    def waiting_window(self, ctx: WindowContext) -> np.ndarray:
+        """Nobody of its own: it orders what the step holds by the hits the runtime matched (admission declares what it picks from)."""
+        return ctx.NONE
 
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)

@@ -8,6 +8,7 @@ from typing import ClassVar
 from schedir.dialects.mem import AllocOp
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
+from schedir.ir.window import WindowContext
 from schedir.passes.kernels import fit_pending
 
 
@@ -39,6 +40,11 @@ class ScheduleRunning(StepPass):
     chunk: bool = True
     preempt: bool = True
     queue: str = "running"
+
+    def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
+        """Nobody: it schedules the running queue (only preemption frees a sequence slot, and only
+        for want of blocks: see `WindowContext.seats_stay_taken`)."""
+        return ctx.NONE if self.queue != "waiting" else None
 
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)

@@ -14,6 +14,7 @@ from schedir.dialects.req import OUTCOMES, ScheduleOp
 from schedir.ir.errors import PassFailure
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
+from schedir.ir.window import WindowContext
 from schedir.passes.kernels import decision_gaps
 
 _NO_IDS = np.zeros(0, dtype=np.int64)
@@ -80,6 +81,10 @@ class VerifyStep(StepPass):
     provides: ClassVar[frozenset[str]] = frozenset({"budget-legal"})
 
     complete: bool = True
+
+    def waiting_window(self, ctx: WindowContext) -> np.ndarray:
+        """Nobody of its own: it checks the decisions on whatever the step holds."""
+        return ctx.NONE
 
     def run(self, step: Step) -> None:
         problems = self.problems(step)

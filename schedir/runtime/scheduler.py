@@ -75,6 +75,7 @@ _NO_ROWS.flags.writeable = False
 
 
 _QUEUE_NAMES = T.COLUMNS[: T.QUEUE_COLUMN_COUNT]
+_COLUMN_INDEX = {name: i for i, name in enumerate(_QUEUE_NAMES)}
 _REASON_NAMES = {int(r): r.name.lower().replace("_", "-") for r in Reason}
 _INT32_MAX = 2**31 - 1
 _NO_REQUESTS = ColumnsAttr.of_matrix(_QUEUE_NAMES, np.zeros((len(_QUEUE_NAMES), 0), dtype=np.int64))  # an empty queue
@@ -503,7 +504,12 @@ class Scheduler:
         full (SGLang does not look at it then) but for new arrivals and requests to reject.
         Decisions are those of the whole queue (tested per pass); only the IR is smaller."""
         table = self.table
-        ctx = WindowContext(running=self.running, waiting=waiting, max_seqs=self.config.max_num_seqs,
+        pool = self.pool
+        cfg = self.config
+        ctx = WindowContext(running=self.running, waiting=waiting, max_seqs=cfg.max_num_seqs,
+                            free_blocks=pool.num_free, block_size=cfg.block_size, max_model_len=cfg.max_model_len,
+                            column=lambda name, rows: (pool.nblk[rows].astype(np.int64) if name == "blocks"
+                                                       else table.data[_COLUMN_INDEX[name], rows]),
                             oversized=(np.flatnonzero(self._oversized[waiting]) if self._oversized_waiting
                                        else WindowContext.NONE),
                             scheduler_state=self.scheduler_state,
