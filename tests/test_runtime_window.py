@@ -220,9 +220,11 @@ def run_declared(window: bool, pipeline: str, policy: str, seed: int, num_blocks
     far more than max_num_seqs serves (shared prefixes, four tenants, tight TTFT targets, a few
     prompts no pool could hold, preemptions or retractions when the pool is small), with or
     without the window: every step's output and every piece of state must agree."""
-    budget = 256 if pipeline == "orca" else 64  # Orca runs prompts whole: its budget holds max_model_len
-    cfg = SchedulerConfig(num_blocks=num_blocks, block_size=4, max_num_batched_tokens=budget, max_num_seqs=4,
-                          max_model_len=256, pipeline=pipeline, policy=policy)
+    whole_prompts = pipeline in ("orca", "vllm-v0", "vllm-v0-swap")  # their budget holds max_model_len
+    v0 = pipeline.startswith("vllm-v0")
+    cfg = SchedulerConfig(num_blocks=num_blocks, block_size=4, max_num_batched_tokens=256 if whole_prompts else 64,
+                          max_num_seqs=4, max_model_len=256, pipeline=pipeline, policy=policy,
+                          enable_prefix_caching=not v0, num_cpu_blocks=40 if pipeline == "vllm-v0-swap" else 0)
     now = [0.0]
     sched = Scheduler(cfg, clock=lambda: now[0])
     assert sched._declared_window
@@ -264,8 +266,9 @@ def run_declared(window: bool, pipeline: str, policy: str, seed: int, num_blocks
         rows = np.sort(np.concatenate([sched.running, sched.waiting]))
         table_state = sched.table.state[:, rows].tobytes()
         decisions.append((tuple(out.req_ids), tuple(out.num_tokens.tolist()), tuple(out.computed.tolist()),
-                          tuple(sorted(out.preempted_req_ids)), tuple(sorted(out.rejected.items())), state,
-                          table_state))
+                          tuple(sorted(out.preempted_req_ids | out.swapped_out_req_ids)),
+                          tuple(sorted(out.rejected.items())), state, table_state,
+                          out.blocks_to_swap_out.tobytes(), out.blocks_to_swap_in.tobytes()))
         sched.update(out, np.where(out.sampled, 7, -1))
         now[0] += 0.01
         assert len(decisions) < 20000
@@ -279,7 +282,8 @@ def run_declared(window: bool, pipeline: str, policy: str, seed: int, num_blocks
                                              ("sglang-mixed", "fcfs"), ("vtc", "fcfs"), ("slo-aware", "fcfs"),
                                              ("slo-aware-reject", "fcfs"), ("base", "fcfs"),
                                              ("base-priority", "priority"), ("orca", "fcfs"),
-                                             ("with-prefix-aware", "fcfs")])
+                                             ("with-prefix-aware", "fcfs"), ("vllm-v0", "fcfs"),
+                                             ("vllm-v0-swap", "fcfs")])
 def test_declared_window_keeps_every_decision_and_state(pipeline, policy, num_blocks):
     windowed, steps = run_declared(True, pipeline, policy, seed=4, num_blocks=num_blocks)
     whole, _ = run_declared(False, pipeline, policy, seed=4, num_blocks=num_blocks)
@@ -308,6 +312,7 @@ def test_a_window_only_where_every_pass_declares_one():
     assert not Scheduler(SchedulerConfig(pipeline="fastserve"))._declared_window  # mlfq-order preempts by level
     zeros = lambda name, rows: np.zeros(rows.size, dtype=np.int64)  # noqa: E731
     ctx = WindowContext(running=np.array([1, 2]), waiting=np.array([3, 4]), max_seqs=2, free_blocks=0,
+                        total_blocks=8, token_budget=64,
                         block_size=4, max_model_len=64, oversized=WindowContext.NONE, scheduler_state={},
                         request_state=zeros, column=zeros)
     assert SglangDecode().waiting_window(ctx).tolist() == []

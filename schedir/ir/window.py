@@ -27,6 +27,8 @@ class WindowContext:
     waiting: np.ndarray  # ids of the waiting queue, in its order
     max_seqs: int
     free_blocks: int  # the KV pool's free blocks (the step's `free_blocks` fact)
+    total_blocks: int  # the pool's usable blocks (`total_blocks`)
+    token_budget: int
     block_size: int
     max_model_len: int
     oversized: np.ndarray  # positions in `waiting` of the requests reject-oversized's rule refuses

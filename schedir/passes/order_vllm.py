@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from dataclasses import dataclass
 from typing import ClassVar
 
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
+from schedir.ir.window import WindowContext
 from schedir.passes.ordering import sort_by_columns
 
 
@@ -24,6 +27,10 @@ class OrderVllm(StepPass):
     provides: ClassVar[frozenset[str]] = frozenset({"order"})
 
     queue: str = "waiting"
+
+    def waiting_window(self, ctx: WindowContext) -> np.ndarray:
+        """Nobody of its own: it orders what the step holds (admission declares what it picks from)."""
+        return ctx.NONE
 
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)

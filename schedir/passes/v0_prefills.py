@@ -11,6 +11,7 @@ from schedir.dialects.codes import Reason
 from schedir.dialects.mem import AllocOp
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step, pool_of
+from schedir.ir.window import WindowContext
 from schedir.passes import v0_kernels as K
 from schedir.passes.v0_state import LAST_LATENCY, PREV_PROMPT, PREV_TIME, SCHEDULER_STATE
 
@@ -44,6 +45,23 @@ class V0Prefills(StepPass):
 
     delay_factor: float = 0.0
     queue: str = "waiting"
+
+    def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
+        """While max_seqs requests run, the loop ignores (rejects) every request it reaches that
+        could never run and stops at the first other one, whatever stops it (blocks, budget or
+        the seat): so the requests v0 would ignore, and the first other one in v0's FCFS order
+        (`queued`). Else, or with the delay rule (it reads the oldest arrival), the whole queue."""
+        if self.queue != "waiting" or self.delay_factor > 0 or ctx.running.size < ctx.max_seqs:
+            return None
+        total = ctx.column("total", ctx.waiting)
+        limit = min(ctx.max_model_len, ctx.token_budget)
+        never = ctx.total_blocks - -(-total // ctx.block_size) < K.watermark_blocks(ctx.total_blocks)
+        ignored = (total > limit) | never
+        rest = np.flatnonzero(~ignored)
+        if not rest.size:
+            return None
+        head = rest[np.argmin(ctx.column("queued", ctx.waiting)[rest])]
+        return np.append(np.flatnonzero(ignored), head)
 
     def run(self, step: Step) -> None:
         swapped = step.queue("swapped")

@@ -11,6 +11,7 @@ from schedir.dialects.mem import AllocOp, FreeOp, SwapOutOp
 from schedir.dialects.req import ScheduleOp
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step, pool_of, root_queue
+from schedir.ir.window import WindowContext
 from schedir.passes import v0_kernels as K
 
 _MODES = ("auto", "swap", "recompute")
@@ -79,6 +80,10 @@ class V0Running(StepPass):
     def __post_init__(self) -> None:
         if self.preemption not in _MODES:
             raise ValueError(f"preemption must be one of {', '.join(_MODES)}, got '{self.preemption}'")
+
+    def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
+        """Nobody: it schedules the running queue (its victims go back to waiting through the runtime)."""
+        return ctx.NONE if self.queue != "waiting" else None
 
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)

@@ -12,6 +12,7 @@ from schedir.dialects.mem import AllocOp, SwapInOp
 from schedir.dialects.req import PreemptOp
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step, pool_of
+from schedir.ir.window import WindowContext
 from schedir.passes import v0_kernels as K
 from schedir.passes.v0_running import scheduled_from
 from schedir.passes.v0_state import BAND, NEXT_RUN_POS, PREFILL_END, RUN_BANDS, RUN_POS
@@ -45,6 +46,10 @@ class V0Swapped(StepPass):
 
     queue: str = "swapped"
     running: str = "running"
+
+    def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
+        """Nobody: it brings back the swapped queue."""
+        return ctx.NONE if self.queue != "waiting" else None
 
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)

@@ -507,7 +507,9 @@ class Scheduler:
         pool = self.pool
         cfg = self.config
         ctx = WindowContext(running=self.running, waiting=waiting, max_seqs=cfg.max_num_seqs,
-                            free_blocks=pool.num_free, block_size=cfg.block_size, max_model_len=cfg.max_model_len,
+                            free_blocks=pool.num_free, total_blocks=pool.usable_blocks,
+                            token_budget=cfg.max_num_batched_tokens, block_size=cfg.block_size,
+                            max_model_len=cfg.max_model_len,
                             column=lambda name, rows: (pool.nblk[rows].astype(np.int64) if name == "blocks"
                                                        else table.data[_COLUMN_INDEX[name], rows]),
                             oversized=(np.flatnonzero(self._oversized[waiting]) if self._oversized_waiting
