@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 from schedir import Request, Scheduler, SchedulerConfig
+from schedir.dialects.req import QueueOp
+from schedir.ir.step import steps_of
 from schedir.runtime import table as T
 
 
@@ -321,3 +323,28 @@ def test_a_window_only_where_every_pass_declares_one():
     full = attrs.evolve(ctx, column=lambda name, rows: np.full(rows.size, 9 if name == "total" else 0),
                         memo={})
     assert not full.seats_stay_taken()  # 9 known tokens each need 3 blocks, none are free
+
+
+@pytest.mark.parametrize("pipeline", ["sglang", "vtc", "slo-aware", "base", "base-priority", "orca",
+                                      "with-prefix-aware", "vllm-v0", "vllm"])
+def test_a_full_batch_keeps_a_long_queue_out_of_the_step(pipeline):
+    """Behind a full running batch the step carries a handful of waiting requests, not the
+    queue: its size (and cost) follows the policy, not the load."""
+    v0 = pipeline.startswith("vllm-v0")
+    cfg = SchedulerConfig(num_blocks=400, block_size=4, max_num_batched_tokens=256, max_num_seqs=4,
+                          max_model_len=256, pipeline=pipeline, enable_prefix_caching=not v0,
+                          policy="priority" if pipeline == "base-priority" else "fcfs")
+    sched = Scheduler(cfg, clock=lambda: 0.0)
+    for i in range(504):
+        sched.add_request(Request(f"r{i:03d}", list(range(i, i + 8)), max_tokens=200, arrival_time=0.0,
+                                  state={"tenant": i % 4} if pipeline == "vtc" else {}))
+    for _ in range(3):  # the first four prefill, then decode
+        out = sched.schedule()
+        sched.update(out, np.where(out.sampled, 7, -1))
+    sched.keep_ir = True
+    out = sched.schedule()
+    assert sched.running.size == 4 and sched.waiting.size == 500
+    step = steps_of(sched.last_module)[0]
+    waiting = next(op for op in step.body.block.ops if isinstance(op, QueueOp) and op.queue.data == "waiting")
+    assert len(waiting) <= 4, f"{len(waiting)} waiting requests in the step"
+    assert len(out.req_ids) == 4  # the batch decodes
