@@ -398,8 +398,8 @@ class Scheduler:
                 waiting = self._rejectable(waiting)
             elif waiting.size > self.window:
                 waiting = self._admission_window(waiting)
-        elif self._declared_window and waiting.size > 1:
-            waiting = self._waiting_window(waiting)
+        elif self._declared_window and waiting.size > cfg.max_num_seqs + WINDOW_SLACK:
+            waiting = self._waiting_window(waiting)  # (asking costs ~20-80 µs: worth it for a long queue)
         dumping = cfg.dumps(step)
         work_pool = pool.copy() if dumping and self.pool_level else pool
         facts = StepFacts(step=step, token_budget=cfg.max_num_batched_tokens, max_seqs=cfg.max_num_seqs,
@@ -502,7 +502,9 @@ class Scheduler:
         on (`StepPass.waiting_window`, see `schedir.ir.window`), or all of them when one pass
         declares nothing. The sglang passes, say, leave the list out while the running batch is
         full (SGLang does not look at it then) but for new arrivals and requests to reject.
-        Decisions are those of the whole queue (tested per pass); only the IR is smaller."""
+        Decisions are those of the whole queue (tested per pass); only the IR is smaller. Asked
+        only when more wait than max_num_seqs + 16 (as the vllm window): the passes' answers cost
+        tens of µs, more than a short queue costs the step."""
         table = self.table
         pool = self.pool
         cfg = self.config
