@@ -93,6 +93,14 @@ class MlfqSwapIn(StepPass):
         swapped = step.pending(self.swapped)
         if swapped is None:
             return
+        facts = step.facts
+        used = step.usage()
+        seats = facts.max_seqs - used.seqs - running_not_scheduled(step, used, self.running)
+        if seats <= 0:  # mlfq_resume's first check stops the walk at once: every swapped job stays
+            ids = step.ids(swapped)
+            order = np.lexsort((step.column(swapped, "arrival"), step.state_column(swapped, LEVEL.name, LEVEL.default)))
+            step.defer(swapped, ids[order], np.full(ids.size, _MAX_SEQS, dtype=np.int64))
+            return
         waiting = step.pending(self.queue)
         parts = [swapped] if waiting is None else [swapped, waiting]
         level = np.concatenate([step.state_column(v, LEVEL.name, LEVEL.default) for v in parts])
@@ -102,9 +110,6 @@ class MlfqSwapIn(StepPass):
                                    for c in ("computed", "total", "blocks"))
         ids = step.ids(swapped)
         is_swapped = order < ids.size
-        facts = step.facts
-        used = step.usage()
-        seats = facts.max_seqs - used.seqs - running_not_scheduled(step, used, self.running)
         out = mlfq_resume(is_swapped, computed, total, blocks, seats, facts.token_budget - used.tokens,
                           used.free_left(facts), facts.block_size)
         back = np.flatnonzero(is_swapped & (out[RESUME_TOKENS] > 0))
