@@ -84,7 +84,7 @@ STEP_COMPUTED, STEP_BLOCKS_BEFORE, STEP_KIND, STEP_BLOCKS_AFTER, STEP_GENERATION
 
 @nb.njit(cache=True)
 def settle_step(rows, tokens, new_rows, gone, front, data, running, waiting, table, nblk, block_size: int,
-                async_mode: bool, preempted_first: bool):
+                async_mode: bool, preempted_first: bool, waiting_changed: bool):
     """Apply a lowered step to the request table and queues, and build its batch plan.
 
     Reads each scheduled row as the step was decided (status, computed, total, held blocks)
@@ -97,6 +97,8 @@ def settle_step(rows, tokens, new_rows, gone, front, data, running, waiting, tab
     rows STEP_COMPUTED, STEP_BLOCKS_BEFORE, STEP_KIND (0 running, 1 new, 2 resumed: after a
     preemption by recompute, or swapped back in),
     STEP_BLOCKS_AFTER and STEP_GENERATION; `per_token` is int64[2, T] (positions, slots).
+    `waiting_changed` false (nobody admitted, rejected or preempted this step) hands `waiting`
+    back as it is: an overloaded queue of thousands is not walked twice a step for nothing.
     A chunk samples when it reaches the end of the known tokens and the placeholders; with
     `async_mode` each sampling chunk adds a placeholder (vLLM's AsyncScheduler). A preempted
     row's outputs in flight become stale: delivered when they return (`stale` > 0), or still
@@ -142,6 +144,10 @@ def settle_step(rows, tokens, new_rows, gone, front, data, running, waiting, tab
             new_running[at] = running[k]
             at += 1
     new_running[at:] = new_rows
+    if not waiting_changed and gone.size == 0:
+        qsl, per_token, seq_lens, block_table = batch_plan_packed(rows, tokens, per_request[STEP_COMPUTED], table,
+                                                                  nblk, block_size)
+        return new_running, waiting, per_request, sampled, qsl, per_token, seq_lens, block_table
     kept = 0
     for k in range(waiting.size):
         st = data[STATUS, waiting[k]]

@@ -672,7 +672,7 @@ class Scheduler:
         (self.running, self.waiting, per_request, sampled, qsl, per_token, seq_lens,
          block_table) = settle_step(rows, tokens, joining, gone, self._front, d, self.running, self.waiting,
                                     pool.table, pool.nblk, cfg.block_size, cfg.async_scheduling,
-                                    self._fcfs_window)
+                                    self._fcfs_window, bool(new_rows.size) or bool(rejected))
         if gone.size:
             self._front -= gone.size
             self.metrics.preemptions += gone.size
