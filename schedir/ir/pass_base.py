@@ -66,7 +66,7 @@ class StepPass(ModulePass):
     def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
         """The waiting requests this pass could act on in a step built now: their positions in
         `ctx.waiting`, or None for every one (the default: a runtime puts the whole queue in the
-        step unless every pass of its pipeline declares a mask; see `schedir.ir.window`)."""
+        step unless every pass of its pipeline answers; see `schedir.ir.window`)."""
         return None
 
     @classmethod

@@ -4,8 +4,8 @@ A runtime holding thousands of waiting requests need not put them all in every s
 steps can only act on a few (none while the running batch is full). Each pass may declare,
 with `StepPass.waiting_window(ctx)`, which waiting requests it could act on in a step built
 from the runtime's state now: their positions in `ctx.waiting` (an int64 array, in any order),
-or None (every one, the default). The runtime puts the union in the step, in queue order,, and the whole queue when any
-pass of the pipeline declares nothing; the decisions must be those of the whole queue (each
+or None (every one, the default). The runtime puts the union in the step, in queue order, and
+the whole queue when any pass of the pipeline declares nothing; the decisions must be those of the whole queue (each
 declaring pass tests that), only the IR is smaller. State a pass keeps is read here as the
 step would show it (`scheduler_state`, `request_state`).
 """
@@ -54,6 +54,14 @@ class WindowContext:
             return int(need.sum()) <= self.free_blocks
 
         return bool(self.shared("seats-stay-taken", fits))
+
+    def nobody_while_seats_stay_taken(self, queue: str, running: str) -> np.ndarray | None:
+        """An admission pass's answer when it can admit only into a free sequence slot
+        (`admit-greedy`, `orca-admit`): nobody while `seats_stay_taken`, else the whole queue;
+        the whole queue too for a pass reading other queues than waiting / running."""
+        if (queue, running) == ("waiting", "running") and self.seats_stay_taken():
+            return self.NONE
+        return None
 
     def shared(self, key: object, compute: Callable[[], object]) -> object:
         """`compute()` once per context: a rule several passes ask (SGLang's admission gate)."""

@@ -108,9 +108,7 @@ class OrcaAdmit(StepPass):
     def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
         """Nobody while every sequence slot is taken and stays taken this step (no block shortage
         to preempt for: `WindowContext.seats_stay_taken`); else the whole queue."""
-        if (self.queue, self.running) == ("waiting", "running") and ctx.seats_stay_taken():
-            return ctx.NONE
-        return None
+        return ctx.nobody_while_seats_stay_taken(self.queue, self.running)
 
     def run(self, step: Step) -> None:
         facts = step.facts

@@ -95,7 +95,7 @@ def gate_rule(run_ids: np.ndarray, nothing_waits: bool, max_seqs: int, chunked: 
     no prefill while it is set or nothing waits (unless a chunked request continues), nor when
     no request slot is left (`get_num_allocatable_reqs`). The order pass asks too: SGLang does
     not sort (nor match, nor touch the tree) in a step that skips admission. The runtime asks
-    it before building the step, from the same state (see `Scheduler._sglang_window`)."""
+    it before building the step, from the same state (`skips_admission`, for `waiting_window`)."""
     if chunked >= 0 and chunked not in run_ids:
         chunked = -1  # it ended (an abort) since the last step
     batch_size = run_ids.size if chunked < 0 else int(np.count_nonzero(run_ids != chunked))
