@@ -205,6 +205,7 @@ class TimedCalls:
         self.schedule_parts: list[dict[str, int]] = []
         self.update_parts: list[dict[str, int]] = []
         self.waiting: list[int] = []  # schedir: waiting requests after each schedule() (untimed)
+        self._steady_seen = 0  # schedir: steady steps counted so far (see `schedule`)
 
     def schedule(self) -> Any:
         clock = time.perf_counter_ns
@@ -213,7 +214,11 @@ class TimedCalls:
         t1 = clock()
         self.schedule_ns.append(t1 - t0)
         if self._pass_timings:
-            self.passes.append(tuple((t.name, t.seconds) for t in self._inner.manager.timings))
+            metrics = getattr(self._inner, "metrics", None)
+            steady = metrics is not None and getattr(metrics, "steady_steps", 0) > self._steady_seen
+            if steady:  # lowered without its IR: no pass ran (the manager's timings are an older step's)
+                self._steady_seen = metrics.steady_steps
+            self.passes.append(() if steady else tuple((t.name, t.seconds) for t in self._inner.manager.timings))
             self.waiting.append(int(self._inner.waiting.size))
         if self.probe is not None:
             self.schedule_parts.append(self.probe.take())
@@ -411,6 +416,16 @@ def profile_schedir(variant: str, case: Case) -> dict:
         inner = timed._inner
         if hasattr(inner, "_lower"):
             inner._lower = probe.wrap("_lower", inner._lower)
+        if hasattr(inner, "_steady_step"):  # a steady decode step lowered without its IR, or the test that fell back
+            steady_step, acc, clock = inner._steady_step, probe.acc, time.perf_counter_ns
+
+            def timed_steady(*args: Any) -> Any:
+                t0 = clock()
+                out = steady_step(*args)
+                acc["steady" if out is not None else "steady test"] += clock() - t0
+                return out
+
+            inner._steady_step = timed_steady
         timed.probe = probe
         gc.collect()
         records = run_engine(engine, case.trace)
@@ -424,9 +439,11 @@ def profile_schedir(variant: str, case: Case) -> dict:
     idx = timed_steps(records, case)
     sched: dict[str, list[float]] = defaultdict(list)
     upd: dict[str, list[float]] = defaultdict(list)
+    pass_names = list(dict.fromkeys(name for i in idx for name, _ in timed.passes[i]))
     for i in idx:
         parts = {k: v / 1e3 for k, v in timed.schedule_parts[i].items()}
-        passes = [(name, sec * 1e6) for name, sec in timed.passes[i]]
+        passes = ([(name, sec * 1e6) for name, sec in timed.passes[i]] if timed.passes[i]
+                  else [(name, 0.0) for name in pass_names])  # a steady step ran no pass
         total = timed.schedule_ns[i] / 1e3
         in_passes = sum(us for _, us in passes)
         build = parts.get("build_step", 0.0) + parts.get("refill", 0.0)
@@ -435,8 +452,11 @@ def profile_schedir(variant: str, case: Case) -> dict:
             sched[f"pass {name}"].append(us)
         sched["PassManager.run minus passes"].append(parts.get("manager.run", in_passes) - in_passes)
         sched["_lower"].append(parts.get("_lower", 0.0))
+        sched["steady step (no IR; settle_step included)"].append(parts.get("steady", 0.0))
         sched["  of which settle_step"].append(parts.get("settle_step", 0.0))
-        known = build + parts.get("manager.run", in_passes) + parts.get("_lower", 0.0)
+        sched["steady test that fell back to the IR"].append(parts.get("steady test", 0.0))
+        known = (build + parts.get("manager.run", in_passes) + parts.get("_lower", 0.0) + parts.get("steady", 0.0)
+                 + parts.get("steady test", 0.0))
         sched["other (facts, queue columns, metrics)"].append(total - known)
         sched["total schedule()"].append(total)
         uparts, utotal = timed.update_parts[i], timed.update_ns[i] / 1e3

@@ -133,6 +133,8 @@ def test_double_scheduling_and_nondeterminism_are_caught(monkeypatch: pytest.Mon
             step.schedule(value, "decode", step.ids(value)[:1], np.ones(1, dtype=np.int64))
 
     monkeypatch.setattr(vllm_admit.VllmAdmit, "run", twice)
+    # a pass that schedules more than the steady decision must not declare it (decode steps would skip it)
+    monkeypatch.setattr(vllm_admit.VllmAdmit, "decodes_steadily", lambda self: False)
     with pytest.raises(InvariantViolation, match=r"scheduled twice in one step: \['r0'\]"):
         check_case(case, "vllm")
     monkeypatch.undo()

@@ -310,7 +310,7 @@ def test_update_with_a_wrong_length_array_fails_cleanly() -> None:
 
 # ---------------------------------------------------------------- state and metrics
 METRIC_KEYS = {"total_requests", "finished_requests", "rejected_requests", "preemptions", "steps",
-               "scheduled_tokens", "prefix_hit_tokens", "batch_efficiency", "memory_utilization",
+               "steady_steps", "scheduled_tokens", "prefix_hit_tokens", "batch_efficiency", "memory_utilization",
                "schedule_us_median", "schedule_us_p99", "aborted_requests", "avg_latency_s", "p99_latency_s",
                "throughput_req_s", "throughput_tok_s"}
 

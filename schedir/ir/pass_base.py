@@ -69,6 +69,25 @@ class StepPass(ModulePass):
         step unless every pass of its pipeline answers; see `schedir.ir.window`)."""
         return None
 
+    def decodes_steadily(self) -> bool:
+        """Whether, in a steady decode step, this pass decides nothing or exactly the steady decision.
+
+        A steady decode step: nothing in the step's waiting queue, nothing swapped out, every
+        running request decoding (its prompt computed, its last token back) and asking for
+        exactly one token below max_model_len, all of them within the token budget, and the
+        free blocks covering every block their tokens need. The steady decision: every running
+        request scheduled for its one token, in running order, with the blocks that token
+        needs (its newly full blocks registered in the prefix cache), nobody preempted, no
+        state written, the budget and the step's facts left as they are.
+
+        When every pass of a block-pool pipeline answers True, the runtime lowers such steps
+        straight from its tables instead of building, running and reading their IR (the
+        decisions are the same, tested; dumps and `keep_ir` still build it). The default is
+        False: a pass that writes state every step (a decaying ratio, attained service, a
+        tenant's counter) or could reorder, cap or preempt a pure decode batch must not say
+        True."""
+        return False
+
     @classmethod
     def summary(cls) -> str:
         doc = (cls.__doc__ or "").strip()

@@ -27,6 +27,10 @@ class OrderDecodesFirst(StepPass):
 
     queue: str = "running"
 
+    def decodes_steadily(self) -> bool:
+        """Nothing to move: a steady step's running requests all decode (a stable partition keeps them)."""
+        return True
+
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)
         if pending is None:

@@ -26,6 +26,10 @@ class OrderPriority(StepPass):
         """Nobody of its own: it orders what the step holds (admission declares what it picks from)."""
         return ctx.NONE
 
+    def decodes_steadily(self) -> bool:
+        """Over the waiting queue: a steady step's is empty."""
+        return self.queue == "waiting"
+
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)
         if pending is not None:

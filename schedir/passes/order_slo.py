@@ -81,6 +81,10 @@ class OrderSlo(StepPass):
         request when it rejects the hopeless (each is judged every step)."""
         return ctx.NONE if self.hopeless == "last" else None
 
+    def decodes_steadily(self) -> bool:
+        """Over the waiting queue: a steady step's is empty."""
+        return self.queue == "waiting"
+
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)
         if pending is None:

@@ -51,6 +51,10 @@ class RejectOversized(StepPass):
         """The waiting requests its rule refuses (the runtime flags them at arrival with `oversized`)."""
         return ctx.oversized if self.queue == "waiting" else ctx.NONE
 
+    def decodes_steadily(self) -> bool:
+        """Over the waiting queue: a steady step's is empty (over running it could refuse one)."""
+        return self.queue == "waiting"
+
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)
         if pending is None:

@@ -50,6 +50,10 @@ class VllmAdmit(StepPass):
             return ctx.NONE
         return None
 
+    def decodes_steadily(self) -> bool:
+        """Over the waiting queue: a steady step's is empty."""
+        return self.queue == "waiting"
+
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)
         if pending is None:

@@ -46,6 +46,10 @@ class VllmScheduleRunning(StepPass):
         """Nobody: it schedules the running queue (a long-prefill cap counts the waiting, so then all)."""
         return ctx.NONE if not self.long_prefill and self.queue == "running" else None
 
+    def decodes_steadily(self) -> bool:
+        """The steady decision itself: one token each, in order; its block checks never fail then."""
+        return self.queue == "running"
+
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)
         if pending is None:

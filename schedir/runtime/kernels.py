@@ -7,7 +7,8 @@ import numpy as np
 
 from schedir.lowering.batch_plan import batch_plan_packed
 from schedir.lowering.hashing import ROOT, block_hash
-from schedir.lowering.kv_pool import cache_full_blocks
+from schedir.lowering.kv_pool import allocate, cache_full_blocks
+from schedir.lowering import kv_pool as _kv_pool
 from schedir.runtime import table as _table
 
 # Numba's on-disk cache (cache=True) does not notice a change of constants imported from
@@ -24,6 +25,11 @@ assert (PROMPT, COMPUTED, TOTAL, MAX_TOKENS, STATUS, BLOCKS, IN_FLIGHT, QUEUED, 
     _table.SERIAL, _table.QUEUE_COLUMN_COUNT, _table.WAITING, _table.RUNNING, _table.PREEMPTED, _table.SWAPPED,
     _table.FINISHED), \
     "runtime/kernels.py column indices are stale: update them"
+
+# the KV pool's meta slots `steady_decode` reads (spelled out for the same reason)
+_POOL_NUM_FREE, _POOL_CACHING, _POOL_BLOCK_SIZE = 0, 1, 2
+assert (_POOL_NUM_FREE, _POOL_CACHING, _POOL_BLOCK_SIZE) == (_kv_pool.NUM_FREE, _kv_pool.CACHING, _kv_pool.BLOCK_SIZE), \
+    "runtime/kernels.py pool meta indices are stale: update them"
 
 NOT_DONE, STOPPED, LENGTH = 0, 1, 2
 STALE = -1  # update(): the row was recycled since the output (not this output's request)
@@ -59,6 +65,47 @@ _NO_STATE_ROWS = np.zeros(0, dtype=np.int64)
 def queue_columns(data, rows, nblk, refresh_blocks: bool):  # noqa: ANN001, ANN201
     """`queue_columns_with_state` for a pipeline that declares no request state."""
     return queue_columns_with_state(data, rows, nblk, refresh_blocks, _NO_STATE, _NO_STATE_ROWS)
+
+
+@nb.njit(cache=True)
+def steady_decode(running, data, budget: int, max_model_len: int, ref, bhash, dup_next, nxt, prv, meta, cache,
+                  table, nblk, ncached, rhash, nhash) -> bool:
+    """Decide and commit a steady decode step (see `StepPass.decodes_steadily`), or change
+    nothing and return False when the step is not one.
+
+    Steady: every running request is decoding (its prompt computed, nothing in flight, no
+    placeholder), asks for exactly one token below `max_model_len`, the running requests fit
+    in the token budget, and the free blocks cover every block their tokens need. Then, in
+    running order, each row's held-block count is recorded (`blocks`, as the step IR's queue
+    columns record it), its new blocks are allocated from the front of the free queue and its
+    newly full blocks registered in the prefix cache: what vllm-schedule-running's kernel does
+    for such a step, row by row, with no preemption possible."""
+    n = running.size
+    if n == 0 or n > budget:
+        return False
+    bs = meta[_POOL_BLOCK_SIZE]
+    need = 0
+    for i in range(n):
+        r = running[i]
+        total = data[TOTAL, r]
+        computed = data[COMPUTED, r]
+        if (total - computed != 1 or computed < data[PROMPT, r] or total >= max_model_len
+                or data[IN_FLIGHT, r] != 0 or data[PLACEHOLDERS, r] != 0):
+            return False
+        if total > nblk[r] * bs:
+            need += -(-total // bs) - nblk[r]
+    if need > meta[_POOL_NUM_FREE]:
+        return False
+    caching = meta[_POOL_CACHING] != 0
+    for i in range(n):
+        r = running[i]
+        data[BLOCKS, r] = nblk[r]
+        total = data[TOTAL, r]
+        if total > nblk[r] * bs:
+            allocate(r, -(-total // bs) - nblk[r], ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk)
+        if caching and total >= (ncached[r] + 1) * bs:
+            cache_full_blocks(r, total, bhash, dup_next, cache, meta, table, ncached, rhash, nhash)
+    return True
 
 
 # rows of `read_scheduled`'s result

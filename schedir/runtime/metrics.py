@@ -23,6 +23,7 @@ class RuntimeMetrics:
     rejected: int = 0
     preemptions: int = 0
     steps: int = 0
+    steady_steps: int = 0  # steps lowered without their IR (steady decode steps, see StepPass.decodes_steadily)
     scheduled_tokens: int = 0
     prefix_hit_tokens: int = 0
     step_seconds: np.ndarray = attrs.field(factory=lambda: np.zeros(STEP_WINDOW))  # a ring: step k at k % size
@@ -68,6 +69,7 @@ class RuntimeMetrics:
             "aborted_requests": self.aborted,
             "preemptions": self.preemptions,
             "steps": steps,
+            "steady_steps": self.steady_steps,
             "scheduled_tokens": self.scheduled_tokens,
             "prefix_hit_tokens": self.prefix_hit_tokens,
             "batch_efficiency": self.batch_fill_sum / steps if steps else 0.0,

@@ -62,6 +62,7 @@ from schedir.runtime.kernels import (
     queue_columns_with_state,
     read_scheduled,
     settle_step,
+    steady_decode,
 )
 from schedir.runtime.metrics import RuntimeMetrics
 from schedir.runtime.output import BatchPlan, SchedulerOutput
@@ -226,6 +227,13 @@ class Scheduler:
         # so the window is its head: no sort over thousands of waiting requests per step.
         self._fcfs_window = bool(self.window) and cfg.policy == "fcfs"
         # ... else the waiting requests every pass declares it could act on (see `_waiting_window`)
+        # steady decode steps skip the IR when every pass decides them as `decodes_steadily` says
+        # (block pool only: the radix pool and a count-level lowering allocate otherwise); from
+        # the pipeline's first IR step on, which checks it against the step's facts
+        self._steady_pipeline = (self.pool_level and not radix and not swap_queue
+                                 and all(p.decodes_steadily() for p in manager.passes))
+        self._steady = False
+        self._ones = _NO_ROWS  # one token per running request: a steady step's num_tokens (see _steady_step)
         self._declared_window = not self.window and all(
             type(p).waiting_window is not StepPass.waiting_window for p in manager.passes)
 
@@ -401,6 +409,13 @@ class Scheduler:
         elif self._declared_window and waiting.size > cfg.max_num_seqs + WINDOW_SLACK:
             waiting = self._waiting_window(waiting)  # (asking costs ~20-80 µs: worth it for a long queue)
         dumping = cfg.dumps(step)
+        if self._steady and not dumping and not self.keep_ir:
+            out = self._steady_step(step, waiting)
+            if out is not None:
+                self.metrics.steady_steps += 1
+                self.metrics.record_step(time.perf_counter() - start, out.total_num_scheduled_tokens, 0,
+                                         cfg.max_num_batched_tokens, 1.0 - pool.num_free / pool.usable_blocks)
+                return out
         work_pool = pool.copy() if dumping and self.pool_level else pool
         facts = StepFacts(step=step, token_budget=cfg.max_num_batched_tokens, max_seqs=cfg.max_num_seqs,
                           block_size=cfg.block_size, free_blocks=pool.num_free,
@@ -448,6 +463,7 @@ class Scheduler:
             self.pool = pool = work_pool
         else:
             self.manager.run(module, complete_state=True)  # the queues and sched.state carry every declared state
+            self._steady = self._steady_pipeline  # checked by a first run: steady steps may skip the IR now
         out, hit_tokens = self._lower(self._recycled.block if recycled else steps_of(module)[0].body.block, step)
         if self.keep_ir:
             self.last_module = module
@@ -456,6 +472,34 @@ class Scheduler:
         self.metrics.record_step(time.perf_counter() - start, out.total_num_scheduled_tokens, hit_tokens,
                                  cfg.max_num_batched_tokens, 1.0 - pool.num_free / pool.usable_blocks)
         return out
+
+    def _steady_step(self, step: int, waiting: np.ndarray) -> SchedulerOutput | None:
+        """A steady decode step (see `StepPass.decodes_steadily`) lowered straight from the
+        tables, or None (nothing changed) when this step is not one: every running request
+        decodes one token and gets its blocks, as the pipeline's IR would decide, without the
+        IR's fixed cost (building, running and reading ~10 ops is most of a light step's time).
+        `waiting` is the step's waiting queue after the admission window; a non-empty one is
+        still steady for the vllm preset when `admissible_bound` proves nobody can be admitted
+        (the window's own rule, tested against the whole queue) and nobody is to be rejected."""
+        cfg = self.config
+        pool = self.pool
+        d = self.table.data
+        running = self.running
+        if waiting.size:
+            if self._oversized_waiting or not self._vllm_rules() or admissible_bound(
+                    d, running, waiting if self._fcfs_window else _EMPTY, self._oversized, cfg.max_num_seqs,
+                    cfg.max_num_batched_tokens, cfg.max_model_len, True, pool.num_free, cfg.enable_prefix_caching,
+                    pool.rhash, pool.nhash, pool.nblk, pool.ncached, pool.cache, cfg.block_size):
+                return None
+        if self.swapped.size or not steady_decode(
+                running, d, cfg.max_num_batched_tokens, cfg.max_model_len, pool.ref, pool.bhash, pool.dup_next,
+                pool.nxt, pool.prv, pool.meta, pool.cache, pool.table, pool.nblk, pool.ncached, pool.rhash,
+                pool.nhash):
+            return None
+        if self._ones.size < running.size:
+            self._ones = np.ones(2 * running.size, dtype=np.int64)
+        return self._settle(step, running, self._ones[: running.size].copy(), _NO_ROWS, _NO_ROWS, _NO_ROWS,
+                            _NO_ROWS, {})  # (a copy of a slice: a third of np.ones' cost)
 
     def _admission_window(self, waiting: np.ndarray) -> np.ndarray:
         """The head of the waiting queue in vLLM's order that this step can admit from, plus
@@ -668,11 +712,24 @@ class Scheduler:
                 pool.nhash[r] = 0
                 self._release_row(r)
             self.metrics.rejected += ids.size
+        out = self._settle(step, rows, tokens, new_rows, gone, resumed, out_rows, rejected_out)
+        hit_tokens = int(out.computed[out.kind != 0].sum()) if new_rows.size else 0
+        return out, hit_tokens
+
+    def _settle(self, step: int, rows: np.ndarray, tokens: np.ndarray, new_rows: np.ndarray, gone: np.ndarray,
+                resumed: np.ndarray, out_rows: np.ndarray, rejected_out: dict[str, str]) -> SchedulerOutput:
+        """Apply a step's decisions to the queues and the request lifecycle (one kernel), then
+        build its output: `rows` scheduled for `tokens`, `new_rows` admitted, `gone` preempted by
+        recompute, `resumed` swapped in, `out_rows` swapped out (their blocks already moved)."""
+        cfg = self.config
+        pool = self.pool
+        table = self.table
+        d = table.data
         joining = joined_columns([new_rows, resumed]) if resumed.size else new_rows  # admitted, then swapped in
         (self.running, self.waiting, per_request, sampled, qsl, per_token, seq_lens,
          block_table) = settle_step(rows, tokens, joining, gone, self._front, d, self.running, self.waiting,
                                     pool.table, pool.nblk, cfg.block_size, cfg.async_scheduling,
-                                    self._fcfs_window, bool(new_rows.size) or bool(rejected))
+                                    self._fcfs_window, bool(new_rows.size) or bool(rejected_out))
         if gone.size:
             self._front -= gone.size
             self.metrics.preemptions += gone.size
@@ -703,8 +760,7 @@ class Scheduler:
             generation=per_request[STEP_GENERATION],
         )
         self._finished = []
-        hit_tokens = int(computed[kind != 0].sum()) if new_rows.size else 0
-        return out, hit_tokens
+        return out
 
     def _apply_state(self, writes: list) -> None:
         """Keep the state the step's passes wrote (`req.set_state`, `sched.set_state`), in op

@@ -1,0 +1,143 @@
+"""Steady decode steps lowered without their IR (`StepPass.decodes_steadily`) decide exactly as
+the IR does: every output field, the queues, the request table and the KV pool, step by step."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from schedir import Request, Scheduler, SchedulerConfig
+from schedir.ir.pass_base import StepPass
+from schedir.ir.pipeline import parse_passes
+from schedir.passes.presets import PRESETS
+from schedir.runtime import table as T
+
+
+def output_record(out) -> tuple:  # noqa: ANN001
+    return (tuple(out.req_ids), out.num_tokens.tolist(), out.computed.tolist(), out.kind.tolist(),
+            out.sampled.tolist(), out.nblk_before.tolist(), out.nblk_after.tolist(), out.generation.tolist(),
+            out.batch.query_start_loc.tolist(), out.batch.positions.tolist(), out.batch.slot_mapping.tolist(),
+            out.batch.seq_lens.tolist(), out.block_table.tolist(), sorted(out.preempted_req_ids),
+            sorted(out.finished_req_ids), sorted(out.rejected.items()), [p.tolist() for p in out.new_prompts])
+
+
+def state_record(sched: Scheduler) -> tuple:
+    pool = sched.pool
+    live = sched.table.data[:, sched.table.data[T.STATUS] != T.FREE]
+    return (sched.running.tolist(), sched.waiting.tolist(), live.tolist(), pool.ref.tolist(), pool.nxt.tolist(),
+            pool.nblk.tolist(), pool.ncached.tolist(), pool.bhash.tolist(), pool.meta.tolist(),
+            sched.metrics.preemptions)
+
+
+def replay(steady: bool, *, pipeline: str = "vllm", seed: int, num_blocks: int, block_size: int = 4,
+           caching: bool = True, policy: str = "fcfs", depth: int = 1, max_seqs: int = 6, n: int = 60,
+           long_prefill: int = 0, async_mode: bool = False) -> tuple[list[tuple], int]:
+    """Run one random trace (shared prefixes, aborts, arrivals over time); returns every step's
+    output and state, and how many steps took the steady path."""
+    cfg = SchedulerConfig(pipeline=pipeline, num_blocks=num_blocks, block_size=block_size,
+                          max_num_batched_tokens=48, max_num_seqs=max_seqs, max_model_len=160,
+                          enable_prefix_caching=caching, policy=policy, async_scheduling=depth > 1 or async_mode,
+                          long_prefill_token_threshold=long_prefill)
+    sched = Scheduler(cfg)
+    if not steady:
+        sched._steady_pipeline = False
+    rng = np.random.default_rng(seed)
+    prefixes = [rng.integers(0, 50, 40).tolist() for _ in range(3)]
+    arrivals = sorted(int(rng.integers(0, 300)) for _ in range(n))
+    records: list[tuple] = []
+    flight: list = []
+    added = 0
+    tick = 0
+    while added < n or sched.has_unfinished_requests() or flight:
+        while added < n and arrivals[added] <= tick:
+            prompt = (prefixes[int(rng.integers(0, 3))][: int(rng.integers(0, 40))]
+                      + rng.integers(0, 50, int(rng.integers(1, 30))).tolist())
+            sched.add_request(Request(f"r{added:03d}", prompt, max_tokens=int(rng.integers(1, 60)),
+                                      priority=int(rng.integers(0, 3)), arrival_time=float(added)))
+            added += 1
+        tick += 1
+        if tick % 37 == 0 and sched.running.size:  # an abort mid-decode or mid-prefill
+            sched.finish_requests(str(sched.table.names[sched.running[-1]]))
+        out = sched.schedule()
+        records.append(output_record(out) + state_record(sched))
+        flight.append(out)
+        while flight and (len(flight) >= depth or not sched.has_unfinished_requests()):
+            done = flight.pop(0)
+            records.append(tuple(sched.update(done, np.where(done.sampled, 7, -1))))
+        assert tick < 20000
+    return records, sched.get_metrics()["steady_steps"]
+
+
+CASES = [
+    dict(seed=1, num_blocks=400),                      # ample: long runs of steady decodes
+    dict(seed=2, num_blocks=60),                       # tight: preemption by recompute
+    dict(seed=3, num_blocks=40, block_size=8),         # waiting heads that cannot fit (admissible_bound)
+    dict(seed=4, num_blocks=80, caching=False),
+    dict(seed=5, num_blocks=70, policy="priority"),
+    dict(seed=6, num_blocks=90, depth=2),              # async, two steps in flight: never steady
+    dict(seed=10, num_blocks=90, depth=1, async_mode=True),  # async, each output back before the next step
+    dict(seed=7, num_blocks=50, max_seqs=2),           # seats full while many wait
+    dict(seed=8, num_blocks=120, long_prefill=8),
+    dict(seed=9, num_blocks=60, pipeline="slo-aware"),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"seed{c['seed']}" for c in CASES])
+def test_steady_steps_decide_as_the_ir(case):
+    steady, taken = replay(True, **case)
+    full, none = replay(False, **case)
+    assert none == 0
+    if case.get("depth", 1) > 1:
+        assert taken == 0  # a request waiting on its token is not steady
+    else:
+        assert taken > 20, f"only {taken} steady steps: the case does not exercise the path"
+    assert len(steady) == len(full)
+    for i, (a, b) in enumerate(zip(steady, full, strict=True)):
+        assert a == b, f"record {i} differs"
+
+
+def test_steady_steps_with_a_waiting_queue_admission_cannot_reach():
+    """Heads that cannot fit keep the step steady (the few-b32 case): some steady steps have
+    requests waiting."""
+    cfg = dict(seed=3, num_blocks=40, block_size=8)
+    seen = []
+    real = Scheduler._steady_step
+
+    def spy(self, step, waiting):  # type: ignore[no-untyped-def]
+        out = real(self, step, waiting)
+        if out is not None:
+            seen.append(self.waiting.size)
+        return out
+
+    Scheduler._steady_step = spy  # type: ignore[method-assign]
+    try:
+        replay(False, **cfg)  # (the spy is on the class: this run's steady flag is off, so it never calls it)
+        assert not seen
+        replay(True, **cfg)
+    finally:
+        Scheduler._steady_step = real  # type: ignore[method-assign]
+    assert any(w > 0 for w in seen)
+
+
+def test_which_presets_take_steady_steps():
+    def steady(name: str) -> bool:
+        return all(p.decodes_steadily() for p in parse_passes(PRESETS[name]))
+
+    assert steady("vllm") and steady("slo-aware")
+    for name in ("sglang", "fastserve", "vtc", "vllm-v0", "base", "sarathi"):
+        assert not steady(name), name
+    # a queue option that points a waiting-queue pass at the running queue makes it unsteady
+    assert not parse_passes("order-vllm{queue=running}")[0].decodes_steadily()
+    assert StepPass.decodes_steadily is not None
+
+
+def test_dumps_and_kept_ir_build_every_step(tmp_path):
+    cfg = SchedulerConfig(num_blocks=100, block_size=4, max_num_batched_tokens=32, max_num_seqs=4, max_model_len=128)
+    sched = Scheduler(cfg)
+    sched.keep_ir = True
+    sched.add_request(Request("a", list(range(10)), max_tokens=20))
+    for _ in range(5):
+        out = sched.schedule()
+        assert sched.last_module is not None
+        sched.last_module = None
+        sched.update(out, np.where(out.sampled, 7, -1))
