@@ -422,3 +422,26 @@ def test_long_prefill_threshold_reaches_every_pass_that_takes_it() -> None:
     assert preset.manager.spec == listed.manager.spec
     with pytest.raises(ValueError, match="no pass of pipeline 'base' takes a long-prefill option"):
         Scheduler(SchedulerConfig(pipeline="base", long_prefill_token_threshold=8))
+
+
+def test_no_batch_plan_decides_the_same() -> None:
+    """SchedulerConfig.batch_plan=False (the simulator's): the same decisions, no batch plan or
+    block table, and a clear error from the fields that list block ids."""
+    outs = {}
+    for plan in (True, False):
+        sched = small(num_blocks=24, max_num_batched_tokens=32, batch_plan=plan)
+        for i in range(5):
+            sched.add_request(Request(f"r{i}", list(range(i, i + 9 + 3 * i)), max_tokens=6))
+        steps = []
+        while sched.has_unfinished_requests():
+            out = sched.schedule()
+            steps.append((out.req_ids, out.num_tokens.tolist(), out.computed.tolist(), out.kind.tolist(),
+                          sorted(out.preempted_req_ids), out.total_num_scheduled_tokens))
+            if not plan:
+                assert out.batch is None and out.block_table is None
+                if len(out):
+                    with pytest.raises(ValueError, match=r"new_reqs lists block ids.*batch_plan=False"):
+                        _ = out.new_reqs
+            sched.update(out, np.where(out.sampled, 5, -1))
+        outs[plan] = steps
+    assert outs[True] == outs[False] and len(outs[True]) > 5

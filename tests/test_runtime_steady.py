@@ -31,11 +31,11 @@ def state_record(sched: Scheduler) -> tuple:
 
 def replay(steady: bool, *, pipeline: str = "vllm", seed: int, num_blocks: int, block_size: int = 4,
            caching: bool = True, policy: str = "fcfs", depth: int = 1, max_seqs: int = 6, n: int = 60,
-           long_prefill: int = 0, async_mode: bool = False) -> tuple[list[tuple], int]:
+           long_prefill: int = 0, async_mode: bool = False, budget: int = 48) -> tuple[list[tuple], int]:
     """Run one random trace (shared prefixes, aborts, arrivals over time); returns every step's
     output and state, and how many steps took the steady path."""
     cfg = SchedulerConfig(pipeline=pipeline, num_blocks=num_blocks, block_size=block_size,
-                          max_num_batched_tokens=48, max_num_seqs=max_seqs, max_model_len=160,
+                          max_num_batched_tokens=budget, max_num_seqs=max_seqs, max_model_len=160,
                           enable_prefix_caching=caching, policy=policy, async_scheduling=depth > 1 or async_mode,
                           long_prefill_token_threshold=long_prefill)
     sched = Scheduler(cfg)
@@ -79,6 +79,14 @@ CASES = [
     dict(seed=7, num_blocks=50, max_seqs=2),           # seats full while many wait
     dict(seed=8, num_blocks=120, long_prefill=8),
     dict(seed=9, num_blocks=60, pipeline="slo-aware"),
+    # count-level pipelines: the lowering's `commit` allocates; their admission's declared window
+    # (nobody while every seat stays taken) empties the waiting queue of a steady step
+    dict(seed=11, num_blocks=60, pipeline="base"),
+    dict(seed=12, num_blocks=400, pipeline="base", max_seqs=3),
+    dict(seed=13, num_blocks=70, pipeline="base-priority", policy="priority"),
+    dict(seed=14, num_blocks=80, pipeline="orca", budget=160),
+    dict(seed=15, num_blocks=60, pipeline="with-prefix-aware", max_seqs=4),
+    dict(seed=16, num_blocks=50, pipeline="base", caching=False),
 ]
 
 
@@ -96,10 +104,12 @@ def test_steady_steps_decide_as_the_ir(case):
         assert a == b, f"record {i} differs"
 
 
-def test_steady_steps_with_a_waiting_queue_admission_cannot_reach():
-    """Heads that cannot fit keep the step steady (the few-b32 case): some steady steps have
-    requests waiting."""
-    cfg = dict(seed=3, num_blocks=40, block_size=8)
+@pytest.mark.parametrize("cfg", [dict(seed=3, num_blocks=40, block_size=8),  # vllm: admissible_bound
+                                 dict(seed=12, num_blocks=400, pipeline="base", max_seqs=3)],  # declared windows
+                         ids=["vllm-heads-do-not-fit", "base-seats-taken"])
+def test_steady_steps_with_a_waiting_queue_admission_cannot_reach(cfg):
+    """Heads that cannot fit (the few-b32 case), or every seat taken, keep the step steady:
+    some steady steps have requests waiting."""
     seen = []
     real = Scheduler._steady_step
 
@@ -123,12 +133,21 @@ def test_which_presets_take_steady_steps():
     def steady(name: str) -> bool:
         return all(p.decodes_steadily() for p in parse_passes(PRESETS[name]))
 
-    assert steady("vllm") and steady("slo-aware")
-    for name in ("sglang", "fastserve", "vtc", "vllm-v0", "base", "sarathi"):
+    for name in ("vllm", "slo-aware", "base", "base-priority", "orca", "with-prefix-aware"):
+        assert steady(name), name
+    for name in ("sglang", "sglang-mixed", "fastserve", "vtc", "vllm-v0", "vllm-v0-swap", "vllm-v0-chunked",
+                 "sarathi", "with-all-passes"):
         assert not steady(name), name
     # a queue option that points a waiting-queue pass at the running queue makes it unsteady
     assert not parse_passes("order-vllm{queue=running}")[0].decodes_steadily()
-    assert StepPass.decodes_steadily is not None
+
+    class Plain(StepPass):
+        name = "plain"
+
+        def run(self, step) -> None:  # type: ignore[no-untyped-def]
+            pass
+
+    assert not Plain().decodes_steadily()  # the default: a pass must say so
 
 
 def test_dumps_and_kept_ir_build_every_step(tmp_path):

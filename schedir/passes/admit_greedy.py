@@ -57,6 +57,10 @@ class AdmitGreedy(StepPass):
         to preempt for: `WindowContext.seats_stay_taken`); else the whole queue."""
         return ctx.nobody_while_seats_stay_taken(self.queue, self.running)
 
+    def decodes_steadily(self) -> bool:
+        """Over the waiting queue: a steady step's is empty."""
+        return self.queue == "waiting" and self.running == "running"
+
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)
         if pending is None:

@@ -35,6 +35,10 @@ class PrefixCacheAware(StepPass):
         """Nobody of its own: it orders what the step holds by the hits the runtime matched (admission declares what it picks from)."""
         return ctx.NONE
 
+    def decodes_steadily(self) -> bool:
+        """Over the waiting queue: a steady step's is empty."""
+        return self.queue == "waiting"
+
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)
         if pending is None:

@@ -46,6 +46,10 @@ class ScheduleRunning(StepPass):
         for want of blocks: see `WindowContext.seats_stay_taken`)."""
         return ctx.NONE if self.queue != "waiting" else None
 
+    def decodes_steadily(self) -> bool:
+        """The steady decision itself: one token each, in queue order, no block shortage to preempt for."""
+        return self.queue == "running"
+
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)
         if pending is None:

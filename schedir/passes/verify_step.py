@@ -86,6 +86,10 @@ class VerifyStep(StepPass):
         """Nobody of its own: it checks the decisions on whatever the step holds."""
         return ctx.NONE
 
+    def decodes_steadily(self) -> bool:
+        """It decides nothing; a steady step's decisions hold by construction (the kernel checks them)."""
+        return True
+
     def run(self, step: Step) -> None:
         problems = self.problems(step)
         if problems:

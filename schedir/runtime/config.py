@@ -53,6 +53,11 @@ class SchedulerConfig:
     num_cpu_blocks: int = 0
     """Host (CPU) KV blocks for preemption by swap (vLLM v0's `num_cpu_blocks`, from its
     `swap_space`); 0: no swap space, a pass that would swap preempts by recompute instead."""
+    batch_plan: bool = True
+    """Build each step's batch plan and block table (`SchedulerOutput.batch` / `block_table`, what a
+    model runner consumes). An engine that runs no model, such as the simulator, turns it off: the
+    outputs then carry None there, and a step of hundreds of long requests skips copying their
+    block tables (tens of µs)."""
     verify_each: bool = False
     dump_dir: Path | None = attrs.field(default=None, converter=attrs.converters.optional(Path))
     dump_steps: frozenset[int] | str = attrs.field(default=None, converter=_steps)

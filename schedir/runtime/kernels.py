@@ -69,7 +69,7 @@ def queue_columns(data, rows, nblk, refresh_blocks: bool):  # noqa: ANN001, ANN2
 
 @nb.njit(cache=True)
 def steady_decode(running, data, budget: int, max_model_len: int, ref, bhash, dup_next, nxt, prv, meta, cache,
-                  table, nblk, ncached, rhash, nhash) -> bool:
+                  table, nblk, ncached, rhash, nhash, commit: bool) -> bool:
     """Decide and commit a steady decode step (see `StepPass.decodes_steadily`), or change
     nothing and return False when the step is not one.
 
@@ -79,7 +79,8 @@ def steady_decode(running, data, budget: int, max_model_len: int, ref, bhash, du
     running order, each row's held-block count is recorded (`blocks`, as the step IR's queue
     columns record it), its new blocks are allocated from the front of the free queue and its
     newly full blocks registered in the prefix cache: what vllm-schedule-running's kernel does
-    for such a step, row by row, with no preemption possible."""
+    for such a step, row by row, with no preemption possible (and the lowering's `commit`, for
+    a count-level pipeline). `commit` false: the test alone."""
     n = running.size
     if n == 0 or n > budget:
         return False
@@ -96,6 +97,8 @@ def steady_decode(running, data, budget: int, max_model_len: int, ref, bhash, du
             need += -(-total // bs) - nblk[r]
     if need > meta[_POOL_NUM_FREE]:
         return False
+    if not commit:  # the test alone
+        return True
     caching = meta[_POOL_CACHING] != 0
     for i in range(n):
         r = running[i]
@@ -131,7 +134,7 @@ STEP_COMPUTED, STEP_BLOCKS_BEFORE, STEP_KIND, STEP_BLOCKS_AFTER, STEP_GENERATION
 
 @nb.njit(cache=True)
 def settle_step(rows, tokens, new_rows, gone, front, data, running, waiting, table, nblk, block_size: int,
-                async_mode: bool, preempted_first: bool, waiting_changed: bool):
+                async_mode: bool, preempted_first: bool, waiting_changed: bool, plan: bool):
     """Apply a lowered step to the request table and queues, and build its batch plan.
 
     Reads each scheduled row as the step was decided (status, computed, total, held blocks)
@@ -146,6 +149,7 @@ def settle_step(rows, tokens, new_rows, gone, front, data, running, waiting, tab
     STEP_BLOCKS_AFTER and STEP_GENERATION; `per_token` is int64[2, T] (positions, slots).
     `waiting_changed` false (nobody admitted, rejected or preempted this step) hands `waiting`
     back as it is: an overloaded queue of thousands is not walked twice a step for nothing.
+    `plan` false leaves the batch plan out (its four results are None).
     A chunk samples when it reaches the end of the known tokens and the placeholders; with
     `async_mode` each sampling chunk adds a placeholder (vLLM's AsyncScheduler). A preempted
     row's outputs in flight become stale: delivered when they return (`stale` > 0), or still
@@ -192,9 +196,20 @@ def settle_step(rows, tokens, new_rows, gone, front, data, running, waiting, tab
             at += 1
     new_running[at:] = new_rows
     if not waiting_changed and gone.size == 0:
+        new_waiting = waiting
+    else:
+        new_waiting = _settle_waiting(data, waiting, gone, preempted_first)
+    if plan:
         qsl, per_token, seq_lens, block_table = batch_plan_packed(rows, tokens, per_request[STEP_COMPUTED], table,
                                                                   nblk, block_size)
-        return new_running, waiting, per_request, sampled, qsl, per_token, seq_lens, block_table
+        return new_running, new_waiting, per_request, sampled, qsl, per_token, seq_lens, block_table
+    return new_running, new_waiting, per_request, sampled, None, None, None, None
+
+
+@nb.njit(cache=True)
+def _settle_waiting(data, waiting, gone, preempted_first: bool):
+    """The waiting queue after a step: the rows still waiting (or preempted), in order, and the
+    rows preempted this step (in front, last preempted first, with `preempted_first`)."""
     kept = 0
     for k in range(waiting.size):
         st = data[STATUS, waiting[k]]
@@ -213,9 +228,7 @@ def settle_step(rows, tokens, new_rows, gone, front, data, running, waiting, tab
             at += 1
     if not preempted_first:
         new_waiting[at:] = gone
-    qsl, per_token, seq_lens, block_table = batch_plan_packed(rows, tokens, per_request[STEP_COMPUTED], table,
-                                                              nblk, block_size)
-    return new_running, new_waiting, per_request, sampled, qsl, per_token, seq_lens, block_table
+    return new_waiting
 
 
 @nb.njit(cache=True)

@@ -57,14 +57,14 @@ class SchedulerOutput:
     kind: np.ndarray  # 0 running, 1 new, 2 resumed after preemption
     nblk_before: np.ndarray  # blocks the engine already knows for the request
     nblk_after: np.ndarray
-    block_table: np.ndarray  # int32[n, max blocks] (the same array as batch.block_table)
+    block_table: np.ndarray | None  # int32[n, max blocks] (batch.block_table); None: no batch plan
     new_prompts: list[np.ndarray]  # prompt ids of the new requests, in batch order
     preempted_req_ids: frozenset[str]
     # finished since the previous output (as in vLLM), plus this output's rejected requests: an
     # engine that saw one before (scheduled, then preempted) must free its state
     finished_req_ids: frozenset[str]
     rejected: dict[str, str]  # request id -> reason (too long for the model, larger than the cache)
-    batch: BatchPlan
+    batch: BatchPlan | None  # None when the scheduler builds no batch plan (SchedulerConfig.batch_plan)
     generation: np.ndarray  # per request: who held the row when scheduled (guards recycled rows)
     applied: bool = False  # set by Scheduler.update: an output is applied once
     # Preemption by swap (vLLM v0; a pipeline with a swapped queue): requests whose KV moved to host
@@ -82,6 +82,8 @@ class SchedulerOutput:
 
     @property
     def total_num_scheduled_tokens(self) -> int:
+        if self.batch is None:
+            return int(self.num_tokens.sum())
         return int(self.batch.query_start_loc[-1])  # the batch plan's running sum (no pass over the tokens)
 
     @cached_property
@@ -91,6 +93,7 @@ class SchedulerOutput:
     @cached_property
     def new_reqs(self) -> list[NewRequest]:
         """Requests sent whole, once: prompt and every block id (prefix-hit blocks included)."""
+        self._need_block_table("new_reqs")
         out = []
         prompts = iter(self.new_prompts)
         for i in np.flatnonzero(self.kind == 1).tolist():
@@ -101,12 +104,18 @@ class SchedulerOutput:
     @cached_property
     def cached_reqs(self) -> list[CachedRequest]:
         """Requests the engine holds: only their new block ids (all of them after a preemption)."""
+        self._need_block_table("cached_reqs")
         out = []
         for i in np.flatnonzero(self.kind != 1).tolist():
             out.append(CachedRequest(self.req_ids[i], bool(self.kind[i] == 2),
                                      self.block_table[i, self.nblk_before[i]: self.nblk_after[i]].copy(),
                                      int(self.computed[i])))
         return out
+
+    def _need_block_table(self, field: str) -> None:
+        if self.block_table is None:
+            raise ValueError(f"SchedulerOutput.{field} lists block ids, and this scheduler builds no batch plan "
+                             "or block table (SchedulerConfig.batch_plan=False)")
 
     def __len__(self) -> int:
         return len(self.rows)

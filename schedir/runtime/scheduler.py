@@ -228,10 +228,9 @@ class Scheduler:
         self._fcfs_window = bool(self.window) and cfg.policy == "fcfs"
         # ... else the waiting requests every pass declares it could act on (see `_waiting_window`)
         # steady decode steps skip the IR when every pass decides them as `decodes_steadily` says
-        # (block pool only: the radix pool and a count-level lowering allocate otherwise); from
+        # (vLLM's block pool: the radix pool allocates otherwise; no swapped queue); from
         # the pipeline's first IR step on, which checks it against the step's facts
-        self._steady_pipeline = (self.pool_level and not radix and not swap_queue
-                                 and all(p.decodes_steadily() for p in manager.passes))
+        self._steady_pipeline = (not radix and not swap_queue and all(p.decodes_steadily() for p in manager.passes))
         self._steady = False
         self._ones = _NO_ROWS  # one token per running request: a steady step's num_tokens (see _steady_step)
         self._declared_window = not self.window and all(
@@ -406,8 +405,10 @@ class Scheduler:
                 waiting = self._rejectable(waiting)
             elif waiting.size > self.window:
                 waiting = self._admission_window(waiting)
-        elif self._declared_window and waiting.size > cfg.max_num_seqs + WINDOW_SLACK:
-            waiting = self._waiting_window(waiting)  # (asking costs ~20-80 µs: worth it for a long queue)
+        elif self._declared_window and waiting.size and (
+                waiting.size > cfg.max_num_seqs + WINDOW_SLACK or (self._steady and self._steady_running(False))):
+            # asking costs ~20-80 µs: worth it for a long queue, or when an empty answer makes the step steady
+            waiting = self._waiting_window(waiting)
         dumping = cfg.dumps(step)
         if self._steady and not dumping and not self.keep_ir:
             out = self._steady_step(step, waiting)
@@ -478,9 +479,11 @@ class Scheduler:
         tables, or None (nothing changed) when this step is not one: every running request
         decodes one token and gets its blocks, as the pipeline's IR would decide, without the
         IR's fixed cost (building, running and reading ~10 ops is most of a light step's time).
-        `waiting` is the step's waiting queue after the admission window; a non-empty one is
-        still steady for the vllm preset when `admissible_bound` proves nobody can be admitted
-        (the window's own rule, tested against the whole queue) and nobody is to be rejected."""
+        `waiting` is the step's waiting queue after the admission window: empty when every pass's
+        declared window answered nobody (`StepPass.waiting_window`, asked before the step when the
+        running requests are steady); a non-empty one is still steady for the vllm preset when
+        `admissible_bound` proves nobody can be admitted (the vllm window's own rule, tested
+        against the whole queue) and nobody is to be rejected."""
         cfg = self.config
         pool = self.pool
         d = self.table.data
@@ -491,15 +494,21 @@ class Scheduler:
                     cfg.max_num_batched_tokens, cfg.max_model_len, True, pool.num_free, cfg.enable_prefix_caching,
                     pool.rhash, pool.nhash, pool.nblk, pool.ncached, pool.cache, cfg.block_size):
                 return None
-        if self.swapped.size or not steady_decode(
-                running, d, cfg.max_num_batched_tokens, cfg.max_model_len, pool.ref, pool.bhash, pool.dup_next,
-                pool.nxt, pool.prv, pool.meta, pool.cache, pool.table, pool.nblk, pool.ncached, pool.rhash,
-                pool.nhash):
+        if self.swapped.size or not self._steady_running(True):
             return None
         if self._ones.size < running.size:
             self._ones = np.ones(2 * running.size, dtype=np.int64)
         return self._settle(step, running, self._ones[: running.size].copy(), _NO_ROWS, _NO_ROWS, _NO_ROWS,
                             _NO_ROWS, {})  # (a copy of a slice: a third of np.ones' cost)
+
+    def _steady_running(self, commit: bool) -> bool:
+        """Whether the running requests make a steady decode step (`steady_decode`); with
+        `commit`, also decide it: their blocks are allocated and registered."""
+        cfg = self.config
+        pool = self.pool
+        return steady_decode(self.running, self.table.data, cfg.max_num_batched_tokens, cfg.max_model_len, pool.ref,
+                             pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache, pool.table,
+                             pool.nblk, pool.ncached, pool.rhash, pool.nhash, commit)
 
     def _admission_window(self, waiting: np.ndarray) -> np.ndarray:
         """The head of the waiting queue in vLLM's order that this step can admit from, plus
@@ -729,7 +738,7 @@ class Scheduler:
         (self.running, self.waiting, per_request, sampled, qsl, per_token, seq_lens,
          block_table) = settle_step(rows, tokens, joining, gone, self._front, d, self.running, self.waiting,
                                     pool.table, pool.nblk, cfg.block_size, cfg.async_scheduling,
-                                    self._fcfs_window, bool(new_rows.size) or bool(rejected_out))
+                                    self._fcfs_window, bool(new_rows.size) or bool(rejected_out), cfg.batch_plan)
         if gone.size:
             self._front -= gone.size
             self.metrics.preemptions += gone.size
@@ -756,7 +765,7 @@ class Scheduler:
             finished_req_ids=frozenset(self._finished), rejected=rejected_out,
             batch=BatchPlan(query_start_loc=qsl, positions=per_token[POSITIONS],
                             slot_mapping=per_token[SLOTS], seq_lens=seq_lens,
-                            block_table=block_table),
+                            block_table=block_table) if cfg.batch_plan else None,
             generation=per_request[STEP_GENERATION],
         )
         self._finished = []

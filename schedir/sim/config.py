@@ -73,6 +73,7 @@ class SimConfig:
             enable_prefix_caching=self.enable_prefix_caching, pipeline=self.pipeline, policy=self.policy,
             long_prefill_token_threshold=self.long_prefill_token_threshold, num_cpu_blocks=num_cpu_blocks,
             dump_dir=self.dump_dir if dump else None, dump_steps=self.dump_steps if dump else None,
+            batch_plan=False,  # no model runs here: the cost model reads token counts, never slots or block ids
         )
 
 

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import attrs
 import numpy as np
 
 from schedir.runtime.config import Request
@@ -87,7 +88,8 @@ class VllmEngine:
         plugin = self.seen["scheduler"]
         self.sched = plugin.runtime
         self.sched.clock = self._clock  # the fleet's clock, as the simulator's runtime has
-        want = config.scheduler_config(self.num_blocks, self.max_model_len)
+        # the plug-in builds batch plans (vLLM's model runner reads them); the simulated engine does not
+        want = attrs.evolve(config.scheduler_config(self.num_blocks, self.max_model_len), batch_plan=True)
         if plugin.config != want:
             raise ValueError(f"the vLLM instance's scheduler settings differ from the simulated engine's: "
                              f"{plugin.config} != {want}")
