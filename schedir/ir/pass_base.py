@@ -78,7 +78,8 @@ class StepPass(ModulePass):
         free blocks covering every block their tokens need. The steady decision: every running
         request scheduled for its one token, in running order, with the blocks that token
         needs (its newly full blocks registered in the prefix cache), nobody preempted, no
-        state written, the budget and the step's facts left as they are.
+        state written, the step's facts left as they are (a pass that lowers the token budget
+        says to what in `steady_token_budget`: the step is steady only within it).
 
         When every pass of a block-pool pipeline answers True, the runtime lowers such steps
         straight from its tables instead of building, running and reading their IR (the
@@ -87,6 +88,11 @@ class StepPass(ModulePass):
         tenant's counter) or could reorder, cap or preempt a pure decode batch must not say
         True."""
         return False
+
+    def steady_token_budget(self, budget: int) -> int:
+        """The token budget this pass leaves a steady decode step whose budget is `budget` (the
+        default: unchanged; see `decodes_steadily`)."""
+        return budget
 
     @classmethod
     def summary(cls) -> str:

@@ -36,6 +36,9 @@ class WindowContext:
     request_state: Callable[[str, np.ndarray], np.ndarray]  # (declared name, ids) -> values
     column: Callable[[str, np.ndarray], np.ndarray]  # (queue column name, ids) -> values, as the step shows them
     memo: dict = attrs.field(factory=dict)  # answers the passes share (one pipeline asks them all)
+    # the runtime found the running requests steady (`StepPass.decodes_steadily`): each decodes
+    # one token, none is in flight, and the free blocks cover every block they need
+    steady: bool = False
 
     NONE: ClassVar[np.ndarray] = np.zeros(0, dtype=np.int64)  # nobody
 
@@ -46,6 +49,8 @@ class WindowContext:
         preempts for other reasons declares no window)."""
         if self.running.size < self.max_seqs:
             return False
+        if self.steady:  # their known tokens are `total` (one past `computed`), and their blocks fit
+            return True
 
         def fits() -> bool:
             known = self.column("total", self.running) + self.column("placeholders", self.running)

@@ -40,6 +40,13 @@ class SarathiBudget(StepPass):
     def budget(self) -> int:
         return (self.tbt_ms * 1000 - self.step_us) // self.token_us
 
+    def decodes_steadily(self) -> bool:
+        """It only lowers the budget (`steady_token_budget`): a decode batch within it is steady."""
+        return True
+
+    def steady_token_budget(self, budget: int) -> int:
+        return min(budget, self.budget())
+
     def run(self, step: Step) -> None:
         cap = self.budget()
         if cap < step.facts.token_budget:

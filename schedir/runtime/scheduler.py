@@ -231,6 +231,9 @@ class Scheduler:
         # (vLLM's block pool: the radix pool allocates otherwise; no swapped queue); from
         # the pipeline's first IR step on, which checks it against the step's facts
         self._steady_pipeline = (not radix and not swap_queue and all(p.decodes_steadily() for p in manager.passes))
+        self._steady_budget = cfg.max_num_batched_tokens
+        for p in manager.passes:
+            self._steady_budget = p.steady_token_budget(self._steady_budget)
         self._steady = False
         self._ones = _NO_ROWS  # one token per running request: a steady step's num_tokens (see _steady_step)
         self._declared_window = not self.window and all(
@@ -405,10 +408,11 @@ class Scheduler:
                 waiting = self._rejectable(waiting)
             elif waiting.size > self.window:
                 waiting = self._admission_window(waiting)
-        elif self._declared_window and waiting.size and (
-                waiting.size > cfg.max_num_seqs + WINDOW_SLACK or (self._steady and self._steady_running(False))):
+        elif self._declared_window and waiting.size:
             # asking costs ~20-80 µs: worth it for a long queue, or when an empty answer makes the step steady
-            waiting = self._waiting_window(waiting)
+            steady = self._steady and self._steady_running(False)
+            if steady or waiting.size > cfg.max_num_seqs + WINDOW_SLACK:
+                waiting = self._waiting_window(waiting, steady)
         dumping = cfg.dumps(step)
         if self._steady and not dumping and not self.keep_ir:
             out = self._steady_step(step, waiting)
@@ -502,11 +506,12 @@ class Scheduler:
                             _NO_ROWS, {})  # (a copy of a slice: a third of np.ones' cost)
 
     def _steady_running(self, commit: bool) -> bool:
-        """Whether the running requests make a steady decode step (`steady_decode`); with
-        `commit`, also decide it: their blocks are allocated and registered."""
+        """Whether the running requests make a steady decode step (`steady_decode`, within the
+        budget the passes leave it); with `commit`, also decide it: their blocks are allocated and
+        registered."""
         cfg = self.config
         pool = self.pool
-        return steady_decode(self.running, self.table.data, cfg.max_num_batched_tokens, cfg.max_model_len, pool.ref,
+        return steady_decode(self.running, self.table.data, self._steady_budget, cfg.max_model_len, pool.ref,
                              pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache, pool.table,
                              pool.nblk, pool.ncached, pool.rhash, pool.nhash, commit)
 
@@ -550,7 +555,7 @@ class Scheduler:
                 head = np.union1d(head, bad)
         return head
 
-    def _waiting_window(self, waiting: np.ndarray) -> np.ndarray:
+    def _waiting_window(self, waiting: np.ndarray, steady: bool = False) -> np.ndarray:
         """The waiting requests the step needs: the union of what each pass declares it could act
         on (`StepPass.waiting_window`, see `schedir.ir.window`), or all of them when one pass
         declares nothing. The sglang passes, say, leave the list out while the running batch is
@@ -570,7 +575,8 @@ class Scheduler:
                             oversized=(np.flatnonzero(self._oversized[waiting]) if self._oversized_waiting
                                        else WindowContext.NONE),
                             scheduler_state=self.scheduler_state,
-                            request_state=lambda name, rows: table.state[table.state_index[name], rows])
+                            request_state=lambda name, rows: table.state[table.state_index[name], rows],
+                            steady=steady)
         parts = []
         for p in self.manager.passes:
             at = p.waiting_window(ctx)
