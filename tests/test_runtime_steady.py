@@ -38,7 +38,8 @@ def replay(steady: bool, *, pipeline: str = "vllm", seed: int, num_blocks: int, 
                           max_num_batched_tokens=budget, max_num_seqs=max_seqs, max_model_len=160,
                           enable_prefix_caching=caching, policy=policy, async_scheduling=depth > 1 or async_mode,
                           long_prefill_token_threshold=long_prefill)
-    sched = Scheduler(cfg)
+    now = [0.0]
+    sched = Scheduler(cfg, clock=lambda: now[0])  # the trace's clock: slo-aware's deadlines read it
     if not steady:
         sched._steady_pipeline = False
     rng = np.random.default_rng(seed)
@@ -53,9 +54,10 @@ def replay(steady: bool, *, pipeline: str = "vllm", seed: int, num_blocks: int, 
             prompt = (prefixes[int(rng.integers(0, 3))][: int(rng.integers(0, 40))]
                       + rng.integers(0, 50, int(rng.integers(1, 30))).tolist())
             sched.add_request(Request(f"r{added:03d}", prompt, max_tokens=int(rng.integers(1, 60)),
-                                      priority=int(rng.integers(0, 3)), arrival_time=float(added)))
+                                      priority=int(rng.integers(0, 3)), arrival_time=now[0]))
             added += 1
         tick += 1
+        now[0] = tick * 0.01
         if tick % 37 == 0 and sched.running.size:  # an abort mid-decode or mid-prefill
             sched.finish_requests(str(sched.table.names[sched.running[-1]]))
         out = sched.schedule()
@@ -79,6 +81,7 @@ CASES = [
     dict(seed=7, num_blocks=50, max_seqs=2),           # seats full while many wait
     dict(seed=8, num_blocks=120, long_prefill=8),
     dict(seed=9, num_blocks=60, pipeline="slo-aware"),
+    dict(seed=19, num_blocks=60, pipeline="slo-aware-reject"),
     # count-level pipelines: the lowering's `commit` allocates; their admission's declared window
     # (nobody while every seat stays taken) empties the waiting queue of a steady step
     dict(seed=11, num_blocks=60, pipeline="base"),
@@ -136,7 +139,8 @@ def test_which_presets_take_steady_steps():
     def steady(name: str) -> bool:
         return all(p.decodes_steadily() for p in parse_passes(PRESETS[name]))
 
-    for name in ("vllm", "slo-aware", "base", "base-priority", "orca", "with-prefix-aware", "sarathi"):
+    for name in ("vllm", "slo-aware", "slo-aware-reject", "base", "base-priority", "orca", "with-prefix-aware",
+                 "sarathi"):
         assert steady(name), name
     for name in ("sglang", "sglang-mixed", "fastserve", "vtc", "vllm-v0", "vllm-v0-swap", "vllm-v0-chunked",
                  "with-all-passes"):
