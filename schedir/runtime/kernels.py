@@ -149,7 +149,9 @@ def settle_step(rows, tokens, new_rows, gone, front, data, running, waiting, tab
     STEP_BLOCKS_AFTER and STEP_GENERATION; `per_token` is int64[2, T] (positions, slots).
     `waiting_changed` false (nobody admitted, rejected or preempted this step) hands `waiting`
     back as it is: an overloaded queue of thousands is not walked twice a step for nothing.
-    `plan` false leaves the batch plan out (its four results are None).
+    `plan` false leaves the batch plan out (its four results are None). Returns (running,
+    waiting, per_request, sampled, tokens scheduled in all, query_start_loc, per_token,
+    seq_lens, block_table).
     A chunk samples when it reaches the end of the known tokens and the placeholders; with
     `async_mode` each sampling chunk adds a placeholder (vLLM's AsyncScheduler). A preempted
     row's outputs in flight become stale: delivered when they return (`stale` > 0), or still
@@ -202,8 +204,11 @@ def settle_step(rows, tokens, new_rows, gone, front, data, running, waiting, tab
     if plan:
         qsl, per_token, seq_lens, block_table = batch_plan_packed(rows, tokens, per_request[STEP_COMPUTED], table,
                                                                   nblk, block_size)
-        return new_running, new_waiting, per_request, sampled, qsl, per_token, seq_lens, block_table
-    return new_running, new_waiting, per_request, sampled, None, None, None, None
+        return new_running, new_waiting, per_request, sampled, qsl[n], qsl, per_token, seq_lens, block_table
+    scheduled = 0
+    for i in range(n):
+        scheduled += tokens[i]
+    return new_running, new_waiting, per_request, sampled, scheduled, None, None, None, None
 
 
 @nb.njit(cache=True)

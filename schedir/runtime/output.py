@@ -66,6 +66,7 @@ class SchedulerOutput:
     rejected: dict[str, str]  # request id -> reason (too long for the model, larger than the cache)
     batch: BatchPlan | None  # None when the scheduler builds no batch plan (SchedulerConfig.batch_plan)
     generation: np.ndarray  # per request: who held the row when scheduled (guards recycled rows)
+    total_num_scheduled_tokens: int  # the sum of num_tokens (vLLM's name)
     applied: bool = False  # set by Scheduler.update: an output is applied once
     # Preemption by swap (vLLM v0; a pipeline with a swapped queue): requests whose KV moved to host
     # blocks this step (the engine keeps their state; they come back as resumed requests), and the
@@ -79,12 +80,6 @@ class SchedulerOutput:
     def req_ids(self) -> list[str]:
         """The scheduled request ids in batch order (listed on first use: one gather per step)."""
         return self.names.tolist()
-
-    @property
-    def total_num_scheduled_tokens(self) -> int:
-        if self.batch is None:
-            return int(self.num_tokens.sum())
-        return int(self.batch.query_start_loc[-1])  # the batch plan's running sum (no pass over the tokens)
 
     @cached_property
     def num_scheduled_tokens(self) -> dict[str, int]:

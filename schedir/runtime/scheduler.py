@@ -741,7 +741,7 @@ class Scheduler:
         table = self.table
         d = table.data
         joining = joined_columns([new_rows, resumed]) if resumed.size else new_rows  # admitted, then swapped in
-        (self.running, self.waiting, per_request, sampled, qsl, per_token, seq_lens,
+        (self.running, self.waiting, per_request, sampled, scheduled, qsl, per_token, seq_lens,
          block_table) = settle_step(rows, tokens, joining, gone, self._front, d, self.running, self.waiting,
                                     pool.table, pool.nblk, cfg.block_size, cfg.async_scheduling,
                                     self._fcfs_window, bool(new_rows.size) or bool(rejected_out), cfg.batch_plan)
@@ -772,7 +772,7 @@ class Scheduler:
             batch=BatchPlan(query_start_loc=qsl, positions=per_token[POSITIONS],
                             slot_mapping=per_token[SLOTS], seq_lens=seq_lens,
                             block_table=block_table) if cfg.batch_plan else None,
-            generation=per_request[STEP_GENERATION],
+            generation=per_request[STEP_GENERATION], total_num_scheduled_tokens=scheduled,
         )
         self._finished = []
         return out
