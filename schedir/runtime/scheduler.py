@@ -4,7 +4,10 @@ Every `schedule()` builds one step IR from the request table (columns), runs the
 pass pipeline over it, reads the decisions back and lowers them to a
 `SchedulerOutput` (incremental request data, batch plan, block table). The
 state between steps is arrays: the request table, the running and waiting
-queues (row numbers), and the KV pool with its prefix cache.
+queues (row numbers), and the KV pool with its prefix cache. A steady decode step
+(every running request decodes one token and nothing else can happen), for a
+pipeline whose passes all declare what they do then (`StepPass.decodes_steadily`),
+is lowered straight from the tables without its IR: the same decisions, tested.
 
 Several `schedule()` calls may be in flight before their `update()` (`in_flight`
 column): a request waiting on a sampled token is not scheduled again until it is back.
@@ -227,6 +230,8 @@ class Scheduler:
         # so the window is its head: no sort over thousands of waiting requests per step.
         self._fcfs_window = bool(self.window) and cfg.policy == "fcfs"
         # ... else the waiting requests every pass declares it could act on (see `_waiting_window`)
+        self._declared_window = not self.window and all(
+            type(p).waiting_window is not StepPass.waiting_window for p in manager.passes)
         # steady decode steps skip the IR when every pass decides them as `decodes_steadily` says
         # (vLLM's block pool: the radix pool allocates otherwise; no swapped queue); from
         # the pipeline's first IR step on, which checks it against the step's facts
@@ -236,8 +241,6 @@ class Scheduler:
             self._steady_budget = p.steady_token_budget(self._steady_budget)
         self._steady = False
         self._ones = _NO_ROWS  # one token per running request: a steady step's num_tokens (see _steady_step)
-        self._declared_window = not self.window and all(
-            type(p).waiting_window is not StepPass.waiting_window for p in manager.passes)
 
     def _install_state(self, manager: PassManager) -> None:
         """Carry the state the pipeline's passes declare (`schedir.ir.state`): request state as
