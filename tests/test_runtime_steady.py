@@ -157,6 +157,17 @@ def test_which_presets_take_steady_steps():
     assert not Plain().decodes_steadily()  # the default: a pass must say so
 
 
+def test_verify_each_runs_every_step_through_the_ir():
+    cfg = SchedulerConfig(num_blocks=100, block_size=4, max_num_batched_tokens=32, max_num_seqs=4, max_model_len=128,
+                          verify_each=True)
+    sched = Scheduler(cfg)
+    sched.add_request(Request("a", list(range(10)), max_tokens=12))
+    while sched.has_unfinished_requests():
+        out = sched.schedule()
+        sched.update(out, np.where(out.sampled, 7, -1))
+    assert sched.get_metrics()["steady_steps"] == 0 and sched.get_metrics()["steps"] > 10
+
+
 def test_dumps_and_kept_ir_build_every_step(tmp_path):
     cfg = SchedulerConfig(num_blocks=100, block_size=4, max_num_batched_tokens=32, max_num_seqs=4, max_model_len=128)
     sched = Scheduler(cfg)
