@@ -98,6 +98,24 @@ def test_passes_lists_a_registered_pass_with_invalidates(capsys, tmp_registry):
     ) in out
 
 
+def test_passes_show_which_declare_steady_steps(capsys):
+    _, out, _ = run_cli(capsys, "passes")
+    text = out.split("\npresets\n")[0]
+    sections: dict[str, str] = {}
+    name = None
+    for line in text.splitlines():
+        if line and not line.startswith(" "):
+            name = line
+            sections[name] = ""
+        elif name is not None:
+            sections[name] += line + "\n"
+    for steady in ("vllm-schedule-running", "vllm-admit", "schedule-running", "admit-greedy", "verify-step",
+                   "sarathi-budget", "order-fcfs"):
+        assert "steady:" in sections[steady], steady
+    for not_steady in ("sglang-decode", "vtc-account", "mlfq-order", "v0-running", "memory-aware-preemption"):
+        assert "steady:" not in sections[not_steady], not_steady
+
+
 # ---------------------------------------------------------------- opt
 def test_opt_file(capsys, step_file):
     code, out, err = run_cli(capsys, "opt", str(step_file), "-p", "base")

@@ -58,6 +58,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _steady_by_default(cls: type) -> bool:
+    """Whether the pass, with its default options, declares steady decode steps (a pass with
+    required options, or a routing pass, says nothing here)."""
+    try:
+        return bool(getattr(cls(), "decodes_steadily", lambda: False)())
+    except (TypeError, ValueError):
+        return False
+
+
 def cmd_passes(out: TextIO) -> int:
     registry = default_registry()
     for name in sorted(registry):
@@ -70,6 +79,8 @@ def cmd_passes(out: TextIO) -> int:
             out.write(f"    invalidates: {', '.join(sorted(cls.invalidates))}\n")
         for state in (*cls.request_state, *cls.scheduler_state):
             out.write(f"    state:       {state.describe()}\n")
+        if _steady_by_default(cls):
+            out.write("    steady:      declared: in a steady decode step it decides nothing or the steady decision\n")
     out.write("\npresets\n")
     for name, spec in sorted(default_presets().items()):
         out.write(f"    {name}: {spec}\n")
