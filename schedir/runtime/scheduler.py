@@ -66,6 +66,7 @@ from schedir.runtime.kernels import (
     read_scheduled,
     settle_step,
     steady_decode,
+    steady_settle,
 )
 from schedir.runtime.metrics import RuntimeMetrics
 from schedir.runtime.output import BatchPlan, SchedulerOutput
@@ -415,7 +416,7 @@ class Scheduler:
                 waiting = self._admission_window(waiting)
         elif self._declared_window and waiting.size:
             # asking costs ~20-80 µs: worth it for a long queue, or when an empty answer makes the step steady
-            steady = self._steady and self._steady_running(False)
+            steady = self._steady and self._steady_running()
             if steady or waiting.size > cfg.max_num_seqs + WINDOW_SLACK:
                 waiting = self._waiting_window(waiting, steady)
         dumping = cfg.dumps(step)
@@ -503,22 +504,28 @@ class Scheduler:
                     cfg.max_num_batched_tokens, cfg.max_model_len, True, pool.num_free, cfg.enable_prefix_caching,
                     pool.rhash, pool.nhash, pool.nblk, pool.ncached, pool.cache, cfg.block_size):
                 return None
-        if self.swapped.size or not self._steady_running(True):
+        if self.swapped.size:
             return None
         if self._ones.size < running.size:
             self._ones = np.ones(2 * running.size, dtype=np.int64)
-        return self._settle(step, running, self._ones[: running.size].copy(), _NO_ROWS, _NO_ROWS, _NO_ROWS,
-                            _NO_ROWS, {})  # (a copy of a slice: a third of np.ones' cost)
+        tokens = self._ones[: running.size].copy()  # (a copy of a slice: a third of np.ones' cost)
+        settled = steady_settle(running, d, self._steady_budget, cfg.max_model_len, pool.ref, pool.bhash, pool.dup_next,
+                                pool.nxt, pool.prv, pool.meta, pool.cache, pool.table, pool.nblk, pool.ncached,
+                                pool.rhash, pool.nhash, tokens, self._front, self.waiting, cfg.block_size,
+                                cfg.async_scheduling, cfg.batch_plan)
+        if not settled[0]:
+            return None
+        # the queues stay as they are: every running request keeps running, nobody waiting moves
+        return self._output(step, running, tokens, settled[1:], _NO_ROWS, _NO_ROWS, {}, _NO_PAIRS, _NO_PAIRS)
 
-    def _steady_running(self, commit: bool) -> bool:
-        """Whether the running requests make a steady decode step (`steady_decode`, within the
-        budget the passes leave it); with `commit`, also decide it: their blocks are allocated and
-        registered."""
+    def _steady_running(self) -> bool:
+        """Whether the running requests make a steady decode step (`steady_decode`'s test, within
+        the budget the passes leave it); nothing is decided."""
         cfg = self.config
         pool = self.pool
         return steady_decode(self.running, self.table.data, self._steady_budget, cfg.max_model_len, pool.ref,
                              pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache, pool.table,
-                             pool.nblk, pool.ncached, pool.rhash, pool.nhash, commit)
+                             pool.nblk, pool.ncached, pool.rhash, pool.nhash, False)
 
     def _admission_window(self, waiting: np.ndarray) -> np.ndarray:
         """The head of the waiting queue in vLLM's order that this step can admit from, plus
@@ -746,10 +753,10 @@ class Scheduler:
         table = self.table
         d = table.data
         joining = joined_columns([new_rows, resumed]) if resumed.size else new_rows  # admitted, then swapped in
-        (self.running, self.waiting, per_request, sampled, scheduled, qsl, per_token, seq_lens,
-         block_table) = settle_step(rows, tokens, joining, gone, self._front, d, self.running, self.waiting,
-                                    pool.table, pool.nblk, cfg.block_size, cfg.async_scheduling,
-                                    self._fcfs_window, bool(new_rows.size) or bool(rejected_out), cfg.batch_plan)
+        self.running, self.waiting, *settled = settle_step(
+            rows, tokens, joining, gone, self._front, d, self.running, self.waiting, pool.table, pool.nblk,
+            cfg.block_size, cfg.async_scheduling, self._fcfs_window, bool(new_rows.size) or bool(rejected_out),
+            cfg.batch_plan)
         if gone.size:
             self._front -= gone.size
             self.metrics.preemptions += gone.size
@@ -760,8 +767,17 @@ class Scheduler:
             self.metrics.preemptions += out_rows.size
             if pool.host is not None:
                 swap_out_pairs, swap_in_pairs = pool.host.take_log()
+        return self._output(step, rows, tokens, settled, new_rows, gone, rejected_out, swap_out_pairs, swap_in_pairs,
+                            out_rows)
 
-        # Output.
+    def _output(self, step: int, rows: np.ndarray, tokens: np.ndarray, settled: Sequence, new_rows: np.ndarray,
+                gone: np.ndarray, rejected_out: dict[str, str], swap_out_pairs: np.ndarray, swap_in_pairs: np.ndarray,
+                out_rows: np.ndarray = _NO_ROWS) -> SchedulerOutput:
+        """The step's output from `settle_step`'s per-request results and batch plan (`settled`:
+        per_request, sampled, tokens scheduled, query_start_loc, per_token, seq_lens, block_table)."""
+        cfg = self.config
+        table = self.table
+        per_request, sampled, scheduled, qsl, per_token, seq_lens, block_table = settled
         names = table.names
         computed, kind = per_request[STEP_COMPUTED], per_request[STEP_KIND]  # row views
         out = SchedulerOutput(
