@@ -54,6 +54,9 @@ class StepPass(ModulePass):
     # its engine stops a request once it holds more than max_model_len tokens (vLLM v0's
     # StopChecker: len > max_model_len), not once it reaches max_model_len (vLLM v1)
     stops_past_max_model_len: ClassVar[bool] = False
+    # the option values under which it decides steady decode steps as `decodes_steadily` says
+    # ({} for any options); None (the default): it does not declare them
+    steady_when: ClassVar[dict[str, str] | None] = None
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for step_op in steps_of(op):
@@ -86,8 +89,10 @@ class StepPass(ModulePass):
         decisions are the same, tested; dumps and `keep_ir` still build it). The default is
         False: a pass that writes state every step (a decaying ratio, attained service, a
         tenant's counter) or could reorder, cap or preempt a pure decode batch must not say
-        True."""
-        return False
+        True. A pass declares it with `steady_when`, the option values it holds under (a queue
+        option pointed elsewhere may make it act on a steady step)."""
+        when = self.steady_when
+        return when is not None and all(getattr(self, option) == value for option, value in when.items())
 
     def steady_token_budget(self, budget: int) -> int:
         """The token budget this pass leaves a steady decode step whose budget is `budget` (the

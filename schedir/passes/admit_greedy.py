@@ -44,6 +44,8 @@ class AdmitGreedy(StepPass):
     """
 
     name: ClassVar[str] = "admit-greedy"
+    # steady decode steps: over the waiting queue: a steady step's is empty
+    steady_when: ClassVar[dict[str, str]] = {"queue": "waiting", "running": "running"}
     requires: ClassVar[frozenset[str]] = frozenset({"order", "running-scheduled"})
     provides: ClassVar[frozenset[str]] = frozenset({"waiting-scheduled"})
 
@@ -56,10 +58,6 @@ class AdmitGreedy(StepPass):
         """Nobody while every sequence slot is taken and stays taken this step (no block shortage
         to preempt for: `WindowContext.seats_stay_taken`); else the whole queue."""
         return ctx.nobody_while_seats_stay_taken(self.queue, self.running)
-
-    def decodes_steadily(self) -> bool:
-        """Over the waiting queue: a steady step's is empty."""
-        return self.queue == "waiting" and self.running == "running"
 
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)

@@ -98,6 +98,8 @@ class OrcaAdmit(StepPass):
     """
 
     name: ClassVar[str] = "orca-admit"
+    # steady decode steps: over the waiting queue: a steady step's is empty
+    steady_when: ClassVar[dict[str, str]] = {"queue": "waiting", "running": "running"}
     runs_prompts_whole: ClassVar[bool] = True  # needs token_budget >= max_model_len
     requires: ClassVar[frozenset[str]] = frozenset({"order", "running-scheduled"})
     provides: ClassVar[frozenset[str]] = frozenset({"waiting-scheduled"})
@@ -109,10 +111,6 @@ class OrcaAdmit(StepPass):
         """Nobody while every sequence slot is taken and stays taken this step (no block shortage
         to preempt for: `WindowContext.seats_stay_taken`); else the whole queue."""
         return ctx.nobody_while_seats_stay_taken(self.queue, self.running)
-
-    def decodes_steadily(self) -> bool:
-        """Over the waiting queue: a steady step's is empty."""
-        return self.queue == "waiting" and self.running == "running"
 
     def run(self, step: Step) -> None:
         facts = step.facts

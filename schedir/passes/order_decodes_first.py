@@ -23,13 +23,11 @@ class OrderDecodesFirst(StepPass):
     """
 
     name: ClassVar[str] = "order-decodes-first"
+    # steady decode steps: nothing to move: a steady step's running requests all decode
+    steady_when: ClassVar[dict[str, str]] = {}
     provides: ClassVar[frozenset[str]] = frozenset({"decodes-first"})
 
     queue: str = "running"
-
-    def decodes_steadily(self) -> bool:
-        """Nothing to move: a steady step's running requests all decode (a stable partition keeps them)."""
-        return True
 
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)

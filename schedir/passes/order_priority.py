@@ -18,6 +18,8 @@ class OrderPriority(StepPass):
     """Order a queue by priority (lower value first), then by arrival time."""
 
     name: ClassVar[str] = "order-priority"
+    # steady decode steps: over the waiting queue: a steady step's is empty
+    steady_when: ClassVar[dict[str, str]] = {"queue": "waiting"}
     provides: ClassVar[frozenset[str]] = frozenset({"order"})
 
     queue: str = "waiting"
@@ -25,10 +27,6 @@ class OrderPriority(StepPass):
     def waiting_window(self, ctx: WindowContext) -> np.ndarray:
         """Nobody of its own: it orders what the step holds (admission declares what it picks from)."""
         return ctx.NONE
-
-    def decodes_steadily(self) -> bool:
-        """Over the waiting queue: a steady step's is empty."""
-        return self.queue == "waiting"
 
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)

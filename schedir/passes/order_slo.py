@@ -59,6 +59,8 @@ class OrderSlo(StepPass):
     """
 
     name: ClassVar[str] = "order-slo"
+    # steady decode steps: over the waiting queue: a steady step's is empty
+    steady_when: ClassVar[dict[str, str]] = {"queue": "waiting"}
     requires: ClassVar[frozenset[str]] = frozenset({"admissible"})
     provides: ClassVar[frozenset[str]] = frozenset({"order"})
     request_state = (TTFT_SLO,)
@@ -80,10 +82,6 @@ class OrderSlo(StepPass):
         """Nobody of its own when it only orders (`last`: admission picks from the order); every
         request when it rejects the hopeless (each is judged every step)."""
         return ctx.NONE if self.hopeless == "last" else None
-
-    def decodes_steadily(self) -> bool:
-        """Over the waiting queue: a steady step's is empty."""
-        return self.queue == "waiting"
 
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)

@@ -24,6 +24,8 @@ class OrderVllm(StepPass):
     """
 
     name: ClassVar[str] = "order-vllm"
+    # steady decode steps: over the waiting queue: a steady step's is empty
+    steady_when: ClassVar[dict[str, str]] = {"queue": "waiting"}
     provides: ClassVar[frozenset[str]] = frozenset({"order"})
 
     queue: str = "waiting"
@@ -31,10 +33,6 @@ class OrderVllm(StepPass):
     def waiting_window(self, ctx: WindowContext) -> np.ndarray:
         """Nobody of its own: it orders what the step holds (admission declares what it picks from)."""
         return ctx.NONE
-
-    def decodes_steadily(self) -> bool:
-        """Over the waiting queue: a steady step's is empty."""
-        return self.queue == "waiting"
 
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)

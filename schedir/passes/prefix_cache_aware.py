@@ -26,6 +26,8 @@ class PrefixCacheAware(StepPass):
     """
 
     name: ClassVar[str] = "prefix-cache-aware"
+    # steady decode steps: over the waiting queue: a steady step's is empty
+    steady_when: ClassVar[dict[str, str]] = {"queue": "waiting"}
     provides: ClassVar[frozenset[str]] = frozenset({"order"})
 
     min_blocks: int = 1
@@ -34,10 +36,6 @@ class PrefixCacheAware(StepPass):
     def waiting_window(self, ctx: WindowContext) -> np.ndarray:
         """Nobody of its own: it orders what the step holds by the hits the runtime matched (admission declares what it picks from)."""
         return ctx.NONE
-
-    def decodes_steadily(self) -> bool:
-        """Over the waiting queue: a steady step's is empty."""
-        return self.queue == "waiting"
 
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)

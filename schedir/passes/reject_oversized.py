@@ -43,6 +43,8 @@ class RejectOversized(StepPass):
     """
 
     name: ClassVar[str] = "reject-oversized"
+    # steady decode steps: over the waiting queue (over running it could refuse one)
+    steady_when: ClassVar[dict[str, str]] = {"queue": "waiting"}
     provides: ClassVar[frozenset[str]] = frozenset({"admissible"})
 
     queue: str = "waiting"
@@ -50,10 +52,6 @@ class RejectOversized(StepPass):
     def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
         """The waiting requests its rule refuses (the runtime flags them at arrival with `oversized`)."""
         return ctx.oversized if self.queue == "waiting" else ctx.NONE
-
-    def decodes_steadily(self) -> bool:
-        """Over the waiting queue: a steady step's is empty (over running it could refuse one)."""
-        return self.queue == "waiting"
 
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)

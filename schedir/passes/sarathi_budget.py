@@ -24,6 +24,8 @@ class SarathiBudget(StepPass):
     """
 
     name: ClassVar[str] = "sarathi-budget"
+    # steady decode steps: it only lowers the budget: see steady_token_budget
+    steady_when: ClassVar[dict[str, str]] = {}
     provides: ClassVar[frozenset[str]] = frozenset({"tbt-budget"})
 
     tbt_ms: int = 100
@@ -39,10 +41,6 @@ class SarathiBudget(StepPass):
 
     def budget(self) -> int:
         return (self.tbt_ms * 1000 - self.step_us) // self.token_us
-
-    def decodes_steadily(self) -> bool:
-        """It only lowers the budget (`steady_token_budget`): a decode batch within it is steady."""
-        return True
 
     def steady_token_budget(self, budget: int) -> int:
         return min(budget, self.budget())

@@ -35,6 +35,8 @@ class ScheduleRunning(StepPass):
     """
 
     name: ClassVar[str] = "schedule-running"
+    # steady decode steps: the steady decision itself: one token each, in order, no shortage to preempt for
+    steady_when: ClassVar[dict[str, str]] = {"queue": "running"}
     provides: ClassVar[frozenset[str]] = frozenset({"running-scheduled"})
 
     chunk: bool = True
@@ -45,10 +47,6 @@ class ScheduleRunning(StepPass):
         """Nobody: it schedules the running queue (only preemption frees a sequence slot, and only
         for want of blocks: see `WindowContext.seats_stay_taken`)."""
         return ctx.NONE if self.queue != "waiting" else None
-
-    def decodes_steadily(self) -> bool:
-        """The steady decision itself: one token each, in queue order, no block shortage to preempt for."""
-        return self.queue == "running"
 
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)

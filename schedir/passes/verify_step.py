@@ -78,6 +78,8 @@ class VerifyStep(StepPass):
     """
 
     name: ClassVar[str] = "verify-step"
+    # steady decode steps: it decides nothing; a steady step's decisions hold by construction
+    steady_when: ClassVar[dict[str, str]] = {}
     provides: ClassVar[frozenset[str]] = frozenset({"budget-legal"})
 
     complete: bool = True
@@ -85,10 +87,6 @@ class VerifyStep(StepPass):
     def waiting_window(self, ctx: WindowContext) -> np.ndarray:
         """Nobody of its own: it checks the decisions on whatever the step holds."""
         return ctx.NONE
-
-    def decodes_steadily(self) -> bool:
-        """It decides nothing; a steady step's decisions hold by construction (the kernel checks them)."""
-        return True
 
     def run(self, step: Step) -> None:
         problems = self.problems(step)

@@ -35,6 +35,8 @@ class VllmAdmit(StepPass):
     """
 
     name: ClassVar[str] = "vllm-admit"
+    # steady decode steps: over the waiting queue: a steady step's is empty
+    steady_when: ClassVar[dict[str, str]] = {"queue": "waiting"}
     requires: ClassVar[frozenset[str]] = frozenset({"kv-pool", "order", "running-scheduled"})
     provides: ClassVar[frozenset[str]] = frozenset({"waiting-scheduled"})
 
@@ -49,10 +51,6 @@ class VllmAdmit(StepPass):
         if (self.queue, self.running) == ("waiting", "running") and ctx.running.size >= ctx.max_seqs:
             return ctx.NONE
         return None
-
-    def decodes_steadily(self) -> bool:
-        """Over the waiting queue: a steady step's is empty."""
-        return self.queue == "waiting"
 
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)

@@ -36,6 +36,8 @@ class VllmScheduleRunning(StepPass):
     """
 
     name: ClassVar[str] = "vllm-schedule-running"
+    # steady decode steps: the steady decision itself: one token each, in order; its block checks never fail then
+    steady_when: ClassVar[dict[str, str]] = {"queue": "running"}
     requires: ClassVar[frozenset[str]] = frozenset({"kv-pool"})
     provides: ClassVar[frozenset[str]] = frozenset({"running-scheduled", "decode-overlap"})
 
@@ -45,10 +47,6 @@ class VllmScheduleRunning(StepPass):
     def waiting_window(self, ctx: WindowContext):  # noqa: ANN201
         """Nobody: it schedules the running queue (a long-prefill cap counts the waiting, so then all)."""
         return ctx.NONE if not self.long_prefill and self.queue == "running" else None
-
-    def decodes_steadily(self) -> bool:
-        """The steady decision itself: one token each, in order; its block checks never fail then."""
-        return self.queue == "running"
 
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)

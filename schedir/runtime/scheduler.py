@@ -499,10 +499,7 @@ class Scheduler:
         d = self.table.data
         running = self.running
         if waiting.size:
-            if self._oversized_waiting or not self._vllm_rules() or admissible_bound(
-                    d, running, waiting if self._fcfs_window else _EMPTY, self._oversized, cfg.max_num_seqs,
-                    cfg.max_num_batched_tokens, cfg.max_model_len, True, pool.num_free, cfg.enable_prefix_caching,
-                    pool.rhash, pool.nhash, pool.nblk, pool.ncached, pool.cache, cfg.block_size):
+            if self._oversized_waiting or not self._vllm_rules() or self._admissible(waiting, True):
                 return None
         if self.swapped.size:
             return None
@@ -527,6 +524,16 @@ class Scheduler:
                              pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache, pool.table,
                              pool.nblk, pool.ncached, pool.rhash, pool.nhash, False)
 
+    def _admissible(self, waiting: np.ndarray, vllm_rules: bool) -> int:
+        """`admissible_bound` over the runtime's state: at most how many of `waiting` this step
+        can admit (the FCFS queue walk only when `waiting` is kept in queued order)."""
+        cfg = self.config
+        pool = self.pool
+        return admissible_bound(self.table.data, self.running, waiting if self._fcfs_window else _EMPTY,
+                                self._oversized, cfg.max_num_seqs, cfg.max_num_batched_tokens, cfg.max_model_len,
+                                vllm_rules, pool.num_free, cfg.enable_prefix_caching, pool.rhash, pool.nhash,
+                                pool.nblk, pool.ncached, pool.cache, cfg.block_size)
+
     def _admission_window(self, waiting: np.ndarray) -> np.ndarray:
         """The head of the waiting queue in vLLM's order that this step can admit from, plus
         every request that reject-oversized will refuse (unsorted: order-vllm sorts them).
@@ -545,13 +552,7 @@ class Scheduler:
         request is oversized or the order is by priority.
         """
         d = self.table.data
-        cfg = self.config
-        pool = self.pool
-        vllm_rules = self._vllm_rules()
-        bound = admissible_bound(d, self.running, waiting if self._fcfs_window else _EMPTY, self._oversized,
-                                 cfg.max_num_seqs, cfg.max_num_batched_tokens, cfg.max_model_len, vllm_rules,
-                                 pool.num_free, cfg.enable_prefix_caching, pool.rhash, pool.nhash, pool.nblk,
-                                 pool.ncached, pool.cache, cfg.block_size)
+        bound = self._admissible(waiting, self._vllm_rules())
         if bound == 0 and self.window_full:
             return self._rejectable(waiting)
         w = min(self.window, bound + WINDOW_SLACK)  # never 1 or less: a long-prefill cap sees the same queue length
