@@ -9,6 +9,7 @@ from schedir.lowering.batch_plan import batch_plan_packed
 from schedir.lowering.hashing import ROOT, block_hash
 from schedir.lowering.kv_pool import allocate, cache_full_blocks
 from schedir.lowering import kv_pool as _kv_pool
+from schedir.runtime import output as _output
 from schedir.runtime import table as _table
 
 # Numba's on-disk cache (cache=True) does not notice a change of constants imported from
@@ -147,9 +148,12 @@ def read_scheduled(rows, data):
     return out
 
 
-# rows of `settle_step`'s per-request matrix
-STEP_COMPUTED, STEP_BLOCKS_BEFORE, STEP_KIND, STEP_BLOCKS_AFTER, STEP_GENERATION = range(5)
 
+# rows of `settle_step`'s per-request matrix (spelled out, as above; SchedulerOutput reads them)
+STEP_COMPUTED, STEP_BLOCKS_BEFORE, STEP_KIND, STEP_BLOCKS_AFTER, STEP_GENERATION = range(5)
+assert (STEP_COMPUTED, STEP_BLOCKS_BEFORE, STEP_KIND, STEP_BLOCKS_AFTER, STEP_GENERATION) == (
+    _output.STEP_COMPUTED, _output.STEP_BLOCKS_BEFORE, _output.STEP_KIND, _output.STEP_BLOCKS_AFTER,
+    _output.STEP_GENERATION), "runtime/kernels.py per-request rows are stale: update them"
 
 @nb.njit(cache=True)
 def settle_step(rows, tokens, new_rows, gone, front, data, running, waiting, table, nblk, block_size: int,

@@ -33,6 +33,8 @@ class RuntimeMetrics:
     output_tokens: int = 0
     first_arrival: float = float("inf")
     last_finish: float = float("-inf")
+    token_budget: int = 1  # the scheduler's max_num_batched_tokens (batch fill's denominator)
+    usable_blocks: int = 1  # the KV pool's blocks (KV use's denominator)
 
     def record_arrival(self, arrival: float) -> None:
         self.added += 1
@@ -47,15 +49,17 @@ class RuntimeMetrics:
         self.output_tokens += outputs
         self.last_finish = max(self.last_finish, now)
 
-    def record_step(self, seconds: float, tokens: int, hit_tokens: int, budget: int, kv_usage: float) -> None:
+    def record_step(self, seconds: float, tokens: int, hit_tokens: int, free_blocks: int, steady: bool = False) -> None:
         """One step: how long it took, tokens scheduled (of them `hit_tokens` prefix-cache hits
-        of admitted or resumed requests), against the budget, and the KV pool's use after it."""
-        self.step_seconds[self.steps % self.step_seconds.size] = seconds
+        of admitted or resumed requests) against `token_budget`, the KV pool's free blocks after
+        it (of `usable_blocks`), and whether it was lowered without its IR."""
+        self.step_seconds[self.steps % STEP_WINDOW] = seconds
         self.steps += 1
+        self.steady_steps += steady
         self.scheduled_tokens += tokens
         self.prefix_hit_tokens += hit_tokens
-        self.batch_fill_sum += tokens / budget
-        self.kv_usage_sum += kv_usage
+        self.batch_fill_sum += tokens / self.token_budget
+        self.kv_usage_sum += 1.0 - free_blocks / self.usable_blocks
 
     def summary(self) -> dict[str, float]:
         us = self.step_seconds[: min(self.steps, self.step_seconds.size)] * 1e6

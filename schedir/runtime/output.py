@@ -12,6 +12,8 @@ from functools import cached_property
 import attrs
 import numpy as np
 
+from schedir.lowering.batch_plan import POSITIONS, SLOTS
+
 
 @attrs.frozen
 class NewRequest:
@@ -44,19 +46,27 @@ class BatchPlan:
     block_table: np.ndarray  # int32[n, max blocks]: block ids per request, 0-padded
 
 
+# rows of `settle_step`'s per-request matrix (`SchedulerOutput.per_request`)
+STEP_COMPUTED, STEP_BLOCKS_BEFORE, STEP_KIND, STEP_BLOCKS_AFTER, STEP_GENERATION = range(5)
+_NO_PAIRS = np.zeros((0, 2), dtype=np.int64)
+_NO_PAIRS.flags.writeable = False
+
+
 @attrs.define(eq=False)
 class SchedulerOutput:
-    """One step's decisions: arrays in batch order, plus vLLM-style per-request records on demand."""
+    """One step's decisions: arrays in batch order, plus vLLM-style per-request records on demand.
+
+    Built from the settle kernel's results as they come (one int64 matrix of per-request
+    columns, one per-token matrix): the per-request columns (`computed`, `kind`, ...) are views
+    of it and the `batch` plan is assembled on first use, so a step whose engine reads only
+    part of it pays for no more (a one-request step's output was a third of its cost)."""
 
     step: int
     names: np.ndarray  # object array of the request ids, in batch order (`req_ids` lists them)
     rows: np.ndarray  # the runtime's row of each request (internal; `update` uses it)
     num_tokens: np.ndarray
-    computed: np.ndarray  # tokens computed before this step (prefix hits included)
+    per_request: np.ndarray  # int64[5, n]: rows STEP_COMPUTED .. STEP_GENERATION (see the properties)
     sampled: np.ndarray  # bool: the chunk reaches the end of the known tokens, so one is sampled
-    kind: np.ndarray  # 0 running, 1 new, 2 resumed after preemption
-    nblk_before: np.ndarray  # blocks the engine already knows for the request
-    nblk_after: np.ndarray
     block_table: np.ndarray | None  # int32[n, max blocks] (batch.block_table); None: no batch plan
     new_prompts: list[np.ndarray]  # prompt ids of the new requests, in batch order
     preempted_req_ids: frozenset[str]
@@ -64,17 +74,53 @@ class SchedulerOutput:
     # engine that saw one before (scheduled, then preempted) must free its state
     finished_req_ids: frozenset[str]
     rejected: dict[str, str]  # request id -> reason (too long for the model, larger than the cache)
-    batch: BatchPlan | None  # None when the scheduler builds no batch plan (SchedulerConfig.batch_plan)
-    generation: np.ndarray  # per request: who held the row when scheduled (guards recycled rows)
     total_num_scheduled_tokens: int  # the sum of num_tokens (vLLM's name)
+    # the batch plan's parts (`batch` assembles them): query_start_loc int32[n+1], the per-token
+    # matrix int64[2, T] (rows POSITIONS, SLOTS), seq_lens int32[n]; all None without a batch plan
+    query_start_loc: np.ndarray | None = None
+    per_token: np.ndarray | None = None
+    seq_lens: np.ndarray | None = None
     applied: bool = False  # set by Scheduler.update: an output is applied once
     # Preemption by swap (vLLM v0; a pipeline with a swapped queue): requests whose KV moved to host
     # blocks this step (the engine keeps their state; they come back as resumed requests), and the
     # block copies the engine's cache engine makes before the forward pass, as (source, destination)
     # rows: device -> host for swap-out, host -> device for swap-in (v0's SchedulerOutputs fields).
     swapped_out_req_ids: frozenset[str] = frozenset()
-    blocks_to_swap_out: np.ndarray = attrs.field(factory=lambda: np.zeros((0, 2), dtype=np.int64))
-    blocks_to_swap_in: np.ndarray = attrs.field(factory=lambda: np.zeros((0, 2), dtype=np.int64))
+    blocks_to_swap_out: np.ndarray = _NO_PAIRS
+    blocks_to_swap_in: np.ndarray = _NO_PAIRS
+
+    @property
+    def computed(self) -> np.ndarray:
+        """Tokens computed before this step (prefix hits included)."""
+        return self.per_request[STEP_COMPUTED]
+
+    @property
+    def kind(self) -> np.ndarray:
+        """0 running, 1 new, 2 resumed after preemption."""
+        return self.per_request[STEP_KIND]
+
+    @property
+    def nblk_before(self) -> np.ndarray:
+        """Blocks the engine already knows for each request."""
+        return self.per_request[STEP_BLOCKS_BEFORE]
+
+    @property
+    def nblk_after(self) -> np.ndarray:
+        return self.per_request[STEP_BLOCKS_AFTER]
+
+    @property
+    def generation(self) -> np.ndarray:
+        """Per request: who held the row when scheduled (guards recycled rows)."""
+        return self.per_request[STEP_GENERATION]
+
+    @cached_property
+    def batch(self) -> BatchPlan | None:
+        """The flattened batch, or None when the scheduler builds no batch plan
+        (`SchedulerConfig.batch_plan`)."""
+        if self.per_token is None:
+            return None
+        return BatchPlan(query_start_loc=self.query_start_loc, positions=self.per_token[POSITIONS],
+                         slot_mapping=self.per_token[SLOTS], seq_lens=self.seq_lens, block_table=self.block_table)
 
     @cached_property
     def req_ids(self) -> list[str]:

@@ -42,7 +42,6 @@ from schedir.ir.pipeline import Instrumentation, PassManager
 from schedir.ir.state import RequestState
 from schedir.ir.step import root_queue, steps_of
 from schedir.ir.window import WindowContext
-from schedir.lowering.batch_plan import POSITIONS, SLOTS
 from schedir.lowering.hashing import extend_hashes
 from schedir.lowering.kv_pool import KVPool, commit, match_rows
 from schedir.lowering.host_pool import swap_in_row, swap_out_row
@@ -55,10 +54,6 @@ from schedir.runtime.kernels import (
     SCHED_COMPUTED,
     SCHED_TOTAL,
     STALE,
-    STEP_BLOCKS_AFTER,
-    STEP_BLOCKS_BEFORE,
-    STEP_COMPUTED,
-    STEP_GENERATION,
     STEP_KIND,
     apply_samples,
     queue_columns,
@@ -69,7 +64,7 @@ from schedir.runtime.kernels import (
     steady_settle,
 )
 from schedir.runtime.metrics import RuntimeMetrics
-from schedir.runtime.output import BatchPlan, SchedulerOutput
+from schedir.runtime.output import SchedulerOutput
 from schedir.runtime.window import admissible_bound, fcfs_head, vllm_passes
 
 _EMPTY = np.zeros(0, dtype=np.int64)
@@ -77,6 +72,7 @@ _NO_PAIRS = np.zeros((0, 2), dtype=np.int64)
 _NO_PAIRS.flags.writeable = False
 _NO_ROWS = np.zeros(0, dtype=np.int64)
 _NO_ROWS.flags.writeable = False
+_NO_IDS: frozenset[str] = frozenset()
 
 
 _QUEUE_NAMES = T.COLUMNS[: T.QUEUE_COLUMN_COUNT]
@@ -117,6 +113,7 @@ class Scheduler:
                                                         rows=self.table.capacity,
                                                         enable_caching=cfg.enable_prefix_caching,
                                                         host_blocks=cfg.num_cpu_blocks)
+        self.metrics = RuntimeMetrics()  # its denominators are set by _install_pipeline
         self._install_pipeline(cfg)
         # Rows reject-oversized will refuse (decided at arrival: a waiting request's length and
         # peak never change), so the window includes them without checking every row each step.
@@ -125,7 +122,6 @@ class Scheduler:
         self.running = _EMPTY
         self.waiting = _EMPTY
         self.swapped = _EMPTY  # preempted by swap, KV on the host tier, in swap-out order (vLLM v0)
-        self.metrics = RuntimeMetrics()
         self._step = 0
         self._front = 0  # FCFS key of the next request put back at the front (preempted)
         self._back = 0  # FCFS key of the next arrival
@@ -206,6 +202,7 @@ class Scheduler:
                                             enable_caching=cfg.enable_prefix_caching,
                                             host_blocks=cfg.num_cpu_blocks))
         self.radix = radix
+        self.metrics.token_budget, self.metrics.usable_blocks = cfg.max_num_batched_tokens, self.pool.usable_blocks
         self._install_state(manager)
         self.pool_level = any("kv-pool" in p.requires or "radix-pool" in p.requires for p in manager.passes)
         self._reads_clock = any(p.reads_clock for p in manager.passes)  # the step records now_us then
@@ -403,6 +400,12 @@ class Scheduler:
         start = time.perf_counter()
         self._step += 1
         step = self._step
+        if self._steady and not self.waiting.size and not self.keep_ir and self.config.dump_dir is None:
+            out = self._steady_step(step, _EMPTY)  # the common busy step, first: no window to ask
+            if out is not None:
+                self.metrics.record_step(time.perf_counter() - start, out.total_num_scheduled_tokens, 0,
+                                         self.pool.num_free, True)
+                return out
         cfg = self.config
         pool = self.pool
         d = self.table.data
@@ -423,9 +426,8 @@ class Scheduler:
         if self._steady and not dumping and not self.keep_ir:
             out = self._steady_step(step, waiting)
             if out is not None:
-                self.metrics.steady_steps += 1
                 self.metrics.record_step(time.perf_counter() - start, out.total_num_scheduled_tokens, 0,
-                                         cfg.max_num_batched_tokens, 1.0 - pool.num_free / pool.usable_blocks)
+                                         pool.num_free, True)
                 return out
         work_pool = pool.copy() if dumping and self.pool_level else pool
         facts = StepFacts(step=step, token_budget=cfg.max_num_batched_tokens, max_seqs=cfg.max_num_seqs,
@@ -481,7 +483,7 @@ class Scheduler:
         elif not recycled:
             dispose(module)  # freed now by refcounting, not by the cyclic GC (see `dispose`)
         self.metrics.record_step(time.perf_counter() - start, out.total_num_scheduled_tokens, hit_tokens,
-                                 cfg.max_num_batched_tokens, 1.0 - pool.num_free / pool.usable_blocks)
+                                 pool.num_free)
         return out
 
     def _steady_step(self, step: int, waiting: np.ndarray) -> SchedulerOutput | None:
@@ -776,26 +778,18 @@ class Scheduler:
                 out_rows: np.ndarray = _NO_ROWS) -> SchedulerOutput:
         """The step's output from `settle_step`'s per-request results and batch plan (`settled`:
         per_request, sampled, tokens scheduled, query_start_loc, per_token, seq_lens, block_table)."""
-        cfg = self.config
         table = self.table
         per_request, sampled, scheduled, qsl, per_token, seq_lens, block_table = settled
         names = table.names
-        computed, kind = per_request[STEP_COMPUTED], per_request[STEP_KIND]  # row views
         out = SchedulerOutput(
-            step=step, names=names[rows], rows=rows, num_tokens=tokens, computed=computed,
-            sampled=sampled, kind=kind, nblk_before=per_request[STEP_BLOCKS_BEFORE],
-            nblk_after=per_request[STEP_BLOCKS_AFTER],
-            block_table=block_table,
-            new_prompts=[table.prompts[r] for r in rows[kind == 1].tolist()] if new_rows.size else [],
-            preempted_req_ids=frozenset([names[r] for r in gone.tolist()]) if gone.size else frozenset(),
-            swapped_out_req_ids=frozenset([names[r] for r in out_rows.tolist()]) if out_rows.size else frozenset(),
-            blocks_to_swap_out=swap_out_pairs, blocks_to_swap_in=swap_in_pairs,
-            finished_req_ids=frozenset(self._finished), rejected=rejected_out,
-            batch=BatchPlan(query_start_loc=qsl, positions=per_token[POSITIONS],
-                            slot_mapping=per_token[SLOTS], seq_lens=seq_lens,
-                            block_table=block_table) if cfg.batch_plan else None,
-            generation=per_request[STEP_GENERATION], total_num_scheduled_tokens=scheduled,
-        )
+            step, names[rows], rows, tokens, per_request, sampled, block_table,
+            [table.prompts[r] for r in rows[per_request[STEP_KIND] == 1].tolist()] if new_rows.size else [],
+            frozenset([names[r] for r in gone.tolist()]) if gone.size else _NO_IDS,
+            frozenset(self._finished) if self._finished else _NO_IDS, rejected_out, scheduled, qsl, per_token,
+            seq_lens)
+        if out_rows.size or swap_out_pairs.size or swap_in_pairs.size:
+            out.swapped_out_req_ids = frozenset([names[r] for r in out_rows.tolist()])
+            out.blocks_to_swap_out, out.blocks_to_swap_in = swap_out_pairs, swap_in_pairs
         self._finished = []
         return out
 
