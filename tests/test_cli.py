@@ -110,9 +110,11 @@ def test_passes_show_which_declare_steady_steps(capsys):
         elif name is not None:
             sections[name] += line + "\n"
     for steady in ("vllm-schedule-running", "vllm-admit", "schedule-running", "admit-greedy", "verify-step",
-                   "sarathi-budget", "order-fcfs"):
+                   "sarathi-budget", "order-fcfs", "sglang-decode", "vtc-account"):
         assert "steady:" in sections[steady], steady
-    for not_steady in ("sglang-decode", "vtc-account", "mlfq-order", "v0-running", "memory-aware-preemption"):
+    assert "it says the state it writes then and the batch order" in sections["sglang-decode"]
+    assert "it says the state it writes then)" in sections["vtc-account"]
+    for not_steady in ("mlfq-order", "v0-running", "memory-aware-preemption"):
         assert "steady:" not in sections[not_steady], not_steady
 
 

@@ -9,6 +9,7 @@ import pytest
 from schedir import Request, Scheduler, SchedulerConfig
 from schedir.ir.pass_base import StepPass
 from schedir.ir.pipeline import parse_passes
+from schedir.lowering.radix_pool import RadixKVPool
 from schedir.passes.presets import PRESETS
 from schedir.runtime import table as T
 
@@ -21,17 +22,33 @@ def output_record(out) -> tuple:  # noqa: ANN001
             sorted(out.finished_req_ids), sorted(out.rejected.items()), [p.tolist() for p in out.new_prompts])
 
 
+def plain(v):  # noqa: ANN001, ANN201
+    """A pool's attribute as comparable values: arrays as lists, the radix tree by its own attributes."""
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    if isinstance(v, (int, float, str, list, tuple)):
+        return v
+    return [(k, plain(x)) for k, x in sorted(vars(v).items())]
+
+
 def state_record(sched: Scheduler) -> tuple:
+    """The queues, every live request's columns and declared state, the scheduler state, the KV pool."""
     pool = sched.pool
-    live = sched.table.data[:, sched.table.data[T.STATUS] != T.FREE]
-    return (sched.running.tolist(), sched.waiting.tolist(), live.tolist(), pool.ref.tolist(), pool.nxt.tolist(),
-            pool.nblk.tolist(), pool.ncached.tolist(), pool.bhash.tolist(), pool.meta.tolist(),
-            sched.metrics.preemptions)
+    live = sched.table.data[T.STATUS] != T.FREE
+    if isinstance(pool, RadixKVPool):  # every array and count it keeps (pages, tree, locks)
+        kv = [(k, plain(v)) for k, v in sorted(vars(pool).items())]
+    else:
+        kv = [pool.ref.tolist(), pool.nxt.tolist(), pool.nblk.tolist(), pool.ncached.tolist(), pool.bhash.tolist(),
+              pool.meta.tolist()]
+    return (sched.running.tolist(), sched.waiting.tolist(), sched.table.data[:, live].tolist(),
+            sched.table.state[:, live].tolist(), sorted((k, np.asarray(v, dtype=float).tolist()) for k, v in sched.scheduler_state.items()),
+            kv, sched.metrics.preemptions)
 
 
 def replay(steady: bool, *, pipeline: str = "vllm", seed: int, num_blocks: int, block_size: int = 4,
            caching: bool = True, policy: str = "fcfs", depth: int = 1, max_seqs: int = 6, n: int = 60,
-           long_prefill: int = 0, async_mode: bool = False, budget: int = 48) -> tuple[list[tuple], int]:
+           long_prefill: int = 0, async_mode: bool = False, budget: int = 48,
+           tenants: int = 0) -> tuple[list[tuple], int]:
     """Run one random trace (shared prefixes, aborts, arrivals over time); returns every step's
     output and state, and how many steps took the steady path."""
     cfg = SchedulerConfig(pipeline=pipeline, num_blocks=num_blocks, block_size=block_size,
@@ -54,7 +71,8 @@ def replay(steady: bool, *, pipeline: str = "vllm", seed: int, num_blocks: int, 
             prompt = (prefixes[int(rng.integers(0, 3))][: int(rng.integers(0, 40))]
                       + rng.integers(0, 50, int(rng.integers(1, 30))).tolist())
             sched.add_request(Request(f"r{added:03d}", prompt, max_tokens=int(rng.integers(1, 60)),
-                                      priority=int(rng.integers(0, 3)), arrival_time=now[0]))
+                                      priority=int(rng.integers(0, 3)), arrival_time=now[0],
+                                      **({"state": {"tenant": (added * 7) % tenants}} if tenants else {})))
             added += 1
         tick += 1
         now[0] = tick * 0.01
@@ -93,7 +111,24 @@ CASES = [
     dict(seed=17, num_blocks=80, pipeline="sarathi", max_seqs=8),
     dict(seed=18, num_blocks=200, pipeline="reject-oversized,sarathi-budget{tbt-ms=9 step-us=8000 token-us=200},"
                                         "order-vllm,order-decodes-first,vllm-schedule-running,vllm-admit", max_seqs=8),
+    # SGLang on the radix pool: its passes write state in a steady step (the decaying new_token_ratio,
+    # the batch's size and batch_is_full: `StepPass.steady_state`) and decode in join order
+    # (`steady_order`); the gate skips admission with requests waiting (a full batch)
+    dict(seed=21, num_blocks=400, pipeline="sglang", policy="lpm", budget=64),
+    dict(seed=22, num_blocks=60, pipeline="sglang", policy="lpm", budget=64),  # retraction reorders the batch
+    dict(seed=23, num_blocks=40, pipeline="sglang", policy="lpm", budget=64, max_seqs=3),
+    dict(seed=24, num_blocks=200, pipeline="sglang", policy="dfs-weight", budget=64, max_seqs=2),
+    dict(seed=25, num_blocks=60, pipeline="sglang-mixed", policy="lpm", budget=64),
+    dict(seed=26, num_blocks=300, pipeline="sglang", budget=64, max_seqs=3),  # fcfs
 ]
+CASES += [  # VTC: the counter lift over the waiting tenants and each step's charge are state (vtc-order,
+    # vtc-account: `steady_state`); admission reaches nobody while every seat is taken
+    dict(seed=31, num_blocks=400, pipeline="vtc", tenants=3, max_seqs=3),
+    dict(seed=32, num_blocks=60, pipeline="vtc", tenants=4),
+    dict(seed=33, num_blocks=200, pipeline="vtc", tenants=2, max_seqs=2),
+]
+SGLANG = [c for c in CASES if c.get("pipeline", "").startswith("sglang")]
+VTC = [c for c in CASES if c.get("pipeline") == "vtc"]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"seed{c['seed']}" for c in CASES])
@@ -135,15 +170,46 @@ def test_steady_steps_with_a_waiting_queue_admission_cannot_reach(cfg):
     assert any(w > 0 for w in seen)
 
 
+@pytest.mark.parametrize("mutation", ["running order", "no decay", "admission ignores its gate", "no vtc charge",
+                                      "no vtc lift"])
+def test_steady_steps_need_what_their_passes_declare(mutation, monkeypatch):
+    """The sglang and vtc cases fail when a declaration is wrong: the batch decoded in running
+    order instead of join order, the ratio not decayed, admission declared steady when its gate
+    is open, the tenants' counters not charged or not lifted."""
+    from schedir.passes.sglang_admit import SglangAdmit
+    from schedir.passes.sglang_decode import SglangDecode
+    from schedir.passes.vtc_account import VtcAccount
+    from schedir.passes.vtc_order import VtcOrder
+
+    if mutation.startswith("no vtc"):
+        monkeypatch.setattr(VtcAccount if mutation == "no vtc charge" else VtcOrder, "steady_state",
+                            lambda self, ctx: {})
+        assert any(replay(True, **case)[0] != replay(False, **case)[0] for case in VTC), mutation
+        return
+
+    if mutation == "running order":
+        monkeypatch.setattr(SglangDecode, "steady_order", lambda self, ctx: None)
+    elif mutation == "no decay":
+        declared = SglangDecode.steady_state
+
+        def no_decay(self, ctx):  # type: ignore[no-untyped-def]
+            writes = declared(self, ctx)
+            return writes and {k: v for k, v in writes.items() if k != "new_token_ratio"}
+
+        monkeypatch.setattr(SglangDecode, "steady_state", no_decay)
+    else:
+        monkeypatch.setattr(SglangAdmit, "steady_state", lambda self, ctx: {})
+    assert any(replay(True, **case)[0] != replay(False, **case)[0] for case in SGLANG), mutation
+
+
 def test_which_presets_take_steady_steps():
     def steady(name: str) -> bool:
         return all(p.decodes_steadily() for p in parse_passes(PRESETS[name]))
 
     for name in ("vllm", "slo-aware", "slo-aware-reject", "base", "base-priority", "orca", "with-prefix-aware",
-                 "sarathi"):
+                 "sarathi", "sglang", "sglang-mixed", "vtc"):
         assert steady(name), name
-    for name in ("sglang", "sglang-mixed", "fastserve", "vtc", "vllm-v0", "vllm-v0-swap", "vllm-v0-chunked",
-                 "with-all-passes"):
+    for name in ("fastserve", "vllm-v0", "vllm-v0-swap", "vllm-v0-chunked", "with-all-passes"):
         assert not steady(name), name
     # a queue option that points a waiting-queue pass at the running queue makes it unsteady
     assert not parse_passes("order-vllm{queue=running}")[0].decodes_steadily()

@@ -16,6 +16,8 @@ The pass manager checks these before running anything; see `schedir.ir.pipeline`
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Mapping
+from types import MappingProxyType
 from dataclasses import MISSING, dataclass, fields
 from typing import TYPE_CHECKING, ClassVar
 
@@ -29,6 +31,8 @@ from schedir.ir.step import Step, steps_of
 
 if TYPE_CHECKING:
     from schedir.ir.window import WindowContext
+
+_NO_WRITES: Mapping[str, float] = MappingProxyType({})  # a steady step that writes no state
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,27 @@ class StepPass(ModulePass):
         option pointed elsewhere may make it act on a steady step)."""
         when = self.steady_when
         return when is not None and all(getattr(self, option) == value for option, value in when.items())
+
+    def steady_state(self, ctx: WindowContext) -> Mapping[str, float] | None:
+        """For a pass that keeps scheduler state: the values it writes in this step if the step is
+        steady, `{}` for none, or None when it would decide this step otherwise (the runtime then
+        builds its IR). Asked before the step, only of a pipeline whose passes all declare
+        `decodes_steadily` and one of which overrides this or `steady_order`, only when the
+        runtime found the running requests steady (`ctx.steady`), with the whole waiting queue
+        in `ctx.waiting`: such a pass judges the waiting requests itself (SGLang's admission
+        gate skips a prefill batch with requests waiting), where the others leave them to their
+        `waiting_window`. The default: `{}` when nobody waits or the pass's window answers
+        nobody, else None. The runtime writes the passes' values in pipeline order (a later
+        pass's value wins, as its `sched.set_state` would) after the step is lowered."""
+        if not ctx.waiting.size:
+            return _NO_WRITES
+        window = self.waiting_window(ctx)
+        return _NO_WRITES if window is not None and not window.size else None
+
+    def steady_order(self, ctx: WindowContext) -> np.ndarray | None:
+        """The batch order of a steady decode step as positions in `ctx.running` (SGLang decodes
+        its running batch in join order), or None: running order (the default)."""
+        return None
 
     def steady_token_budget(self, budget: int) -> int:
         """The token budget this pass leaves a steady decode step whose budget is `budget` (the

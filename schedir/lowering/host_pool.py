@@ -63,8 +63,10 @@ class HostPool:
     def grow_rows(self, rows: int) -> None:
         if rows <= self.htable.shape[0]:
             return
+        from schedir.lowering.rows import grown_rows  # each row's used prefix only, as the device tables
+
         extra = rows - self.htable.shape[0]
-        self.htable = np.concatenate([self.htable, np.zeros((extra, self.htable.shape[1]), dtype=np.int32)])
+        self.htable = grown_rows(self.htable, self.hnblk, rows)
         self.hnblk = np.concatenate([self.hnblk, np.zeros(extra, dtype=np.int32)])
 
     def copy(self) -> HostPool:

@@ -110,6 +110,24 @@ def gate_rule(run_ids: np.ndarray, nothing_waits: bool, max_seqs: int, chunked: 
     return Gate(skip, full, chunked, batch_size, run_ids)
 
 
+def admission_state(st, full: bool, chunked: int, batch_size: int, ratio: float,  # noqa: ANN001
+                    next_join: float | None = None) -> dict[str, float]:
+    """The scheduler state an admission step leaves (`batch_is_full`, the chunked request, the
+    running batch's size, new_token_ratio; the next join place when a prefill batch joined)."""
+    return {NEXT_JOIN.name: st.get(NEXT_JOIN.name, 0.0) if next_join is None else next_join,
+            BATCH_FULL.name: float(full), CHUNKED.name: float(chunked), BATCH_SIZE.name: float(batch_size),
+            RATIO.name: ratio}
+
+
+def steady_gate(ctx: WindowContext) -> Gate:
+    """`gate_rule` before a steady decode step, over the whole waiting queue (`StepPass.steady_state`
+    of the sglang passes): whether anybody waits decides `batch_is_full` when no slot is left."""
+    st = ctx.scheduler_state
+    return ctx.shared("sglang-steady-gate", lambda: gate_rule(
+        ctx.running, ctx.waiting.size == 0, ctx.max_seqs, int(st.get(CHUNKED.name, CHUNKED.default)),
+        float(st.get(BATCH_FULL.name, 0.0)), float(st.get(BATCH_SIZE.name, 0.0))))
+
+
 def skips_admission(ctx: WindowContext) -> bool:
     """`gate_rule` before the step is built, from the runtime's queues and state: whether the
     next step skips admission with somebody waiting (the sglang passes' `waiting_window`)."""
@@ -159,6 +177,16 @@ class SglangAdmit(StepPass):
     init_ratio: float = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO * schedule_conservativeness
     queue: str = "waiting"
     running: str = "running"
+    steady_when: ClassVar[dict[str, str]] = {"queue": "waiting", "running": "running"}
+
+    def steady_state(self, ctx: WindowContext) -> dict[str, float] | None:
+        """A step that skips admission writes the gate's state (as `run` does then), else None."""
+        gate = steady_gate(ctx)
+        if not gate.skip:
+            return None
+        ratio = float(ctx.scheduler_state.get(RATIO.name, RATIO.default))
+        return admission_state(ctx.scheduler_state, gate.full, gate.chunked, gate.batch_size,
+                               self.init_ratio if ratio < 0 else ratio)
 
     def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
         """Nobody when the step skips admission (a full running batch, `batch_is_full`, no chunked
@@ -196,10 +224,7 @@ class SglangAdmit(StepPass):
         wait_ids = step.ids(waiting) if waiting is not None else np.zeros(0, dtype=np.int64)
 
         def done(new_chunked: int, admitted_count: int, next_join: float | None = None) -> None:
-            new = {NEXT_JOIN.name: st.get(NEXT_JOIN.name, 0.0) if next_join is None else next_join,
-                   BATCH_FULL.name: float(full),
-                   CHUNKED.name: float(new_chunked), BATCH_SIZE.name: float(batch_size + admitted_count),
-                   RATIO.name: ratio}
+            new = admission_state(st, full, new_chunked, batch_size + admitted_count, ratio, next_join)
             changed = {k: v for k, v in new.items() if st.get(k) != v}  # a quiet step writes nothing
             if changed:
                 step.set_state(**changed)

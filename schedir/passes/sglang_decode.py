@@ -49,6 +49,32 @@ class SglangDecode(StepPass):
     queue: str = "running"
     waiting: str = "waiting"
 
+    steady_when: ClassVar[dict[str, str]] = {"queue": "running", "waiting": "waiting"}
+
+    def steady_state(self, ctx: WindowContext) -> dict[str, float] | None:
+        """A plain decode of the whole running batch (no chunked request in it) writes the decayed
+        ratio and the batch's size, as `run` does when its pages are free (the runtime's radix
+        steady step checks that; a retraction or an eviction takes the IR)."""
+        st = ctx.scheduler_state
+        n = ctx.running.size
+        chunked = int(st.get(CHUNKED.name, CHUNKED.default))
+        if n == 0 or (chunked >= 0 and bool((ctx.running == chunked).any())):
+            return None
+        ratio = float(st.get(RATIO.name, RATIO.default))
+        if ratio < 0:
+            ratio = self.init_ratio
+        full = st.get(BATCH_FULL.name, 0.0) > 0 and not n < st.get(BATCH_SIZE.name, 0.0)
+        return {RATIO.name: self._decayed(ratio), BATCH_SIZE.name: float(n), BATCH_FULL.name: float(full)}
+
+    def steady_order(self, ctx: WindowContext) -> np.ndarray | None:
+        """The running batch's join order (`running_batch.reqs`)."""
+        return np.argsort(ctx.request_state(JOIN.name, ctx.running), kind="stable")
+
+    def _decayed(self, ratio: float) -> float:
+        """`NewTokenRatioTracker` after a plain decode step: down by a step of the decay, to the floor."""
+        floor = self.init_ratio * self.min_factor
+        return max(ratio - (self.init_ratio - floor) / self.decay_steps, floor)
+
     def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
         """Nobody while a running batch decodes (retracted requests are placed by state, not by
         reading the list); only an empty batch asks whether anybody waits (the idle reset)."""
@@ -86,8 +112,6 @@ class SglangDecode(StepPass):
         if batch.size < st.get(BATCH_SIZE.name, 0.0):
             full = False
         writes: dict[str, float] = {}
-        init = self.init_ratio
-        floor = init * self.min_factor
         fast = pool.decode_if_free(batch)  # the usual step: pages free for every row, decoded already
         if not fast and not pool.decode_fits(batch):
             in_batch = ids != chunked
@@ -130,7 +154,7 @@ class SglangDecode(StepPass):
                 writes[NEXT_JOIN.name] = float(base + batch.size)
                 step.set_request_state(running, batch, **{JOIN.name: np.arange(base, base + batch.size)})
         else:
-            ratio = max(ratio - (init - floor) / self.decay_steps, floor)
+            ratio = self._decayed(ratio)
         if batch.size:
             if not fast:
                 pool.decode(batch)

@@ -13,7 +13,7 @@ from schedir.ir.step import Step, pool_of
 from schedir.lowering.radix_cache import CHILD, ROOT, SIBLING, RadixCache
 from schedir.ir.state import SchedulerState
 from schedir.ir.window import WindowContext
-from schedir.passes.sglang_admit import admission_gate, skips_admission
+from schedir.passes.sglang_admit import admission_gate, skips_admission, steady_gate
 from schedir.passes.sglang_state import NEXT_POS, POS
 
 POLICIES = ("lpm", "dfs-weight", "fcfs", "lof", "random")
@@ -133,6 +133,16 @@ class SglangOrder(StepPass):
         if self.policy not in (*POLICIES, "config"):
             raise ValueError(f"policy must be one of {', '.join(POLICIES)} or config (the scheduler's "
                              f"policy), got '{self.policy}'")
+
+    steady_when: ClassVar[dict[str, str]] = {"queue": "waiting", "running": "running"}
+
+    def steady_state(self, ctx: WindowContext) -> dict[str, float] | None:
+        """Nothing written when the step skips admission and nobody arrived since the last step."""
+        if not steady_gate(ctx).skip:
+            return None
+        if ctx.waiting.size and int(ctx.request_state(POS.name, ctx.waiting).min()) < 0:
+            return None
+        return {}
 
     def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
         """When the step skips admission SGLang does not sort the list: it only places new

@@ -27,6 +27,22 @@ class VtcAccount(StepPass):
     w_in: int = 1
     w_out: int = 2
 
+    steady_when: ClassVar[dict[str, str]] = {}
+
+    def steady_state(self, ctx: WindowContext) -> dict[str, np.ndarray]:
+        """A steady step charges one output token per running request (after vtc-order's lift,
+        which `ctx.scheduler_state` already holds)."""
+        counters = np.array(ctx.scheduler_state.get(COUNTERS.name, COUNTERS.initial()), dtype=np.float64)
+        tenant = ctx.request_state(TENANT.name, ctx.running)
+        return {COUNTERS.name: counters + self._charges(tenant, np.zeros(tenant.size, dtype=np.int64),
+                                                        np.ones(tenant.size, dtype=np.int64), counters.size)}
+
+    def _charges(self, tenant: np.ndarray, prefill: np.ndarray, decode: np.ndarray, size: int) -> np.ndarray:
+        """Each tenant's charge for the tokens served: per tenant, in one pass (np.add.at's
+        unbuffered loop costs ~10 µs here); token counts are integers, so the float sums are
+        exact and the order of the additions does not matter."""
+        return np.bincount(tenant, weights=self.w_in * prefill + self.w_out * decode, minlength=size)[:size]
+
     def waiting_window(self, ctx: WindowContext) -> np.ndarray:
         """Nobody of its own: it charges what the other passes scheduled."""
         return ctx.NONE
@@ -36,10 +52,7 @@ class VtcAccount(StepPass):
         charged = False
         for got in step.served():
             tenant = step.state_column(got.queue, TENANT.name, TENANT.default)[got.at]
-            # per tenant, in one pass (np.add.at's unbuffered loop costs ~10 µs here); token counts
-            # are integers, so the float sums are exact and the order of the additions does not matter
-            counters += np.bincount(tenant, weights=self.w_in * got.prefill + self.w_out * got.decode,
-                                    minlength=counters.size)[: counters.size]
+            counters += self._charges(tenant, got.prefill, got.decode, counters.size)
             charged = True
         if charged:
             step.set_state(vtc_counter=counters)

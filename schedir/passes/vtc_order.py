@@ -45,6 +45,19 @@ def vtc_pick_order(tenant: np.ndarray, need: np.ndarray, counters: np.ndarray, w
     return order
 
 
+def lift(counters: np.ndarray, waiting: np.ndarray, served: np.ndarray) -> np.ndarray:
+    """VTC's counter lift: a tenant with requests `waiting` and none among those `served` (their
+    tenants) comes back no lower than the least counter of the tenants being served."""
+    lifted = counters.copy()
+    if served.size:
+        floor = counters[served].min()
+        back = np.zeros(counters.size, dtype=np.bool_)
+        back[waiting] = True  # tenants waiting ...
+        back[served] = False  # ... and not being served
+        lifted[back] = np.maximum(lifted[back], floor)
+    return lifted
+
+
 @dataclass(frozen=True)
 class VtcOrder(StepPass):
     """Order the waiting queue by Virtual Token Counter: fair service across tenants.
@@ -69,6 +82,20 @@ class VtcOrder(StepPass):
     queue: str = "waiting"
     running: str = "running"
 
+    steady_when: ClassVar[dict[str, str]] = {"queue": "waiting", "running": "running"}
+
+    def steady_state(self, ctx: WindowContext) -> dict[str, np.ndarray] | None:
+        """A steady step sorts nobody admission could reach (its own window's rule) and writes the
+        counter lift, as `run` does; a tenant out of range takes the IR (and its error)."""
+        if not ctx.waiting.size:
+            return {}
+        counters = np.asarray(ctx.scheduler_state.get(COUNTERS.name, COUNTERS.initial()), dtype=np.float64)
+        tenant = ctx.request_state(TENANT.name, ctx.waiting)
+        if tenant.min() < 0 or tenant.max() >= counters.size:
+            return None
+        lifted = lift(counters, tenant, ctx.request_state(TENANT.name, ctx.running))
+        return {} if np.array_equal(lifted, counters) else {COUNTERS.name: lifted}
+
     def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
         """One waiting request per tenant: the counter lift reads which tenants wait, not how many
         of each (the order itself matters only to admission, which declares its own window)."""
@@ -91,13 +118,7 @@ class VtcOrder(StepPass):
         served_now = np.zeros(0, dtype=np.int64)
         if running is not None and len(running):
             served_now = step.state_column(running.result, TENANT.name, TENANT.default)
-        lifted = counters.copy()
-        if served_now.size:  # the counter lift: nobody comes back below the least served tenant
-            floor = counters[served_now].min()
-            back = np.zeros(counters.size, dtype=np.bool_)
-            back[tenant] = True  # tenants waiting ...
-            back[served_now] = False  # ... and not being served
-            lifted[back] = np.maximum(lifted[back], floor)
+        lifted = lift(counters, tenant, served_now)
         if not np.array_equal(lifted, counters):
             step.set_state(vtc_counter=lifted)
         arrival, computed, total = step.columns(pending, ("arrival", "computed", "total"))

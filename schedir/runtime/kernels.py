@@ -69,6 +69,24 @@ def queue_columns(data, rows, nblk, refresh_blocks: bool):  # noqa: ANN001, ANN2
 
 
 @nb.njit(cache=True)
+def steady_rows(running, data, budget: int, max_model_len: int) -> bool:
+    """Whether the running requests make a steady decode step, KV aside: every one decoding (its
+    prompt computed, nothing in flight, no placeholder) and asking for exactly one token below
+    `max_model_len`, all of them within the token budget `budget`."""
+    n = running.size
+    if n == 0 or n > budget:
+        return False
+    for i in range(n):
+        r = running[i]
+        total = data[TOTAL, r]
+        computed = data[COMPUTED, r]
+        if (total - computed != 1 or computed < data[PROMPT, r] or total >= max_model_len
+                or data[IN_FLIGHT, r] != 0 or data[PLACEHOLDERS, r] != 0):
+            return False
+    return True
+
+
+@nb.njit(cache=True)
 def steady_decode(running, data, budget: int, max_model_len: int, ref, bhash, dup_next, nxt, prv, meta, cache,
                   table, nblk, ncached, rhash, nhash, commit: bool) -> bool:
     """Decide and commit a steady decode step (see `StepPass.decodes_steadily`), or change
@@ -82,18 +100,14 @@ def steady_decode(running, data, budget: int, max_model_len: int, ref, bhash, du
     newly full blocks registered in the prefix cache: what vllm-schedule-running's kernel does
     for such a step, row by row, with no preemption possible (and the lowering's `commit`, for
     a count-level pipeline). `commit` false: the test alone."""
-    n = running.size
-    if n == 0 or n > budget:
+    if not steady_rows(running, data, budget, max_model_len):
         return False
+    n = running.size
     bs = meta[_POOL_BLOCK_SIZE]
     need = 0
     for i in range(n):
         r = running[i]
         total = data[TOTAL, r]
-        computed = data[COMPUTED, r]
-        if (total - computed != 1 or computed < data[PROMPT, r] or total >= max_model_len
-                or data[IN_FLIGHT, r] != 0 or data[PLACEHOLDERS, r] != 0):
-            return False
         if total > nblk[r] * bs:
             need += -(-total // bs) - nblk[r]
     if need > meta[_POOL_NUM_FREE]:

@@ -61,6 +61,7 @@ from schedir.runtime.kernels import (
     read_scheduled,
     settle_step,
     steady_decode,
+    steady_rows,
     steady_settle,
 )
 from schedir.runtime.metrics import RuntimeMetrics
@@ -234,8 +235,15 @@ class Scheduler:
         # (vLLM's block pool: the radix pool allocates otherwise; no swapped queue; not while
         # verify_each asks for every step's IR to be verified); from the pipeline's first IR
         # step on, which checks it against the step's facts
-        self._steady_pipeline = (not radix and not swap_queue and not cfg.verify_each
+        self._steady_pipeline = (not swap_queue and not cfg.verify_each
                                  and all(p.decodes_steadily() for p in manager.passes))
+        # ... asking each pass what it writes then (see StepPass.steady_state) when one keeps state
+        # or orders the batch; the radix pool's steady steps are always asked so
+        declared = self._steady_pipeline and (radix or any(
+            type(p).steady_state is not StepPass.steady_state or type(p).steady_order is not StepPass.steady_order
+            for p in manager.passes))
+        self._steady_declared = tuple(manager.passes) if declared else ()
+        self._steady_pipeline = self._steady_pipeline and (not radix or declared)
         self._steady_budget = cfg.max_num_batched_tokens
         for p in manager.passes:
             self._steady_budget = p.steady_token_budget(self._steady_budget)
@@ -400,8 +408,10 @@ class Scheduler:
         start = time.perf_counter()
         self._step += 1
         step = self._step
-        if self._steady and not self.waiting.size and not self.keep_ir and self.config.dump_dir is None:
-            out = self._steady_step(step, _EMPTY)  # the common busy step, first: no window to ask
+        if self._steady and not self.keep_ir and self.config.dump_dir is None and (
+                self._steady_declared or not self.waiting.size):
+            # the common busy step, first: no window to ask
+            out = self._declared_steady_step(step) if self._steady_declared else self._steady_step(step, _EMPTY)
             if out is not None:
                 self.metrics.record_step(time.perf_counter() - start, out.total_num_scheduled_tokens, 0,
                                          self.pool.num_free, True)
@@ -419,11 +429,11 @@ class Scheduler:
                 waiting = self._admission_window(waiting)
         elif self._declared_window and waiting.size:
             # asking costs ~20-80 µs: worth it for a long queue, or when an empty answer makes the step steady
-            steady = self._steady and self._steady_running()
+            steady = self._steady and not self._steady_declared and self._steady_running()
             if steady or waiting.size > cfg.max_num_seqs + WINDOW_SLACK:
                 waiting = self._waiting_window(waiting, steady)
         dumping = cfg.dumps(step)
-        if self._steady and not dumping and not self.keep_ir:
+        if self._steady and not self._steady_declared and not dumping and not self.keep_ir:
             out = self._steady_step(step, waiting)
             if out is not None:
                 self.metrics.record_step(time.perf_counter() - start, out.total_num_scheduled_tokens, 0,
@@ -578,20 +588,7 @@ class Scheduler:
         Decisions are those of the whole queue (tested per pass); only the IR is smaller. Asked
         only when more wait than max_num_seqs + 16 (as the vllm window): the passes' answers cost
         tens of µs, more than a short queue costs the step."""
-        table = self.table
-        pool = self.pool
-        cfg = self.config
-        ctx = WindowContext(running=self.running, waiting=waiting, max_seqs=cfg.max_num_seqs,
-                            free_blocks=pool.num_free, total_blocks=pool.usable_blocks,
-                            token_budget=cfg.max_num_batched_tokens, block_size=cfg.block_size,
-                            max_model_len=cfg.max_model_len,
-                            column=lambda name, rows: (pool.nblk[rows].astype(np.int64) if name == "blocks"
-                                                       else table.data[_COLUMN_INDEX[name], rows]),
-                            oversized=(np.flatnonzero(self._oversized[waiting]) if self._oversized_waiting
-                                       else WindowContext.NONE),
-                            scheduler_state=self.scheduler_state,
-                            request_state=lambda name, rows: table.state[table.state_index[name], rows],
-                            steady=steady)
+        ctx = self._window_context(waiting, steady, self.scheduler_state)
         parts = []
         for p in self.manager.passes:
             at = p.waiting_window(ctx)
@@ -602,6 +599,79 @@ class Scheduler:
         if not parts:
             return _EMPTY
         return waiting[np.unique(np.concatenate(parts)) if len(parts) > 1 else np.sort(parts[0])]
+
+    def _window_context(self, waiting: np.ndarray, steady: bool,
+                        scheduler_state: Mapping[str, float | np.ndarray]) -> WindowContext:
+        """The runtime's state as `waiting_window` and `steady_state` read it (see `schedir.ir.window`)."""
+        table = self.table
+        pool = self.pool
+        cfg = self.config
+        return WindowContext(running=self.running, waiting=waiting, max_seqs=cfg.max_num_seqs,
+                             free_blocks=pool.num_free, total_blocks=pool.usable_blocks,
+                             token_budget=cfg.max_num_batched_tokens, block_size=cfg.block_size,
+                             max_model_len=cfg.max_model_len,
+                             column=lambda name, rows: (pool.nblk[rows].astype(np.int64) if name == "blocks"
+                                                        else table.data[_COLUMN_INDEX[name], rows]),
+                             oversized=(np.flatnonzero(self._oversized[waiting]) if self._oversized_waiting
+                                        else WindowContext.NONE),
+                             scheduler_state=scheduler_state,
+                             request_state=lambda name, rows: table.state[table.state_index[name], rows],
+                             steady=steady)
+
+    def _declared_steady_step(self, step: int) -> SchedulerOutput | None:
+        """A steady decode step of a pipeline whose passes keep state (`StepPass.steady_state`):
+        the running requests decode one token each (the test of `steady_decode`), every pass
+        answers what it writes in such a step, reading the whole waiting queue and the values the
+        passes before it write, the batch goes in the order a pass declares
+        (`StepPass.steady_order`), and its KV comes from the free pool alone: the block pool's
+        steady kernel, or the radix pool's `decode_if_free`. Else None, nothing changed."""
+        running = self.running
+        if not running.size or self.swapped.size or not steady_rows(running, self.table.data, self._steady_budget,
+                                                                      self.config.max_model_len):
+            return None
+        writes: dict[str, float] = {}
+        state = dict(self.scheduler_state)  # as each pass leaves it for the next
+        ctx = self._window_context(self.waiting, True, state)
+        order = None
+        for p in self._steady_declared:
+            said = p.steady_state(ctx)
+            if said is None:
+                return None
+            if said:
+                writes.update(said)
+                state.update(said)
+            if order is None:
+                order = p.steady_order(ctx)
+        if not self.radix:
+            if order is not None:  # the block pool's kernel decodes in running order only
+                return None
+            out = self._steady_step(step, _EMPTY)
+        else:
+            out = self._steady_radix(step, running if order is None else running[order])
+        if out is not None and writes:
+            self.scheduler_state.update(writes)
+        return out
+
+    def _steady_radix(self, step: int, rows: np.ndarray) -> SchedulerOutput | None:
+        """`_steady_step` on the radix pool: each of `rows` (the batch, in its order) gets one more
+        token of KV from the free pages (`RadixKVPool.decode_if_free`; None, nothing changed,
+        when the free pages alone do not cover them or a chunked prefill waits to be stashed),
+        then the step settles as the IR path's lowering settles it."""
+        cfg = self.config
+        pool = self.pool
+        d = self.table.data
+        if pool.stash:
+            return None
+        d[T.BLOCKS, rows] = pool.nblk[rows]  # as the step IR's running queue records them
+        if not pool.decode_if_free(rows):
+            return None
+        if self._ones.size < rows.size:
+            self._ones = np.ones(2 * rows.size, dtype=np.int64)
+        tokens = self._ones[: rows.size].copy()
+        self.running, self.waiting, *settled = settle_step(
+            rows, tokens, _NO_ROWS, _NO_ROWS, self._front, d, self.running, self.waiting, pool.table, pool.nblk,
+            cfg.block_size, cfg.async_scheduling, self._fcfs_window, False, cfg.batch_plan)
+        return self._output(step, rows, tokens, settled, _NO_ROWS, _NO_ROWS, {}, _NO_PAIRS, _NO_PAIRS)
 
     def _vllm_rules(self) -> bool:
         """Whether the window may bound admission by the token budget and the free blocks (see

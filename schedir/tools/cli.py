@@ -21,6 +21,7 @@ from schedir.ir.errors import (
     StepParseError,
     os_error_message,
 )
+from schedir.ir.pass_base import StepPass
 from schedir.ir.pipeline import Instrumentation, PassManager, default_presets, default_registry
 from schedir.ir.textio import parse_step_file, parse_step_text, print_ir
 from schedir.tools.sim_commands import add_commands as add_sim_commands
@@ -80,7 +81,13 @@ def cmd_passes(out: TextIO) -> int:
         for state in (*cls.request_state, *cls.scheduler_state):
             out.write(f"    state:       {state.describe()}\n")
         if _steady_by_default(cls):
-            out.write("    steady:      declared: in a steady decode step it decides nothing or the steady decision\n")
+            says = []
+            if cls.steady_state is not StepPass.steady_state:
+                says.append("the state it writes then")
+            if cls.steady_order is not StepPass.steady_order:
+                says.append("the batch order")
+            out.write("    steady:      declared: in a steady decode step it decides nothing or the steady decision"
+                      + (f" (it says {' and '.join(says)})" if says else "") + "\n")
     out.write("\npresets\n")
     for name, spec in sorted(default_presets().items()):
         out.write(f"    {name}: {spec}\n")
