@@ -19,9 +19,10 @@ import attrs
 import numpy as np
 
 
-@attrs.frozen
+@attrs.define(eq=False)
 class WindowContext:
-    """The runtime's state before it builds a step, as `waiting_window` reads it."""
+    """The runtime's state before it builds a step, as `waiting_window` reads it (built once per
+    step and read only: not frozen, whose checked writes cost microseconds a step)."""
 
     running: np.ndarray  # ids (table rows) of the running queue, in its order
     waiting: np.ndarray  # ids of the waiting queue, in its order
@@ -39,6 +40,9 @@ class WindowContext:
     # the runtime found the running requests steady (`StepPass.decodes_steadily`): each decodes
     # one token, none is in flight, and the free blocks cover every block they need
     steady: bool = False
+    # (declared name) -> that request state for every request id, a read-only view indexed by
+    # id: for a pass's Numba kernel (`request_state` gathers a copy, a few µs a call)
+    state_of: Callable[[str], np.ndarray] | None = None
 
     NONE: ClassVar[np.ndarray] = np.zeros(0, dtype=np.int64)  # nobody
 

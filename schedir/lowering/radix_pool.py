@@ -331,6 +331,10 @@ class RadixKVPool(BlockTables):
         if taken == _TOO_FEW:
             need = int(np.count_nonzero(self.kv_len[rows] % self.block_size == 0))
             raise MemoryError(f"radix pool: {need} pages asked, {self.nfree} free")
+        self.took_pages(taken)
+
+    def took_pages(self, taken: int) -> None:
+        """`taken` pages left the front of the free ring (`_decode_rows`, here or in a kernel)."""
         self.head = (self.head + taken) % self.free.size
         self.nfree -= taken
 

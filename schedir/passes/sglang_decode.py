@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numba
 import numpy as np
 
 from schedir.dialects.codes import Reason
@@ -14,6 +15,20 @@ from schedir.ir.window import WindowContext
 from schedir.passes.sglang_state import (
     BATCH_FULL, BATCH_SIZE, CHUNKED, JOIN, NEXT_JOIN, NEXT_POS, POS, RATIO, SCHEDULER_STATE,
 )
+
+
+@numba.njit(cache=True)
+def join_order(join: np.ndarray, running: np.ndarray) -> np.ndarray:
+    """Positions of `running` sorted by their `join` place (stable), or an empty array when the
+    queue is in that order already (the usual case: no retraction since they joined)."""
+    n = running.size
+    for i in range(1, n):
+        if join[running[i]] < join[running[i - 1]]:
+            keys = np.empty(n, dtype=np.int64)
+            for k in range(n):
+                keys[k] = join[running[k]]
+            return np.argsort(keys, kind="mergesort")
+    return np.zeros(0, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -67,8 +82,11 @@ class SglangDecode(StepPass):
         return {RATIO.name: self._decayed(ratio), BATCH_SIZE.name: float(n), BATCH_FULL.name: float(full)}
 
     def steady_order(self, ctx: WindowContext) -> np.ndarray | None:
-        """The running batch's join order (`running_batch.reqs`)."""
-        return np.argsort(ctx.request_state(JOIN.name, ctx.running), kind="stable")
+        """The running batch's join order (`running_batch.reqs`); None when the running queue is in it."""
+        if ctx.state_of is None:
+            return np.argsort(ctx.request_state(JOIN.name, ctx.running), kind="stable")
+        order = join_order(ctx.state_of(JOIN.name), ctx.running)
+        return order if order.size else None
 
     def _decayed(self, ratio: float) -> float:
         """`NewTokenRatioTracker` after a plain decode step: down by a step of the decay, to the floor."""

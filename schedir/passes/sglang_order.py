@@ -6,6 +6,7 @@ import random
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numba
 import numpy as np
 
 from schedir.ir.pass_base import StepPass
@@ -101,6 +102,15 @@ def dfs_weight_order(nodes: np.ndarray, last: np.ndarray) -> np.ndarray:
     return np.asarray(order, dtype=np.int64)
 
 
+@numba.njit(cache=True)
+def any_unplaced(pos: np.ndarray, waiting: np.ndarray) -> bool:
+    """Whether a waiting request has no place in SGLang's list yet (arrived since the last step)."""
+    for i in range(waiting.size):
+        if pos[waiting[i]] < 0:
+            return True
+    return False
+
+
 @dataclass(frozen=True)
 class SglangOrder(StepPass):
     """Order the waiting list as SGLang's `SchedulePolicy.calc_priority` does.
@@ -138,9 +148,9 @@ class SglangOrder(StepPass):
 
     def steady_state(self, ctx: WindowContext) -> dict[str, float] | None:
         """Nothing written when the step skips admission and nobody arrived since the last step."""
-        if not steady_gate(ctx).skip:
+        if not steady_gate(ctx).skip or ctx.state_of is None:
             return None
-        if ctx.waiting.size and int(ctx.request_state(POS.name, ctx.waiting).min()) < 0:
+        if ctx.waiting.size and any_unplaced(ctx.state_of(POS.name), ctx.waiting):
             return None
         return {}
 

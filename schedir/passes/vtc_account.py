@@ -5,12 +5,30 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numba
 import numpy as np
 
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
 from schedir.ir.window import WindowContext
 from schedir.passes.vtc_state import COUNTERS, TENANT
+
+
+_NONE = np.zeros(0, dtype=np.int64)
+
+
+@numba.njit(cache=True, nogil=True)
+def charged(counters: np.ndarray, tenant: np.ndarray, at: np.ndarray, prefill: np.ndarray, decode: np.ndarray,
+            w_in: float, w_out: float) -> np.ndarray:
+    """`counters` plus what the requests at positions `at` of `tenant` were served: `w_in` per
+    prefill token, `w_out` per decode token (empty `prefill` / `decode`: none / one each, a
+    steady decode step). Token counts are integers, so the float sums are exact in any order."""
+    out = counters.copy()
+    for i in range(at.size):
+        p = prefill[i] if prefill.size else 0
+        d = decode[i] if decode.size else 1
+        out[tenant[at[i]]] += w_in * p + w_out * d
+    return out
 
 
 @dataclass(frozen=True)
@@ -29,19 +47,14 @@ class VtcAccount(StepPass):
 
     steady_when: ClassVar[dict[str, str]] = {}
 
-    def steady_state(self, ctx: WindowContext) -> dict[str, np.ndarray]:
+    def steady_state(self, ctx: WindowContext) -> dict[str, np.ndarray] | None:
         """A steady step charges one output token per running request (after vtc-order's lift,
         which `ctx.scheduler_state` already holds)."""
-        counters = np.array(ctx.scheduler_state.get(COUNTERS.name, COUNTERS.initial()), dtype=np.float64)
-        tenant = ctx.request_state(TENANT.name, ctx.running)
-        return {COUNTERS.name: counters + self._charges(tenant, np.zeros(tenant.size, dtype=np.int64),
-                                                        np.ones(tenant.size, dtype=np.int64), counters.size)}
-
-    def _charges(self, tenant: np.ndarray, prefill: np.ndarray, decode: np.ndarray, size: int) -> np.ndarray:
-        """Each tenant's charge for the tokens served: per tenant, in one pass (np.add.at's
-        unbuffered loop costs ~10 µs here); token counts are integers, so the float sums are
-        exact and the order of the additions does not matter."""
-        return np.bincount(tenant, weights=self.w_in * prefill + self.w_out * decode, minlength=size)[:size]
+        if ctx.state_of is None:
+            return None
+        counters = np.asarray(ctx.scheduler_state.get(COUNTERS.name, COUNTERS.initial()), dtype=np.float64)
+        return {COUNTERS.name: charged(counters, ctx.state_of(TENANT.name), ctx.running, _NONE, _NONE,
+                                       float(self.w_in), float(self.w_out))}
 
     def waiting_window(self, ctx: WindowContext) -> np.ndarray:
         """Nobody of its own: it charges what the other passes scheduled."""
@@ -49,10 +62,10 @@ class VtcAccount(StepPass):
 
     def run(self, step: Step) -> None:
         counters = np.array(step.state(COUNTERS.name, COUNTERS.initial()), dtype=np.float64)
-        charged = False
+        served = False
         for got in step.served():
-            tenant = step.state_column(got.queue, TENANT.name, TENANT.default)[got.at]
-            counters += self._charges(tenant, got.prefill, got.decode, counters.size)
-            charged = True
-        if charged:
+            tenant = step.state_column(got.queue, TENANT.name, TENANT.default)
+            counters = charged(counters, tenant, got.at, got.prefill, got.decode, float(self.w_in), float(self.w_out))
+            served = True
+        if served:
             step.set_state(vtc_counter=counters)

@@ -45,16 +45,42 @@ def vtc_pick_order(tenant: np.ndarray, need: np.ndarray, counters: np.ndarray, w
     return order
 
 
-def lift(counters: np.ndarray, waiting: np.ndarray, served: np.ndarray) -> np.ndarray:
-    """VTC's counter lift: a tenant with requests `waiting` and none among those `served` (their
-    tenants) comes back no lower than the least counter of the tenants being served."""
+_OUT_OF_RANGE, _UNCHANGED, _LIFTED = range(3)
+
+
+@numba.njit(cache=True, nogil=True)
+def steady_lift(counters: np.ndarray, tenant: np.ndarray, waiting: np.ndarray, running: np.ndarray):
+    """`lift` for a steady step, by request id, in one call: (_LIFTED, counters) or
+    (_UNCHANGED, _) or (_OUT_OF_RANGE, _) when a waiting request's tenant has no counter."""
+    for i in range(waiting.size):
+        t = tenant[waiting[i]]
+        if t < 0 or t >= counters.size:
+            return _OUT_OF_RANGE, counters
+    lifted = lift(counters, tenant, waiting, running)
+    for t in range(counters.size):
+        if lifted[t] != counters[t]:
+            return _LIFTED, lifted
+    return _UNCHANGED, lifted
+
+
+@numba.njit(cache=True, nogil=True)
+def lift(counters: np.ndarray, tenant: np.ndarray, waiting: np.ndarray, served: np.ndarray) -> np.ndarray:
+    """VTC's counter lift: a tenant with requests `waiting` and none among those `served` (both
+    positions in `tenant`) comes back no lower than the least counter of the tenants being served."""
     lifted = counters.copy()
-    if served.size:
-        floor = counters[served].min()
-        back = np.zeros(counters.size, dtype=np.bool_)
-        back[waiting] = True  # tenants waiting ...
-        back[served] = False  # ... and not being served
-        lifted[back] = np.maximum(lifted[back], floor)
+    if served.size == 0:
+        return lifted
+    floor = counters[tenant[served[0]]]
+    back = np.zeros(counters.size, dtype=np.bool_)
+    for i in range(waiting.size):
+        back[tenant[waiting[i]]] = True  # tenants waiting ...
+    for i in range(served.size):
+        t = tenant[served[i]]
+        back[t] = False  # ... and not being served
+        floor = min(floor, counters[t])
+    for t in range(counters.size):
+        if back[t] and lifted[t] < floor:
+            lifted[t] = floor
     return lifted
 
 
@@ -89,12 +115,11 @@ class VtcOrder(StepPass):
         counter lift, as `run` does; a tenant out of range takes the IR (and its error)."""
         if not ctx.waiting.size:
             return {}
-        counters = np.asarray(ctx.scheduler_state.get(COUNTERS.name, COUNTERS.initial()), dtype=np.float64)
-        tenant = ctx.request_state(TENANT.name, ctx.waiting)
-        if tenant.min() < 0 or tenant.max() >= counters.size:
+        if ctx.state_of is None:
             return None
-        lifted = lift(counters, tenant, ctx.request_state(TENANT.name, ctx.running))
-        return {} if np.array_equal(lifted, counters) else {COUNTERS.name: lifted}
+        counters = np.asarray(ctx.scheduler_state.get(COUNTERS.name, COUNTERS.initial()), dtype=np.float64)
+        outcome, lifted = steady_lift(counters, ctx.state_of(TENANT.name), ctx.waiting, ctx.running)
+        return None if outcome == _OUT_OF_RANGE else {COUNTERS.name: lifted} if outcome == _LIFTED else {}
 
     def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
         """One waiting request per tenant: the counter lift reads which tenants wait, not how many
@@ -118,7 +143,8 @@ class VtcOrder(StepPass):
         served_now = np.zeros(0, dtype=np.int64)
         if running is not None and len(running):
             served_now = step.state_column(running.result, TENANT.name, TENANT.default)
-        lifted = lift(counters, tenant, served_now)
+        both = np.concatenate([tenant, served_now])  # lift reads positions into one tenant column
+        lifted = lift(counters, both, np.arange(tenant.size), np.arange(tenant.size, both.size))
         if not np.array_equal(lifted, counters):
             step.set_state(vtc_counter=lifted)
         arrival, computed, total = step.columns(pending, ("arrival", "computed", "total"))

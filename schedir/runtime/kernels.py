@@ -8,6 +8,7 @@ import numpy as np
 from schedir.lowering.batch_plan import batch_plan_packed
 from schedir.lowering.hashing import ROOT, block_hash
 from schedir.lowering.kv_pool import allocate, cache_full_blocks
+from schedir.lowering.radix_pool import _decode_rows
 from schedir.lowering import kv_pool as _kv_pool
 from schedir.runtime import output as _output
 from schedir.runtime import table as _table
@@ -143,6 +144,33 @@ def steady_settle(running, data, budget: int, max_model_len: int, ref, bhash, du
         running, tokens, nobody, nobody, front, data, running, waiting, table, nblk, block_size, async_mode, False,
         False, plan)
     return True, per_request, sampled, scheduled, qsl, per_token, seq_lens, block_table
+
+
+NOT_FREE = -3  # radix_steady_settle: not a steady step, or the free pages alone do not cover it
+
+
+@nb.njit(cache=True)
+def radix_steady_settle(rows, data, budget: int, max_model_len: int, kv_len, table, nblk, free, head: int,
+                        nfree: int, page: int, tokens, front: int, running, waiting, async_mode: bool, plan: bool):
+    """The radix pool's steady decode step (`Scheduler._steady_radix`) in one call: when `rows`
+    are steady (`steady_rows`) and the free pages cover a page per row
+    (`RadixKVPool.decode_if_free`'s test), record each row's held
+    pages (`blocks`, as the step IR's running queue does), give each of `rows` one more token
+    of KV (`_decode_rows`) and settle the step (`settle_step`, queues unchanged). Returns (pages
+    taken, per_request, sampled, tokens scheduled, query_start_loc, per_token, seq_lens,
+    block_table); pages taken is NOT_FREE (nothing changed) or `_decode_rows`' error code."""
+    if nfree < rows.size or not steady_rows(rows, data, budget, max_model_len):
+        return NOT_FREE, None, None, 0, None, None, None, None
+    for i in range(rows.size):
+        data[BLOCKS, rows[i]] = nblk[rows[i]]
+    taken = _decode_rows(kv_len, table, nblk, rows, free, head, nfree, page)
+    if taken < 0:
+        return taken, None, None, 0, None, None, None, None
+    nobody = np.zeros(0, dtype=np.int64)
+    _, _, per_request, sampled, scheduled, qsl, per_token, seq_lens, block_table = settle_step(
+        rows, tokens, nobody, nobody, front, data, running, waiting, table, nblk, page, async_mode, False, False,
+        plan)
+    return taken, per_request, sampled, scheduled, qsl, per_token, seq_lens, block_table
 
 
 # rows of `read_scheduled`'s result

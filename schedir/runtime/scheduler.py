@@ -58,10 +58,10 @@ from schedir.runtime.kernels import (
     apply_samples,
     queue_columns,
     queue_columns_with_state,
+    radix_steady_settle,
     read_scheduled,
     settle_step,
     steady_decode,
-    steady_rows,
     steady_settle,
 )
 from schedir.runtime.metrics import RuntimeMetrics
@@ -603,31 +603,39 @@ class Scheduler:
     def _window_context(self, waiting: np.ndarray, steady: bool,
                         scheduler_state: Mapping[str, float | np.ndarray]) -> WindowContext:
         """The runtime's state as `waiting_window` and `steady_state` read it (see `schedir.ir.window`)."""
-        table = self.table
         pool = self.pool
         cfg = self.config
-        return WindowContext(running=self.running, waiting=waiting, max_seqs=cfg.max_num_seqs,
-                             free_blocks=pool.num_free, total_blocks=pool.usable_blocks,
-                             token_budget=cfg.max_num_batched_tokens, block_size=cfg.block_size,
-                             max_model_len=cfg.max_model_len,
-                             column=lambda name, rows: (pool.nblk[rows].astype(np.int64) if name == "blocks"
-                                                        else table.data[_COLUMN_INDEX[name], rows]),
-                             oversized=(np.flatnonzero(self._oversized[waiting]) if self._oversized_waiting
-                                        else WindowContext.NONE),
-                             scheduler_state=scheduler_state,
-                             request_state=lambda name, rows: table.state[table.state_index[name], rows],
-                             steady=steady)
+        return WindowContext(self.running, waiting, cfg.max_num_seqs, pool.num_free, pool.usable_blocks,
+                             cfg.max_num_batched_tokens, cfg.block_size, cfg.max_model_len,
+                             np.flatnonzero(self._oversized[waiting]) if self._oversized_waiting else WindowContext.NONE,
+                             scheduler_state, self._request_state_of, self._column_of, {}, steady, self._state_of)
+
+    def _column_of(self, name: str, rows: np.ndarray) -> np.ndarray:
+        """A queue column of `rows` as the step would show it (`WindowContext.column`)."""
+        return self.pool.nblk[rows].astype(np.int64) if name == "blocks" else self.table.data[_COLUMN_INDEX[name], rows]
+
+    def _state_of(self, name: str) -> np.ndarray:
+        """Declared request state of every row, read-only (`WindowContext.state_of`)."""
+        table = self.table
+        row = table.state[table.state_index[name]]
+        row.flags.writeable = False  # a view: the flag is the view's own
+        return row
+
+    def _request_state_of(self, name: str, rows: np.ndarray) -> np.ndarray:
+        """Declared request state of `rows` (`WindowContext.request_state`)."""
+        table = self.table
+        return table.state[table.state_index[name], rows]
 
     def _declared_steady_step(self, step: int) -> SchedulerOutput | None:
         """A steady decode step of a pipeline whose passes keep state (`StepPass.steady_state`):
-        the running requests decode one token each (the test of `steady_decode`), every pass
-        answers what it writes in such a step, reading the whole waiting queue and the values the
-        passes before it write, the batch goes in the order a pass declares
-        (`StepPass.steady_order`), and its KV comes from the free pool alone: the block pool's
-        steady kernel, or the radix pool's `decode_if_free`. Else None, nothing changed."""
+        every pass answers what it writes in such a step, reading the whole waiting queue and the
+        values the passes before it write, the batch goes in the order a pass declares
+        (`StepPass.steady_order`), and the kernel finds the running requests decoding one token
+        each (`steady_rows`) with their KV from the free pool alone: the block pool's steady
+        kernel, or the radix pool's (`decode_if_free`'s rule). Else None, nothing changed (the
+        passes' answers are pure: asked first, written only once the kernel took the step)."""
         running = self.running
-        if not running.size or self.swapped.size or not steady_rows(running, self.table.data, self._steady_budget,
-                                                                      self.config.max_model_len):
+        if not running.size or self.swapped.size:
             return None
         writes: dict[str, float] = {}
         state = dict(self.scheduler_state)  # as each pass leaves it for the next
@@ -654,23 +662,24 @@ class Scheduler:
 
     def _steady_radix(self, step: int, rows: np.ndarray) -> SchedulerOutput | None:
         """`_steady_step` on the radix pool: each of `rows` (the batch, in its order) gets one more
-        token of KV from the free pages (`RadixKVPool.decode_if_free`; None, nothing changed,
-        when the free pages alone do not cover them or a chunked prefill waits to be stashed),
-        then the step settles as the IR path's lowering settles it."""
+        token of KV from the free pages (`RadixKVPool.decode_if_free`'s rule; None, nothing
+        changed, when the free pages alone do not cover them or a chunked prefill waits to be
+        stashed), then the step settles as the IR path's lowering settles it; one kernel."""
         cfg = self.config
         pool = self.pool
-        d = self.table.data
         if pool.stash:
-            return None
-        d[T.BLOCKS, rows] = pool.nblk[rows]  # as the step IR's running queue records them
-        if not pool.decode_if_free(rows):
             return None
         if self._ones.size < rows.size:
             self._ones = np.ones(2 * rows.size, dtype=np.int64)
         tokens = self._ones[: rows.size].copy()
-        self.running, self.waiting, *settled = settle_step(
-            rows, tokens, _NO_ROWS, _NO_ROWS, self._front, d, self.running, self.waiting, pool.table, pool.nblk,
-            cfg.block_size, cfg.async_scheduling, self._fcfs_window, False, cfg.batch_plan)
+        taken, *settled = radix_steady_settle(rows, self.table.data, self._steady_budget, cfg.max_model_len,
+                                              pool.kv_len, pool.table, pool.nblk, pool.free, pool.head, pool.nfree,
+                                              cfg.block_size, tokens, self._front, self.running, self.waiting,
+                                              cfg.async_scheduling, cfg.batch_plan)
+        if taken < 0:  # NOT_FREE, or a row outgrew its page table: the IR path reports that
+            return None
+        pool.took_pages(taken)
+        pool.idle()  # no extend batch this step (decode_if_free's bookkeeping)
         return self._output(step, rows, tokens, settled, _NO_ROWS, _NO_ROWS, {}, _NO_PAIRS, _NO_PAIRS)
 
     def _vllm_rules(self) -> bool:
