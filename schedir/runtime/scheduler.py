@@ -232,9 +232,8 @@ class Scheduler:
         self._declared_window = not self.window and all(
             type(p).waiting_window is not StepPass.waiting_window for p in manager.passes)
         # steady decode steps skip the IR when every pass decides them as `decodes_steadily` says
-        # (vLLM's block pool: the radix pool allocates otherwise; no swapped queue; not while
-        # verify_each asks for every step's IR to be verified); from the pipeline's first IR
-        # step on, which checks it against the step's facts
+        # (no swapped queue; not while verify_each asks for every step's IR to be verified); from
+        # the pipeline's first IR step on, which checks it against the step's facts
         self._steady_pipeline = (not swap_queue and not cfg.verify_each
                                  and all(p.decodes_steadily() for p in manager.passes))
         # ... asking each pass what it writes then (see StepPass.steady_state) when one keeps state
