@@ -127,6 +127,11 @@ CASES += [  # VTC: the counter lift over the waiting tenants and each step's cha
     dict(seed=32, num_blocks=60, pipeline="vtc", tenants=4),
     dict(seed=33, num_blocks=200, pipeline="vtc", tenants=2, max_seqs=2),
 ]
+CASES += [  # slo-aware-reject: steady with requests waiting only while none of them is hopeless now
+    # (order-slo's `steady_state` judges the whole queue against the step's clock)
+    dict(seed=41, num_blocks=400, pipeline="slo-aware-reject", max_seqs=3),
+    dict(seed=42, num_blocks=200, pipeline="slo-aware-reject", max_seqs=2),
+]
 SGLANG = [c for c in CASES if c.get("pipeline", "").startswith("sglang")]
 VTC = [c for c in CASES if c.get("pipeline") == "vtc"]
 
@@ -171,16 +176,23 @@ def test_steady_steps_with_a_waiting_queue_admission_cannot_reach(cfg):
 
 
 @pytest.mark.parametrize("mutation", ["running order", "no decay", "admission ignores its gate", "no vtc charge",
-                                      "no vtc lift"])
+                                      "no vtc lift", "nobody hopeless"])
 def test_steady_steps_need_what_their_passes_declare(mutation, monkeypatch):
     """The sglang and vtc cases fail when a declaration is wrong: the batch decoded in running
     order instead of join order, the ratio not decayed, admission declared steady when its gate
-    is open, the tenants' counters not charged or not lifted."""
+    is open, the tenants' counters not charged or not lifted, no waiting request judged hopeless."""
     from schedir.passes.sglang_admit import SglangAdmit
     from schedir.passes.sglang_decode import SglangDecode
     from schedir.passes.vtc_account import VtcAccount
     from schedir.passes.vtc_order import VtcOrder
 
+    if mutation == "nobody hopeless":
+        from schedir.passes.order_slo import OrderSlo
+
+        monkeypatch.setattr(OrderSlo, "steady_state", lambda self, ctx: {})
+        slo = [c for c in CASES if c.get("pipeline") == "slo-aware-reject" and "max_seqs" in c]
+        assert any(replay(True, **case)[0] != replay(False, **case)[0] for case in slo), mutation
+        return
     if mutation.startswith("no vtc"):
         monkeypatch.setattr(VtcAccount if mutation == "no vtc charge" else VtcOrder, "steady_state",
                             lambda self, ctx: {})

@@ -43,6 +43,12 @@ class WindowContext:
     # (declared name) -> that request state for every request id, a read-only view indexed by
     # id: for a pass's Numba kernel (`request_state` gathers a copy, a few µs a call)
     state_of: Callable[[str], np.ndarray] | None = None
+    # (queue column name) -> that column of the request table for every id, read-only, as
+    # `state_of` (not "blocks", which the KV pool holds); None outside the runtime
+    column_of: Callable[[str], np.ndarray] | None = None
+    # the step's clock (its `now_us` fact) for a pipeline that reads it (`StepPass.reads_clock`),
+    # else -1; set for steady steps (`StepPass.steady_state`)
+    now_us: int = -1
 
     NONE: ClassVar[np.ndarray] = np.zeros(0, dtype=np.int64)  # nobody
 

@@ -38,6 +38,29 @@ def feasible_first(arrival_us: np.ndarray, need: np.ndarray, slo_us: np.ndarray,
     return ok
 
 
+@numba.njit(cache=True, nogil=True)
+def all_feasible(arrival: np.ndarray, computed: np.ndarray, total: np.ndarray, slo_ms: np.ndarray,
+                 waiting: np.ndarray, default_slo_ms: int, now_us: int, tokens_per_us: float) -> bool:
+    """Whether every one of `waiting` (ids into the columns) would meet its target served now,
+    first come first served, with nothing ahead of them (`feasible_first` with no backlog: every
+    running request decodes)."""
+    n = waiting.size
+    arr = np.empty(n, dtype=np.int64)
+    need = np.empty(n, dtype=np.int64)
+    slo = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        r = waiting[i]
+        arr[i] = arrival[r]
+        need[i] = total[r] - computed[r]
+        slo[i] = (slo_ms[r] if slo_ms[r] > 0 else default_slo_ms) * 1000
+    order = np.argsort(arr, kind="mergesort")
+    ok = feasible_first(arr[order], need[order], slo[order], now_us, 0, tokens_per_us)
+    for i in range(n):
+        if ok[i] == 0:
+            return False
+    return True
+
+
 @dataclass(frozen=True)
 class OrderSlo(StepPass):
     """Order the waiting queue so that requests that can still meet their TTFT target go first.
@@ -77,6 +100,17 @@ class OrderSlo(StepPass):
             raise ValueError("ttft-slo-ms and prefill-tokens-per-s must be >= 1")
         if self.hopeless not in HOPELESS_MODES:
             raise ValueError(f"hopeless must be one of {', '.join(HOPELESS_MODES)}, got '{self.hopeless}'")
+
+    def steady_state(self, ctx: WindowContext) -> dict[str, float] | None:
+        """Rejecting the hopeless, a step is steady only when no waiting request is hopeless now
+        (then `run` only sorts); only ordering, its window's rule (nobody of its own)."""
+        if self.hopeless == "last" or not ctx.waiting.size:
+            return super().steady_state(ctx)
+        if self.queue != "waiting" or ctx.now_us < 0 or ctx.column_of is None or ctx.state_of is None:
+            return None
+        return {} if all_feasible(ctx.column_of("arrival"), ctx.column_of("computed"), ctx.column_of("total"),
+                                  ctx.state_of(TTFT_SLO.name), ctx.waiting, self.ttft_slo_ms, ctx.now_us,
+                                  self.prefill_tokens_per_s / 1e6) else None
 
     def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
         """Nobody of its own when it only orders (`last`: admission picks from the order); every

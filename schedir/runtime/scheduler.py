@@ -600,14 +600,21 @@ class Scheduler:
         return waiting[np.unique(np.concatenate(parts)) if len(parts) > 1 else np.sort(parts[0])]
 
     def _window_context(self, waiting: np.ndarray, steady: bool,
-                        scheduler_state: Mapping[str, float | np.ndarray]) -> WindowContext:
+                        scheduler_state: Mapping[str, float | np.ndarray], now_us: int = -1) -> WindowContext:
         """The runtime's state as `waiting_window` and `steady_state` read it (see `schedir.ir.window`)."""
         pool = self.pool
         cfg = self.config
         return WindowContext(self.running, waiting, cfg.max_num_seqs, pool.num_free, pool.usable_blocks,
                              cfg.max_num_batched_tokens, cfg.block_size, cfg.max_model_len,
                              np.flatnonzero(self._oversized[waiting]) if self._oversized_waiting else WindowContext.NONE,
-                             scheduler_state, self._request_state_of, self._column_of, {}, steady, self._state_of)
+                             scheduler_state, self._request_state_of, self._column_of, {}, steady, self._state_of,
+                             self._table_column, now_us)
+
+    def _table_column(self, name: str) -> np.ndarray:
+        """A queue column of every row, read-only (`WindowContext.column_of`)."""
+        row = self.table.data[_COLUMN_INDEX[name]]
+        row.flags.writeable = False
+        return row
 
     def _column_of(self, name: str, rows: np.ndarray) -> np.ndarray:
         """A queue column of `rows` as the step would show it (`WindowContext.column`)."""
@@ -638,7 +645,9 @@ class Scheduler:
             return None
         writes: dict[str, float] = {}
         state = dict(self.scheduler_state)  # as each pass leaves it for the next
-        ctx = self._window_context(self.waiting, True, state)
+        # the clock as the step's now_us fact would read it (a simulator's: the same instant)
+        now_us = max(round(self.clock() * 1e6), 0) if self._reads_clock else -1
+        ctx = self._window_context(self.waiting, True, state, now_us)
         order = None
         for p in self._steady_declared:
             said = p.steady_state(ctx)
