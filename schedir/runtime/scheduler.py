@@ -242,6 +242,8 @@ class Scheduler:
             type(p).steady_state is not StepPass.steady_state or type(p).steady_order is not StepPass.steady_order
             for p in manager.passes))
         self._steady_declared = tuple(manager.passes) if declared else ()
+        self._steady_orderers = tuple(p for p in self._steady_declared
+                                      if type(p).steady_order is not StepPass.steady_order)
         self._steady_pipeline = self._steady_pipeline and (not radix or declared)
         self._steady_budget = cfg.max_num_batched_tokens
         for p in manager.passes:
@@ -407,8 +409,9 @@ class Scheduler:
         start = time.perf_counter()
         self._step += 1
         step = self._step
-        if self._steady and not self.keep_ir and self.config.dump_dir is None and (
-                self._steady_declared or not self.waiting.size):
+        tried = self._steady and not self.keep_ir and self.config.dump_dir is None and (
+            bool(self._steady_declared) or not self.waiting.size)
+        if tried:
             # the common busy step, first: no window to ask
             out = self._declared_steady_step(step) if self._steady_declared else self._steady_step(step, _EMPTY)
             if out is not None:
@@ -432,7 +435,7 @@ class Scheduler:
             if steady or waiting.size > cfg.max_num_seqs + WINDOW_SLACK:
                 waiting = self._waiting_window(waiting, steady)
         dumping = cfg.dumps(step)
-        if self._steady and not self._steady_declared and not dumping and not self.keep_ir:
+        if self._steady and not tried and not self._steady_declared and not dumping and not self.keep_ir:
             out = self._steady_step(step, waiting)
             if out is not None:
                 self.metrics.record_step(time.perf_counter() - start, out.total_num_scheduled_tokens, 0,
@@ -648,7 +651,6 @@ class Scheduler:
         # the clock as the step's now_us fact would read it (a simulator's: the same instant)
         now_us = max(round(self.clock() * 1e6), 0) if self._reads_clock else -1
         ctx = self._window_context(self.waiting, True, state, now_us)
-        order = None
         for p in self._steady_declared:
             said = p.steady_state(ctx)
             if said is None:
@@ -656,8 +658,11 @@ class Scheduler:
             if said:
                 writes.update(said)
                 state.update(said)
-            if order is None:
-                order = p.steady_order(ctx)
+        order = None
+        for p in self._steady_orderers:  # the first pass that orders the batch decides
+            order = p.steady_order(ctx)
+            if order is not None:
+                break
         if not self.radix:
             if order is not None:  # the block pool's kernel decodes in running order only
                 return None
