@@ -116,6 +116,11 @@ def test_passes_show_which_declare_steady_steps(capsys):
     assert "it says the state it writes then)" in sections["vtc-account"]
     for not_steady in ("mlfq-order", "v0-running", "memory-aware-preemption"):
         assert "steady:" not in sections[not_steady], not_steady
+    assert "running:     declared: in a running step (nobody admissible waiting) it decides the running queue alone" \
+        in sections["vllm-schedule-running"]
+    for nothing in ("order-vllm", "reject-oversized", "vllm-admit"):
+        assert "it decides nothing" in sections[nothing], nothing
+    assert "running:     declared" not in sections["schedule-running"]
 
 
 # ---------------------------------------------------------------- opt

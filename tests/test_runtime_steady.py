@@ -11,6 +11,7 @@ from schedir.ir.pass_base import StepPass
 from schedir.ir.pipeline import parse_passes
 from schedir.lowering.radix_pool import RadixKVPool
 from schedir.passes.presets import PRESETS
+from schedir.passes.vllm_schedule_running import VllmScheduleRunning
 from schedir.runtime import table as T
 
 
@@ -48,9 +49,10 @@ def state_record(sched: Scheduler) -> tuple:
 def replay(steady: bool, *, pipeline: str = "vllm", seed: int, num_blocks: int, block_size: int = 4,
            caching: bool = True, policy: str = "fcfs", depth: int = 1, max_seqs: int = 6, n: int = 60,
            long_prefill: int = 0, async_mode: bool = False, budget: int = 48,
-           tenants: int = 0) -> tuple[list[tuple], int]:
-    """Run one random trace (shared prefixes, aborts, arrivals over time); returns every step's
-    output and state, and how many steps took the steady path."""
+           tenants: int = 0, spread: int = 300, prompt_len: int = 30) -> tuple[list[tuple], int, int]:
+    """Run one random trace (shared prefixes, aborts, arrivals over `spread` ticks); returns every
+    step's output and state, how many steps were steady decode steps and how many running steps
+    (both lowered without their IR)."""
     cfg = SchedulerConfig(pipeline=pipeline, num_blocks=num_blocks, block_size=block_size,
                           max_num_batched_tokens=budget, max_num_seqs=max_seqs, max_model_len=160,
                           enable_prefix_caching=caching, policy=policy, async_scheduling=depth > 1 or async_mode,
@@ -61,7 +63,7 @@ def replay(steady: bool, *, pipeline: str = "vllm", seed: int, num_blocks: int, 
         sched._steady_pipeline = False
     rng = np.random.default_rng(seed)
     prefixes = [rng.integers(0, 50, 40).tolist() for _ in range(3)]
-    arrivals = sorted(int(rng.integers(0, 300)) for _ in range(n))
+    arrivals = sorted(int(rng.integers(0, spread)) for _ in range(n))
     records: list[tuple] = []
     flight: list = []
     added = 0
@@ -69,7 +71,7 @@ def replay(steady: bool, *, pipeline: str = "vllm", seed: int, num_blocks: int, 
     while added < n or sched.has_unfinished_requests() or flight:
         while added < n and arrivals[added] <= tick:
             prompt = (prefixes[int(rng.integers(0, 3))][: int(rng.integers(0, 40))]
-                      + rng.integers(0, 50, int(rng.integers(1, 30))).tolist())
+                      + rng.integers(0, 50, int(rng.integers(1, prompt_len))).tolist())
             sched.add_request(Request(f"r{added:03d}", prompt, max_tokens=int(rng.integers(1, 60)),
                                       priority=int(rng.integers(0, 3)), arrival_time=now[0],
                                       **({"state": {"tenant": (added * 7) % tenants}} if tenants else {})))
@@ -85,7 +87,8 @@ def replay(steady: bool, *, pipeline: str = "vllm", seed: int, num_blocks: int, 
             done = flight.pop(0)
             records.append(tuple(sched.update(done, np.where(done.sampled, 7, -1))))
         assert tick < 20000
-    return records, sched.get_metrics()["steady_steps"]
+    running = sched.metrics.running_steps
+    return records, sched.get_metrics()["steady_steps"] - running, running
 
 
 CASES = [
@@ -132,15 +135,27 @@ CASES += [  # slo-aware-reject: steady with requests waiting only while none of 
     dict(seed=41, num_blocks=400, pipeline="slo-aware-reject", max_seqs=3),
     dict(seed=42, num_blocks=200, pipeline="slo-aware-reject", max_seqs=2),
 ]
+# running steps (vllm: nobody in the admission window, the running requests mid-prefill or
+# decoding; `StepPass.decide_running`): bursts that queue more than the window, prompts longer
+# than the budget (chunks), pools tight enough that the queue's head does not fit, preemption
+RUNNING = [
+    dict(seed=51, num_blocks=60, max_seqs=4, n=90, spread=40, budget=16, prompt_len=60),
+    dict(seed=52, num_blocks=45, max_seqs=5, n=90, spread=30, budget=12, prompt_len=50, policy="priority"),
+    dict(seed=53, num_blocks=70, max_seqs=4, n=90, spread=40, budget=16, prompt_len=60, caching=False),
+    dict(seed=54, num_blocks=60, max_seqs=4, n=90, spread=40, budget=16, prompt_len=60, depth=2),
+    dict(seed=55, num_blocks=60, max_seqs=4, n=90, spread=40, budget=16, prompt_len=60, async_mode=True),
+    dict(seed=56, num_blocks=35, max_seqs=3, n=90, spread=20, budget=20, prompt_len=60, block_size=8),
+]
+CASES += RUNNING
 SGLANG = [c for c in CASES if c.get("pipeline", "").startswith("sglang")]
 VTC = [c for c in CASES if c.get("pipeline") == "vtc"]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"seed{c['seed']}" for c in CASES])
 def test_steady_steps_decide_as_the_ir(case):
-    steady, taken = replay(True, **case)
-    full, none = replay(False, **case)
-    assert none == 0
+    steady, taken, _ = replay(True, **case)
+    full, none, none_running = replay(False, **case)
+    assert none == none_running == 0
     if case.get("depth", 1) > 1:
         assert taken == 0  # a request waiting on its token is not steady
     else:
@@ -148,6 +163,50 @@ def test_steady_steps_decide_as_the_ir(case):
     assert len(steady) == len(full)
     for i, (a, b) in enumerate(zip(steady, full, strict=True)):
         assert a == b, f"record {i} differs"
+
+
+@pytest.mark.parametrize("case", RUNNING, ids=[f"seed{c['seed']}" for c in RUNNING])
+def test_running_steps_decide_as_the_ir(case):
+    """vllm-schedule-running decides a step with nobody admissible waiting alone (its kernel on the
+    pool, `decide_running`), chunks and preemptions included: every output and state as the IR's."""
+    steady, _, running = replay(True, **case)
+    full, _, none = replay(False, **case)
+    assert none == 0
+    assert running > 10, f"only {running} running steps: the case does not exercise the path"
+    assert steady == full
+
+
+@pytest.mark.parametrize("mutation", ["budget", "victims unreported"])
+def test_running_steps_need_the_pass_decision(mutation, monkeypatch):
+    """The running-step equivalence fails when the decider's answer is not its IR run's: one token
+    less of budget, or its preempted requests left out of the answer (their blocks freed all the same)."""
+    real = VllmScheduleRunning.decide_running
+
+    def mutated(self, step):  # type: ignore[no-untyped-def]
+        if mutation == "budget":
+            step.token_budget -= 1
+        decision = real(self, step)
+        if mutation == "victims unreported":
+            decision.preempted = decision.preempted[:0]
+        return decision
+
+    monkeypatch.setattr(VllmScheduleRunning, "decide_running", mutated)
+    assert any(replay(True, **case)[0] != replay(False, **case)[0] for case in RUNNING), mutation
+
+
+def test_which_pipelines_take_running_steps():
+    def decider(spec: str) -> str | None:
+        sched = Scheduler(SchedulerConfig(pipeline=spec, num_blocks=64, block_size=4, max_model_len=128,
+                                          enable_prefix_caching=spec not in ("vllm-v0", "fastserve")))
+        return None if sched._running_decider is None else sched._running_decider.name
+
+    assert decider("vllm") == "vllm-schedule-running"
+    # a pass that acts on a step's running queue without deciding it alone (or lowers the budget) opts out
+    for spec in ("sarathi", "slo-aware", "base", "sglang", "vllm-v0", "fastserve",
+                 "reject-oversized,order-vllm,vllm-schedule-running{long-prefill=8},vllm-admit",
+                 "reject-oversized,order-vllm{queue=running},vllm-schedule-running,vllm-admit"):
+        assert decider(spec) is None, spec
+    assert not parse_passes("vllm-schedule-running{long-prefill=8}")[0].decides_running_steps()
 
 
 @pytest.mark.parametrize("cfg", [dict(seed=3, num_blocks=40, block_size=8),  # vllm: admissible_bound

@@ -30,6 +30,7 @@ from schedir.ir.state import RequestState, SchedulerState
 from schedir.ir.step import Step, steps_of
 
 if TYPE_CHECKING:
+    from schedir.ir.running_step import RunningDecision, RunningStep
     from schedir.ir.window import WindowContext
 
 _NO_WRITES: Mapping[str, float] = MappingProxyType({})  # a steady step that writes no state
@@ -61,6 +62,9 @@ class StepPass(ModulePass):
     # the option values under which it decides steady decode steps as `decodes_steadily` says
     # ({} for any options); None (the default): it does not declare them
     steady_when: ClassVar[dict[str, str] | None] = None
+    # the option values under which it decides a running step as `decides_running_steps` says
+    # ({} for any options); None (the default): it does not declare them
+    running_step_when: ClassVar[dict[str, str] | None] = None
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for step_op in steps_of(op):
@@ -119,6 +123,28 @@ class StepPass(ModulePass):
     def steady_order(self, ctx: WindowContext) -> np.ndarray | None:
         """The batch order of a steady decode step as positions in `ctx.running` (SGLang decodes
         its running batch in join order), or None: running order (the default)."""
+        return None
+
+    def decides_running_steps(self) -> bool:
+        """Whether, in a running step, this pass decides nothing, or (when it overrides
+        `decide_running`) exactly what `decide_running` answers.
+
+        A running step: nobody in the step's waiting queue (the runtime's admission window left
+        nobody a pass could admit, or nobody waits), nothing swapped out, requests running (see
+        `schedir.ir.running_step`). When every pass of a block-pool pipeline answers True and
+        exactly one of them overrides `decide_running`, the runtime asks that pass for the step's
+        decisions instead of building, running and reading the IR (the decisions are the same,
+        tested; dumps and `keep_ir` still build it). A pass that only reads the waiting queue
+        declares it as `running_step_when`; one that acts on the running queue overrides
+        `decide_running` too, or must not declare."""
+        when = self.running_step_when
+        return when is not None and all(getattr(self, option) == value for option, value in when.items())
+
+    def decide_running(self, step: RunningStep) -> RunningDecision | None:
+        """The decisions of a running step (see `decides_running_steps`): the running requests
+        scheduled and preempted, their block effects committed to `step.pool` as the IR run
+        commits them. None (the default): this pass does not decide running steps; a pass that
+        overrides it answers None only before it changed anything (the runtime then builds the IR)."""
         return None
 
     def steady_token_budget(self, budget: int) -> int:

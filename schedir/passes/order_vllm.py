@@ -26,6 +26,8 @@ class OrderVllm(StepPass):
     name: ClassVar[str] = "order-vllm"
     # steady decode steps: over the waiting queue: a steady step's is empty
     steady_when: ClassVar[dict[str, str]] = {"queue": "waiting"}
+    # running steps: an empty waiting queue leaves it nothing to order
+    running_step_when: ClassVar[dict[str, str]] = {"queue": "waiting"}
     provides: ClassVar[frozenset[str]] = frozenset({"order"})
 
     queue: str = "waiting"

@@ -37,6 +37,8 @@ class VllmAdmit(StepPass):
     name: ClassVar[str] = "vllm-admit"
     # steady decode steps: over the waiting queue: a steady step's is empty
     steady_when: ClassVar[dict[str, str]] = {"queue": "waiting"}
+    # running steps: an empty waiting queue leaves it nothing to admit
+    running_step_when: ClassVar[dict[str, str]] = {"queue": "waiting"}
     requires: ClassVar[frozenset[str]] = frozenset({"kv-pool", "order", "running-scheduled"})
     provides: ClassVar[frozenset[str]] = frozenset({"waiting-scheduled"})
 

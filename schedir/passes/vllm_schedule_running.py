@@ -7,7 +7,8 @@ from typing import ClassVar
 
 from schedir.dialects.mem import AllocOp, FreeOp
 from schedir.ir.pass_base import StepPass
-from schedir.ir.step import Step, pool_of
+from schedir.ir.running_step import RunningDecision, RunningStep
+from schedir.ir.step import Step, identity_rows, pool_of
 from schedir.ir.window import WindowContext
 from schedir.passes import vllm_kernels as K
 
@@ -38,6 +39,9 @@ class VllmScheduleRunning(StepPass):
     name: ClassVar[str] = "vllm-schedule-running"
     # steady decode steps: the steady decision itself: one token each, in order; its block checks never fail then
     steady_when: ClassVar[dict[str, str]] = {"queue": "running"}
+    # running steps (nobody admissible waiting): it decides them alone, from the same kernel
+    # (`decide_running`); a long-prefill cap counts the waiting requests, so not with one
+    running_step_when: ClassVar[dict[str, str]] = {"queue": "running", "long_prefill": 0}
     requires: ClassVar[frozenset[str]] = frozenset({"kv-pool"})
     provides: ClassVar[frozenset[str]] = frozenset({"running-scheduled", "decode-overlap"})
 
@@ -47,6 +51,20 @@ class VllmScheduleRunning(StepPass):
     def waiting_window(self, ctx: WindowContext):  # noqa: ANN201
         """Nobody: it schedules the running queue (a long-prefill cap counts the waiting, so then all)."""
         return ctx.NONE if not self.long_prefill and self.queue == "running" else None
+
+    def decide_running(self, step: RunningStep) -> RunningDecision:
+        """A running step's decisions: `run`'s kernel over the whole running queue, with no
+        long-prefill cap (declared only without one) and nothing deferred to record."""
+        pool = step.pool
+        dec, counts, _ = K.schedule_running(
+            step.columns, step.index(K.RUNNING_COLUMNS_ASYNC), identity_rows(step.columns.shape[1]),
+            step.token_budget, 0, step.max_model_len, step.policy == "priority", pool.ref, pool.bhash,
+            pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache, pool.table, pool.nblk, pool.ncached,
+            pool.rhash, pool.nhash,
+        )
+        scheduled_n, _, preempted_n, _ = counts.tolist()
+        return RunningDecision(dec[K.DEC_ID, :scheduled_n], dec[K.DEC_TOKENS, :scheduled_n],
+                               dec[K.DEC_PRE_ID, :preempted_n])
 
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)

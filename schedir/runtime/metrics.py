@@ -23,7 +23,9 @@ class RuntimeMetrics:
     rejected: int = 0
     preemptions: int = 0
     steps: int = 0
-    steady_steps: int = 0  # steps lowered without their IR (steady decode steps, see StepPass.decodes_steadily)
+    steady_steps: int = 0  # steps lowered without their IR (steady decode steps, see StepPass.decodes_steadily,
+    # and running steps, see StepPass.decides_running_steps)
+    running_steps: int = 0  # of them, running steps
     scheduled_tokens: int = 0
     prefix_hit_tokens: int = 0
     step_seconds: np.ndarray = attrs.field(factory=lambda: np.zeros(STEP_WINDOW))  # a ring: step k at k % size

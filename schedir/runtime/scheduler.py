@@ -39,6 +39,7 @@ from schedir.ir.errors import PassFailure, PipelineError
 from schedir.ir.fastop import dispose
 from schedir.ir.pass_base import StepPass
 from schedir.ir.pipeline import Instrumentation, PassManager
+from schedir.ir.running_step import RunningStep
 from schedir.ir.state import RequestState
 from schedir.ir.step import root_queue, steps_of
 from schedir.ir.window import WindowContext
@@ -245,6 +246,13 @@ class Scheduler:
         self._steady_orderers = tuple(p for p in self._steady_declared
                                       if type(p).steady_order is not StepPass.steady_order)
         self._steady_pipeline = self._steady_pipeline and (not radix or declared)
+        # running steps (nobody admissible waiting) are decided by the one pass that decides them
+        # alone when every other pass declares it decides nothing then (StepPass.decides_running_steps);
+        # on the block pool, no declared request state (the decider reads the queue columns only)
+        deciders = [p for p in manager.passes if type(p).decide_running is not StepPass.decide_running]
+        self._running_decider = (deciders[0] if not swap_queue and not cfg.verify_each and not radix
+                                 and len(deciders) == 1 and not manager.state.requests
+                                 and all(p.decides_running_steps() for p in manager.passes) else None)
         self._steady_budget = cfg.max_num_batched_tokens
         for p in manager.passes:
             self._steady_budget = p.steady_token_budget(self._steady_budget)
@@ -441,6 +449,13 @@ class Scheduler:
                 self.metrics.record_step(time.perf_counter() - start, out.total_num_scheduled_tokens, 0,
                                          pool.num_free, True)
                 return out
+        if (self._running_decider is not None and self._steady and not waiting.size and running.size
+                and not dumping and not self.keep_ir and not self.swapped.size):
+            out = self._running_step(step)
+            if out is not None:
+                self.metrics.record_step(time.perf_counter() - start, out.total_num_scheduled_tokens, 0,
+                                         pool.num_free, True)
+                return out
         work_pool = pool.copy() if dumping and self.pool_level else pool
         facts = StepFacts(step=step, token_budget=cfg.max_num_batched_tokens, max_seqs=cfg.max_num_seqs,
                           block_size=cfg.block_size, free_blocks=pool.num_free,
@@ -528,6 +543,25 @@ class Scheduler:
             return None
         # the queues stay as they are: every running request keeps running, nobody waiting moves
         return self._output(step, running, tokens, settled[1:], _NO_ROWS, _NO_ROWS, {}, _NO_PAIRS, _NO_PAIRS)
+
+    def _running_step(self, step: int) -> SchedulerOutput | None:
+        """A running step (see `schedir.ir.running_step`) decided by the pipeline's running-step
+        pass from the running queue's columns, then settled as the IR path settles its decisions;
+        None (nothing changed) when the pass leaves the step to its IR."""
+        cfg = self.config
+        pool = self.pool
+        running = self.running
+        columns = queue_columns(self.table.data, running, pool.nblk, True)
+        columns.flags.writeable = False  # as the step's columns are: the kernels compile once
+        decision = self._running_decider.decide_running(RunningStep(
+            columns, _QUEUE_NAMES, cfg.max_num_batched_tokens, cfg.max_model_len, cfg.policy, pool))
+        if decision is None:
+            return None
+        self.metrics.running_steps += 1
+        rows, tokens, gone = decision.rows, decision.tokens, decision.preempted
+        for column in (rows, tokens, gone):  # as the IR's columns are: settle_step compiles once
+            column.flags.writeable = False
+        return self._settle(step, rows, tokens, _NO_ROWS, gone, _NO_ROWS, _NO_ROWS, {})
 
     def _steady_running(self) -> bool:
         """Whether the running requests make a steady decode step (`steady_decode`'s test, within

@@ -59,11 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _steady_by_default(cls: type) -> bool:
-    """Whether the pass, with its default options, declares steady decode steps (a pass with
-    required options, or a routing pass, says nothing here)."""
+def _declares_by_default(cls: type, declaration: str) -> bool:
+    """Whether the pass, with its default options, answers True to `declaration` (steady decode
+    steps, running steps; a pass with required options, or a routing pass, says nothing here)."""
     try:
-        return bool(getattr(cls(), "decodes_steadily", lambda: False)())
+        return bool(getattr(cls(), declaration, lambda: False)())
     except (TypeError, ValueError):
         return False
 
@@ -80,7 +80,7 @@ def cmd_passes(out: TextIO) -> int:
             out.write(f"    invalidates: {', '.join(sorted(cls.invalidates))}\n")
         for state in (*cls.request_state, *cls.scheduler_state):
             out.write(f"    state:       {state.describe()}\n")
-        if _steady_by_default(cls):
+        if _declares_by_default(cls, "decodes_steadily"):
             says = []
             if cls.steady_state is not StepPass.steady_state:
                 says.append("the state it writes then")
@@ -88,6 +88,10 @@ def cmd_passes(out: TextIO) -> int:
                 says.append("the batch order")
             out.write("    steady:      declared: in a steady decode step it decides nothing or the steady decision"
                       + (f" (it says {' and '.join(says)})" if says else "") + "\n")
+        if _declares_by_default(cls, "decides_running_steps"):
+            out.write("    running:     declared: in a running step (nobody admissible waiting) it decides "
+                      + ("the running queue alone\n" if cls.decide_running is not StepPass.decide_running
+                         else "nothing\n"))
     out.write("\npresets\n")
     for name, spec in sorted(default_presets().items()):
         out.write(f"    {name}: {spec}\n")
