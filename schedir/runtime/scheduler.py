@@ -969,9 +969,15 @@ class Scheduler:
                                         self._stop_len, self._stop_rows, self._stop_ids,
                                         self._register_on_update, pool.bhash, pool.dup_next, pool.cache, pool.meta,
                                         pool.table, pool.ncached)
-        self.last_update_codes = done
         if self.radix:
             self._radix_update(rows, done, toks, None if one_each else offsets, before_total)
+        return self._samples_applied(rows, done, attention)
+
+    def _samples_applied(self, rows: np.ndarray, done: np.ndarray, attention: int) -> list[str]:
+        """`update()` after `apply_samples`: retire the requests it finished and release the rows
+        no output names any more; returns the finished requests."""
+        d = self.table.data
+        self.last_update_codes = done
         finished: list[str] = []
         if self.last_finish_kinds:
             self.last_finish_kinds = {}
@@ -991,6 +997,42 @@ class Scheduler:
             for r in dangling.tolist():
                 self._release_row(r)
         return finished
+
+    # ------------------------------------------------------------ DECODE RUNS (simulators)
+    def decode_run_args(self) -> tuple | None:
+        """The runtime's side of a decode run (`schedir.sim.decode_run`): a simulator that knows
+        no request arrives for a while runs consecutive steady decode steps in one kernel, each
+        decided as `schedule()` decides a steady step (`_steady_step`, with the vllm window's
+        admission bound when requests wait) and applied as `update()` applies one token per
+        request. Returns that kernel's runtime arguments, in its order, or None when the next
+        step cannot be run so here: steady steps off or declared per pass, SGLang's pool, async
+        scheduling, dumps or kept IR, nothing running, something swapped, a finished request not
+        yet reported, a waiting request reject-oversized will refuse, or requests waiting under
+        a pipeline whose admission the window does not bound."""
+        cfg = self.config
+        if (not self._steady or self._steady_declared or self.radix or cfg.async_scheduling or self.keep_ir
+                or cfg.dump_dir is not None or not self.running.size or self.swapped.size or self._finished
+                or self._oversized_waiting or (self.waiting.size and not self._vllm_rules())):
+            return None
+        pool = self.pool
+        return (self.running, self.waiting, self._fcfs_window, self.table.data, self._oversized, cfg.max_num_seqs,
+                cfg.max_num_batched_tokens, self._steady_budget, cfg.max_model_len, cfg.enable_prefix_caching,
+                cfg.block_size, pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache,
+                pool.table, pool.nblk, pool.ncached, pool.rhash, pool.nhash, self._front, self.table.tail,
+                self._stop_len, self._stop_rows, self._stop_ids, self._register_on_update)
+
+    def decode_run_applied(self, steps: int, seconds: float, free_blocks: np.ndarray, done: np.ndarray,
+                           attention: int) -> list[str]:
+        """Account a decode run's `steps` steps (`seconds` of wall time in all; `free_blocks[k]`
+        after step k) as `schedule()` and `update()` account each, and finish what its last
+        step's samples ended (`done`, `attention`: `apply_samples`' answer); returns those
+        requests, as `update()` would."""
+        self._step += steps
+        tokens = self.running.size  # one each: the running set holds through a run
+        each = seconds / steps
+        for k in range(steps):
+            self.metrics.record_step(each, tokens, 0, int(free_blocks[k]), True)
+        return self._samples_applied(self.running, done, attention)
 
     def _release_row(self, row: int) -> None:
         """Give a request's table row back (and, on SGLang's pool, its token stream)."""

@@ -300,6 +300,25 @@ class CostModel:
         flops = by_total[1] + by_req[1] + L * 4.0 * model.num_heads * model.head_dim * qc
         return seconds, flops
 
+    def decode_terms(self, n: int) -> tuple:
+        """`step_cost`'s constants for a batch of `n` decodes, for a kernel that computes the
+        same step time and FLOPs (`schedir.sim.decode_run`): (q_half, causal, token-count
+        seconds, FLOPs, request-count seconds, FLOPs, layers, decode attention overhead, per
+        request, KV bytes per token and layer, memory bandwidth, its efficiency, heads, head dim)."""
+        gpu, model = self.gpu, self.model
+        total = float(n)
+        by_total = self._by_total.get(total)
+        if by_total is None:
+            by_total = self._by_total[total] = self._total_terms(total)
+        by_req = self._by_req.get(n)
+        if by_req is None:
+            by_req = self._by_req[n] = self._request_terms(n)
+        return (float(gpu.attn_prefill_q_half), float(gpu.attn_prefill_causal), float(by_total[0]),
+                float(by_total[1]), float(by_req[0]), float(by_req[1]), int(model.num_layers),
+                float(gpu.attn_decode_overhead_s), float(gpu.attn_decode_per_request_s),
+                float(self._kv_bytes_per_token_layer), float(gpu.mem_bw), float(gpu.attn_decode_bw_eff),
+                int(model.num_heads), int(model.head_dim))
+
     def _total_terms(self, total: float) -> tuple[float, float]:
         """Seconds and FLOPs that depend only on the step's token count."""
         gpu, model, L = self.gpu, self.model, self.model.num_layers

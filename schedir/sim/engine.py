@@ -64,6 +64,7 @@ class Engine:
         self.preempted: list[int] = []  # request indices the last step preempted
         self.batch: np.ndarray = _NO_TOKENS  # request indices the last step ran (its records changed)
         self.sched_us = 0.0
+        self.steady = False  # the last step was a steady decode step (a decode run may follow: `run_decodes`)
 
     def _clock(self) -> float:
         return self.now
@@ -92,9 +93,12 @@ class Engine:
         self.finished = []
         self.preempted = []
         self.batch = _NO_TOKENS
+        metrics = sched.metrics
+        steady_before = metrics.steady_steps - metrics.running_steps
         w0 = perf()
         out = sched.schedule()
         w1 = perf()
+        self.steady = metrics.steady_steps - metrics.running_steps > steady_before
         rejected = self.rejected = []
         if out.rejected:
             for name, why in out.rejected.items():

@@ -34,6 +34,17 @@ class StepLog:
         rows[i] = (start_s, gpu_s, prefill_tokens, decode_tokens, num_reqs, num_waiting, kv_usage, sched_us, flops)
         self.size = i + 1
 
+    def extend(self, rows: np.ndarray) -> None:
+        """Append whole rows (STEP_FIELDS order), as `append` would one by one."""
+        i = self.size
+        need = i + rows.shape[0]
+        if need > self._rows.shape[0]:
+            grown = np.zeros((max(need, 2 * self._rows.shape[0]), len(STEP_FIELDS)), dtype=np.float64)
+            grown[:i] = self._rows[:i]
+            self._rows = grown
+        self._rows[i:need] = rows
+        self.size = need
+
     def column(self, name: str) -> np.ndarray:
         """One field over the steps so far (a contiguous copy)."""
         return np.ascontiguousarray(self._rows[: self.size, STEP_FIELDS.index(name)])

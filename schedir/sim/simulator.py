@@ -16,6 +16,7 @@ import attrs
 import numpy as np
 
 from schedir.sim.config import SimConfig
+from schedir.sim.decode_run import run_decodes
 from schedir.sim.engine import Engine, StepStatus, engine_sizes
 from schedir.sim.records import RequestLog, SimResult, StepLog
 from schedir.sim.workloads import Workload
@@ -30,8 +31,11 @@ class SimulationStalled(RuntimeError):
 class Simulator:
     """Replays one workload through one `SimConfig`."""
 
-    def __init__(self, config: SimConfig) -> None:
+    def __init__(self, config: SimConfig, *, decode_runs: bool = True) -> None:
         self.config = config
+        # steady decode steps between arrivals run as one kernel call (`schedir.sim.decode_run`):
+        # the same steps and records, a fraction of the wall time; off only to test that
+        self.decode_runs = decode_runs
         self.sizes = engine_sizes(config)
         self.cost, self.vocab_size, self.max_model_len, self.num_blocks = self.sizes
         self.now = 0.0
@@ -55,6 +59,7 @@ class Simulator:
         nxt = 0
         done = 0
         add_s = 0.0
+        next_report = progress_every
         stalled: str | None = None
         wall_start = time.perf_counter()
         perf = time.perf_counter
@@ -73,6 +78,9 @@ class Simulator:
                 continue
             status = engine.step()
             done += len(engine.rejected) + len(engine.finished)
+            if status is StepStatus.RAN and self.decode_runs and engine.steady and next_arrival > engine.now:
+                if run_decodes(engine, next_arrival):
+                    done += len(engine.finished)
             if status is StepStatus.CHANGED:
                 continue  # something changed: decide again at the same instant
             if status is StepStatus.IDLE:
@@ -84,7 +92,8 @@ class Simulator:
                            f"(first waiting: {engine.first_waiting()})")
                 break
             now = self.now = engine.now
-            if progress is not None and steps.size % progress_every == 0:
+            if progress is not None and steps.size >= next_report:
+                next_report = steps.size + progress_every
                 progress(done, n, now)
         wall = time.perf_counter() - wall_start
         if progress is not None:

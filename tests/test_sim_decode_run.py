@@ -1,0 +1,107 @@
+"""Decode runs (`schedir.sim.decode_run`): steady decode steps between arrivals in one kernel call
+give the one-step path's steps, records and metrics exactly (only the wall time differs)."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from schedir.sim import decode_run as DR
+from schedir.sim.config import SimConfig
+from schedir.sim.records import STEP_FIELDS
+from schedir.sim.simulator import Simulator
+from schedir.sim.workloads import builtin_workload, load_trace
+
+MOONCAKE = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "mooncake" / "conversation_trace.jsonl"
+REQUEST_COLUMNS = ("first_scheduled_s", "first_token_s", "last_token_s", "finish_s", "tokens_out", "preemptions",
+                   "prefix_hit_tokens")
+
+
+def both(config: SimConfig, workload) -> tuple:  # type: ignore[no-untyped-def]
+    return (Simulator(config, decode_runs=True).run(workload), Simulator(config, decode_runs=False).run(workload))
+
+
+def assert_same(fast, slow) -> None:  # type: ignore[no-untyped-def]
+    assert fast.steps.size == slow.steps.size
+    for name in STEP_FIELDS:
+        if name != "sched_us":  # wall time: the one thing a run changes
+            assert np.array_equal(fast.steps.column(name), slow.steps.column(name)), name
+    for name in REQUEST_COLUMNS:
+        assert np.array_equal(getattr(fast.requests, name), getattr(slow.requests, name), equal_nan=True), name
+    assert np.array_equal(fast.requests.gaps(), slow.requests.gaps())
+    assert fast.requests.rejected == slow.requests.rejected
+    wall = ("schedule_us_median", "schedule_us_p99")
+    assert {k: v for k, v in fast.runtime_metrics.items() if k not in wall} == \
+        {k: v for k, v in slow.runtime_metrics.items() if k not in wall}
+    assert fast.stalled == slow.stalled
+
+
+CASES = [
+    # (pipeline, workload, requests, config overrides): a queue that waits (admission bound), ample
+    # and tight KV (preemption between runs), priority, a lowered steady budget, a count-level pipeline
+    ("vllm", "conversation", 150, {}),
+    ("vllm", "chat-short", 200, {"num_blocks": 800}),
+    ("vllm", "bursty-priority", 150, {"policy": "priority", "num_blocks": 2000}),
+    ("vllm", "chat-short", 200, {"enable_prefix_caching": False, "max_num_seqs": 16}),
+    ("sarathi", "chat-short", 150, {}),
+    ("base", "chat-short", 150, {"num_blocks": 4000}),
+    ("orca", "chat-short", 120, {"max_model_len": 8192}),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{c[0]}-{c[1]}-{i}" for i, c in enumerate(CASES)])
+def test_decode_runs_take_the_one_step_paths_steps(case, monkeypatch):
+    pipeline, name, n, overrides = case
+    calls = []
+    real = DR.decode_run
+
+    def spy(*args):  # type: ignore[no-untyped-def]
+        out = real(*args)
+        calls.append(out[0])
+        return out
+
+    monkeypatch.setattr(DR, "decode_run", spy)
+    fast, slow = both(SimConfig(pipeline=pipeline, **overrides), builtin_workload(name, num_requests=n))
+    assert_same(fast, slow)
+    assert sum(calls) > 100, f"only {sum(calls)} steps in decode runs: the case does not exercise them"
+    if "num_blocks" in overrides and pipeline == "vllm":
+        assert fast.runtime_metrics["preemptions"] > 0  # the tight cases preempt between runs
+
+
+def test_pipelines_without_plain_steady_steps_never_run_decodes(monkeypatch):
+    """SGLang's pool and per-pass steady answers (sglang, vtc), swapping (vllm-v0-swap) and MLFQ
+    state keep the one-step path."""
+    monkeypatch.setattr(DR, "decode_run", lambda *a: pytest.fail("a decode run was attempted"))
+    w = builtin_workload("chat-short", num_requests=40)
+    for pipeline, extra in (("sglang", {}), ("vtc", {}), ("fastserve", {"enable_prefix_caching": False})):
+        Simulator(SimConfig(pipeline=pipeline, **extra)).run(w)
+
+
+@pytest.mark.parametrize("mutation", ["past arrivals", "cost"])
+def test_the_comparison_sees_a_run_that_differs(mutation, monkeypatch):
+    """A run that ignores the next arrival (runs on past it), or prices its steps otherwise, is
+    caught by the comparison above."""
+    real = DR.decode_run
+
+    def mutated(until, now, *rest):  # type: ignore[no-untyped-def]
+        if mutation == "past arrivals":
+            until = np.inf
+        else:
+            rest = list(rest)
+            at = list(inspect.signature(real.py_func).parameters).index("total_s") - 2  # (until, now)
+            rest[at] += 1e-6  # the token-count seconds of the step time
+        return real(until, now, *rest)
+
+    monkeypatch.setattr(DR, "decode_run", mutated)
+    fast, slow = both(SimConfig(), builtin_workload("chat-short", num_requests=80))
+    with pytest.raises(AssertionError):
+        assert_same(fast, slow)
+
+
+@pytest.mark.skipif(not MOONCAKE.exists(), reason="the Mooncake trace is in ../shared/data (not shipped)")
+def test_decode_runs_on_the_mooncake_trace():
+    fast, slow = both(SimConfig(), load_trace(MOONCAKE).head(300))
+    assert_same(fast, slow)
