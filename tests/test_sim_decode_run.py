@@ -105,3 +105,41 @@ def test_the_comparison_sees_a_run_that_differs(mutation, monkeypatch):
 def test_decode_runs_on_the_mooncake_trace():
     fast, slow = both(SimConfig(), load_trace(MOONCAKE).head(300))
     assert_same(fast, slow)
+
+
+@pytest.mark.parametrize("router", ["round-robin", "mooncake", "mooncake-pd"])
+def test_fleet_instances_take_the_same_steps_with_decode_runs(router, monkeypatch):
+    """Each instance of a fleet runs its steady steps to the next event in one call: routing,
+    P/D hand-overs and every record as with one step at a time."""
+    from schedir.sim.fleet import FleetConfig, FleetSimulator
+    from schedir.sim.fleet_instances import InstanceCore
+    from schedir.sim.metrics import summarize
+
+    workload = builtin_workload("conversation", num_requests=80, rate=6.0, seed=1)
+    pd = router.endswith("-pd")
+    fleet = FleetConfig(instances=4, router=router, prefill_instances=2 if pd else 0)
+    engine = SimConfig(num_blocks=40000 if pd else 4000)
+    import schedir.sim.fleet_instances as FI
+
+    counted = []
+    real = FI.run_decodes
+
+    def spy(*args):  # type: ignore[no-untyped-def]
+        counted.append(real(*args))
+        return counted[-1]
+
+    monkeypatch.setattr(FI, "run_decodes", spy)
+    runs = {}
+    for on in (True, False):
+        monkeypatch.setattr(InstanceCore, "decode_runs", on)
+        runs[on] = FleetSimulator(engine, fleet).run(workload)
+    assert sum(counted) > 100, f"only {sum(counted)} steps in decode runs"
+    fast, slow = runs[True], runs[False]
+    np.testing.assert_array_equal(fast.instance_of, slow.instance_of)
+    np.testing.assert_array_equal(fast.finish_count, slow.finish_count)
+    assert_same(fast.result, slow.result)
+    a, b = summarize(fast.result), summarize(slow.result)
+    for m in (a, b):
+        for key in ("sim_wall_s", "scheduler_us_per_step", "scheduler_us", "scheduler_share_of_gpu_time"):
+            m.pop(key, None)
+    assert a == b

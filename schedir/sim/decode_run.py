@@ -116,14 +116,17 @@ assert STEP_FIELDS == ("start_s", "gpu_s", "prefill_tokens", "decode_tokens", "n
                        "sched_us", "flops"), "decode_run writes the step log's rows in this order: update it"
 
 
-def run_decodes(engine: Engine, until: float) -> bool:
-    """Run `engine`'s next steps as a decode run until `until` (the next arrival); False when
-    not one step could be run so (nothing changed). The engine's clock, records, step log and
-    `finished` are then as after the same steps taken one by one."""
+def run_decodes(engine: Engine, until: float, limit: int = MAX_RUN) -> int:
+    """Run `engine`'s next steps as a decode run while they start before `until` (the next
+    arrival or event), at most `limit`; returns how many ran (0: none could, nothing changed).
+    The engine's clock, records, step log, `batch` and `finished` are then as after the same
+    steps taken one by one."""
+    if limit <= 0:
+        return 0
     sched = engine.sched
     args = sched.decode_run_args()
     if args is None:
-        return False
+        return 0
     reqs = engine.reqs
     cost = engine.cost
     n = sched.running.size
@@ -133,11 +136,11 @@ def run_decodes(engine: Engine, until: float) -> bool:
     free_blocks = np.empty(MAX_RUN, dtype=np.int64)
     t0 = time.perf_counter()
     steps, now, gap_count, done, attention = decode_run(
-        until, engine.now, MAX_RUN, rows, free_blocks, *args, engine.row_index, reqs.input_len, engine.vocab_size,
+        until, engine.now, min(limit, MAX_RUN), rows, free_blocks, *args, engine.row_index, reqs.input_len, engine.vocab_size,
         reqs.first_scheduled_s, reqs.prefix_hit_tokens, reqs.first_token_s, reqs.last_token_s, reqs.tokens_out,
         reqs.gap_buf, reqs.gap_count, *terms, sched.pool.usable_blocks)
     if not steps:
-        return False
+        return 0
     reqs.gap_count = gap_count
     engine.now = now
     engine.batch = engine.row_index[sched.running]
@@ -155,4 +158,4 @@ def run_decodes(engine: Engine, until: float) -> bool:
         reqs.finish_s[fin] = now
     engine.rejected = []
     engine.preempted = []
-    return True
+    return steps

@@ -28,6 +28,7 @@ from schedir.lowering.kv_pool import CACHED_FREE, KVPool, allocate, cache_full_b
 from schedir.runtime import table as T
 from schedir.sim.config import SimConfig
 from schedir.sim.cost_model import CostModel
+from schedir.sim.decode_run import MAX_RUN, run_decodes
 from schedir.sim.engine import Engine, StepStatus
 from schedir.sim.records import RequestLog, StepLog
 from schedir.sim.workloads import Workload
@@ -72,6 +73,10 @@ class InstanceCore:
     """One instance: its engine and when its next step starts. Everything it does is a call
     with plain arguments, so the same object serves in process and inside a Ray actor."""
 
+    # a simulated engine runs its steady decode steps to the next event in one kernel call
+    # (schedir.sim.decode_run: the same steps and records); off only to test that
+    decode_runs: bool = True
+
     def __init__(self, engine: Engine, workload: Workload) -> None:
         self.engine = engine  # the simulator's Engine, or one with its interface (a real vLLM engine)
         self.workload = workload
@@ -112,19 +117,31 @@ class InstanceCore:
         rejected: list[int] = []
         touched = self.touched
         ran = 0
+        runs = self.decode_runs and isinstance(e, Engine)
         while self.next_t < until and ran != max_steps:
             status = e.step()
             ran += 1
-            if e.finished:
-                finished.extend(e.finished)
-            if e.rejected:
-                rejected.extend(e.rejected)
-            if touched is not None:
-                touched.append(e.batch)
-                if e.rejected or e.preempted:
-                    touched.append(np.asarray(e.rejected + e.preempted, dtype=np.int64))
+            self._took(e, finished, rejected, touched)
+            if runs and status is StepStatus.RAN and e.steady and e.now < until:
+                # the steady decode steps that follow, to `until`, in one kernel (schedir.sim.decode_run)
+                more = run_decodes(e, until, max_steps - ran if max_steps >= 0 else MAX_RUN)
+                if more:
+                    ran += more
+                    self._took(e, finished, rejected, touched)
             self.next_t = math.inf if status is StepStatus.IDLE or not e.busy else e.now
         return Advanced(finished, rejected, self.next_t, e.busy)
+
+    @staticmethod
+    def _took(e: Engine, finished: list[int], rejected: list[int], touched: list[np.ndarray] | None) -> None:
+        """Collect what the engine's last step (or decode run) finished, rejected and touched."""
+        if e.finished:
+            finished.extend(e.finished)
+        if e.rejected:
+            rejected.extend(e.rejected)
+        if touched is not None:
+            touched.append(e.batch)
+            if e.rejected or e.preempted:
+                touched.append(np.asarray(e.rejected + e.preempted, dtype=np.int64))
 
     def facts(self) -> tuple[int, int, int, int, int]:
         """The live facts a route step reads (FACTS order)."""
