@@ -4,6 +4,7 @@ give the one-step path's steps, records and metrics exactly (only the wall time 
 from __future__ import annotations
 
 import inspect
+import json
 from pathlib import Path
 
 import numpy as np
@@ -143,3 +144,17 @@ def test_fleet_instances_take_the_same_steps_with_decode_runs(router, monkeypatc
         for key in ("sim_wall_s", "scheduler_us_per_step", "scheduler_us", "scheduler_share_of_gpu_time"):
             m.pop(key, None)
     assert a == b
+
+
+def test_the_cli_says_how_many_steps_ran_in_decode_runs_and_can_turn_them_off(tmp_path, capsys):
+    from schedir.tools.cli import EXIT_OK, main
+
+    counts = {}
+    for flag in ((), ("--no-decode-runs",)):
+        out = tmp_path / f"run{len(flag)}.json"
+        assert main(["sim", "--workload", "chat-short", "--num-requests", "30", "--quiet", "--json", str(out),
+                     *flag]) == EXIT_OK
+        printed = capsys.readouterr().out
+        counts[bool(flag)] = json.loads(out.read_text())["decode_run_steps"]
+        assert ("ran in decode runs" in printed) == (not flag)
+    assert counts[True] == 0 < counts[False]

@@ -158,4 +158,5 @@ def run_decodes(engine: Engine, until: float, limit: int = MAX_RUN) -> int:
         reqs.finish_s[fin] = now
     engine.rejected = []
     engine.preempted = []
+    engine.decode_run_steps += steps
     return steps

@@ -65,6 +65,7 @@ class Engine:
         self.batch: np.ndarray = _NO_TOKENS  # request indices the last step ran (its records changed)
         self.sched_us = 0.0
         self.steady = False  # the last step was a steady decode step (a decode run may follow: `run_decodes`)
+        self.decode_run_steps = 0  # steps run in decode runs so far
 
     def _clock(self) -> float:
         return self.now

@@ -100,6 +100,7 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "scheduler_us": quantiles(sched_us),
         "scheduler_share_of_gpu_time": float(sched_us.sum() / 1e6 / busy) if busy else 0.0,
         "sim_wall_s": result.sim_wall_s,
+        "decode_run_steps": int(result.decode_run_steps),
         "stalled": result.stalled,
         "runtime": result.runtime_metrics,
         "series": {

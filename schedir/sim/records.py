@@ -158,3 +158,5 @@ class SimResult:
     # the wall time of the runtime's add_request() over the run (inside sim_wall_s; not part of the
     # scheduler's per-step time, which is schedule() + update())
     add_wall_s: float = 0.0
+    # steps run in decode runs (schedir.sim.decode_run): their `sched_us` is their run's wall over its steps
+    decode_run_steps: int = 0

@@ -85,6 +85,12 @@ def comparison_table(runs: Sequence[Metrics]) -> Table:
 
 
 def print_notes(console: Console, m: Metrics) -> None:
+    runs = m.get("decode_run_steps", 0)
+    if runs:
+        console.print(f"{m['config']}: {runs:,} of {m['steps']:,} steps ran in decode runs (steady decode "
+                      "steps between arrivals, one kernel call each run: docs/simulator.md); their scheduler "
+                      "µs are their run's wall over its steps (--no-decode-runs times each step's "
+                      "schedule() + update() as an engine pays them)", markup=False, highlight=False)
     if m.get("stalled"):
         console.print(f"[bold red]{m['config']} stopped early:[/] {m['stalled']}")
     if m["rejected_reasons"]:

@@ -103,7 +103,7 @@ class Simulator:
             workload={"name": workload.name, "source": workload.source, **workload.stats()},
             num_blocks=self.num_blocks, max_model_len=self.max_model_len, peak_flops=self.cost.peak_flops,
             requests=reqs, steps=steps, runtime_metrics=sched.get_metrics(), sim_wall_s=wall, stalled=stalled,
-            add_wall_s=add_s,
+            add_wall_s=add_s, decode_run_steps=engine.decode_run_steps,
         )
 
 

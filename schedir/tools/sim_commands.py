@@ -82,6 +82,10 @@ def add_deployment_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", type=Path, metavar="OUT", help="write the metrics JSON here")
     p.add_argument("--plots", type=Path, metavar="DIR", help="write latency CDFs and batch composition plots here")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--no-decode-runs", action="store_true",
+                   help="take every step one at a time, timing each schedule() + update() as an engine pays it "
+                        "(default: steady decode steps between arrivals run in one kernel call, the same steps; "
+                        "one engine: a fleet's instances always take them)")
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -182,8 +186,9 @@ def parse_dump_steps(text: str | None) -> tuple[int, ...] | str:
     return tuple(steps)
 
 
-def simulate(config: SimConfig, workload: Workload, console: Console, quiet: bool) -> tuple[dict[str, Any], SimResult]:
-    simulator = Simulator(config)
+def simulate(config: SimConfig, workload: Workload, console: Console, quiet: bool,
+             decode_runs: bool = True) -> tuple[dict[str, Any], SimResult]:
+    simulator = Simulator(config, decode_runs=decode_runs)
     if quiet:
         result = simulator.run(workload)
     else:
@@ -206,7 +211,7 @@ def cmd_sim(args: argparse.Namespace, console: Console) -> int:
     workload = load_workload(args, console)
     config = attrs.evolve(base_config(args, args.preset), dump_dir=args.dump_dir,
                           dump_steps=parse_dump_steps(args.dump_steps))
-    metrics, result = simulate(config, workload, console, args.quiet)
+    metrics, result = simulate(config, workload, console, args.quiet, not args.no_decode_runs)
     if args.dump_dir is not None and shutil.which("dot") is None and any(args.dump_dir.glob("*.dot")):
         from schedir.ir.dot import svg_skipped_note
         console.print(svg_skipped_note(args.dump_dir), markup=False, highlight=False)
@@ -254,7 +259,7 @@ def cmd_bench(args: argparse.Namespace, console: Console) -> int:
         console.print("warming up: a few requests through each config, untimed "
                       "(Numba compiles its kernels on a first run)")
     warm_up(configs, workload)
-    runs = [simulate(config, workload, console, args.quiet)[0] for config in configs]
+    runs = [simulate(config, workload, console, args.quiet, not args.no_decode_runs)[0] for config in configs]
     console.print(comparison_table(runs))
     for m in runs:
         print_notes(console, m)
