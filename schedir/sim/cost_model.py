@@ -285,12 +285,7 @@ class CostModel:
         gpu, model, L = self.gpu, self.model, self.model.num_layers
         total, n_dec, dec_kv, work, qc = _batch_sums(num_tokens, context, gpu.attn_prefill_q_half,
                                                      gpu.attn_prefill_causal)
-        by_total = self._by_total.get(total)
-        if by_total is None:
-            by_total = self._by_total[total] = self._total_terms(total)
-        by_req = self._by_req.get(n_req)
-        if by_req is None:
-            by_req = self._by_req[n_req] = self._request_terms(n_req)
+        by_total, by_req = self._memo_terms(total, n_req)
         seconds = by_total[0] + by_req[0]
         if n_dec < n_req:
             seconds += L * (gpu.attn_prefill_overhead_s + work * self._prefill_scale)
@@ -306,18 +301,22 @@ class CostModel:
         seconds, FLOPs, request-count seconds, FLOPs, layers, decode attention overhead, per
         request, KV bytes per token and layer, memory bandwidth, its efficiency, heads, head dim)."""
         gpu, model = self.gpu, self.model
-        total = float(n)
-        by_total = self._by_total.get(total)
-        if by_total is None:
-            by_total = self._by_total[total] = self._total_terms(total)
-        by_req = self._by_req.get(n)
-        if by_req is None:
-            by_req = self._by_req[n] = self._request_terms(n)
+        by_total, by_req = self._memo_terms(float(n), n)
         return (float(gpu.attn_prefill_q_half), float(gpu.attn_prefill_causal), float(by_total[0]),
                 float(by_total[1]), float(by_req[0]), float(by_req[1]), int(model.num_layers),
                 float(gpu.attn_decode_overhead_s), float(gpu.attn_decode_per_request_s),
                 float(self._kv_bytes_per_token_layer), float(gpu.mem_bw), float(gpu.attn_decode_bw_eff),
                 int(model.num_heads), int(model.head_dim))
+
+    def _memo_terms(self, total: float, n_req: int) -> tuple[tuple[float, float], tuple[float, float]]:
+        """(seconds, FLOPs) of the terms set by the step's token count and by its request count, memoised."""
+        by_total = self._by_total.get(total)
+        if by_total is None:
+            by_total = self._by_total[total] = self._total_terms(total)
+        by_req = self._by_req.get(n_req)
+        if by_req is None:
+            by_req = self._by_req[n_req] = self._request_terms(n_req)
+        return by_total, by_req
 
     def _total_terms(self, total: float) -> tuple[float, float]:
         """Seconds and FLOPs that depend only on the step's token count."""
