@@ -111,6 +111,9 @@ def check_fleet_args(args: argparse.Namespace) -> None:
         return
     if args.instances < 1:
         raise ValueError(f"--instances must be >= 1, got {args.instances}")
+    if getattr(args, "no_decode_runs", False):
+        raise ValueError("--no-decode-runs applies to one engine: a fleet's simulated instances always run their "
+                         "steady decode steps in decode runs (the same steps; docs/simulator.md)")
     if args.instances_per_node < 1:
         raise ValueError(f"--instances-per-node must be >= 1, got {args.instances_per_node}")
     if args.instance_engine not in ("sim", "vllm"):
