@@ -257,6 +257,7 @@ class Scheduler:
         for p in manager.passes:
             self._steady_budget = p.steady_token_budget(self._steady_budget)
         self._steady = False
+        self._ctx: WindowContext | None = None  # the passes' view before a step (`_window_context`), per pipeline
         self._ones = _NO_ROWS  # one token per running request: a steady step's num_tokens (see _steady_step)
 
     def _install_state(self, manager: PassManager) -> None:
@@ -640,12 +641,25 @@ class Scheduler:
                         scheduler_state: Mapping[str, float | np.ndarray], now_us: int = -1) -> WindowContext:
         """The runtime's state as `waiting_window` and `steady_state` read it (see `schedir.ir.window`)."""
         pool = self.pool
-        cfg = self.config
-        return WindowContext(self.running, waiting, cfg.max_num_seqs, pool.num_free, pool.usable_blocks,
-                             cfg.max_num_batched_tokens, cfg.block_size, cfg.max_model_len,
-                             np.flatnonzero(self._oversized[waiting]) if self._oversized_waiting else WindowContext.NONE,
-                             scheduler_state, self._request_state_of, self._column_of, {}, steady, self._state_of,
-                             self._table_column, now_us)
+        oversized = np.flatnonzero(self._oversized[waiting]) if self._oversized_waiting else WindowContext.NONE
+        ctx = self._ctx
+        if ctx is None:  # one per pipeline, refilled per step (building its 16 fields cost ~4 µs a step)
+            cfg = self.config
+            ctx = self._ctx = WindowContext(
+                self.running, waiting, cfg.max_num_seqs, pool.num_free, pool.usable_blocks,
+                cfg.max_num_batched_tokens, cfg.block_size, cfg.max_model_len, oversized, scheduler_state,
+                self._request_state_of, self._column_of, {}, steady, self._state_of, self._table_column, now_us)
+            return ctx
+        ctx.running = self.running
+        ctx.waiting = waiting
+        ctx.free_blocks = pool.num_free
+        ctx.total_blocks = pool.usable_blocks
+        ctx.oversized = oversized
+        ctx.scheduler_state = scheduler_state
+        ctx.memo = {}
+        ctx.steady = steady
+        ctx.now_us = now_us
+        return ctx
 
     def _table_column(self, name: str) -> np.ndarray:
         """A queue column of every row, read-only (`WindowContext.column_of`)."""
