@@ -163,6 +163,7 @@ def test_the_cli_says_how_many_steps_ran_in_decode_runs_and_can_turn_them_off(tm
 def test_a_fleet_refuses_no_decode_runs_with_a_clear_error(capsys):
     from schedir.tools.cli import EXIT_BAD_INPUT, main
 
-    assert main(["sim", "--workload", "chat-short", "--instances", "2", "--no-decode-runs", "--quiet"]) == EXIT_BAD_INPUT
+    code = main(["sim", "--workload", "chat-short", "--instances", "2", "--no-decode-runs", "--quiet"])
+    assert code == EXIT_BAD_INPUT
     err = capsys.readouterr().err
     assert "--no-decode-runs applies to one engine" in err and "Traceback" not in err

@@ -132,11 +132,12 @@ def run_decodes(engine: Engine, until: float, limit: int = MAX_RUN) -> int:
     n = sched.running.size
     terms = cost.decode_terms(n)
     reqs.reserve_gaps(n * 64)
-    rows = np.empty((MAX_RUN, len(STEP_FIELDS)), dtype=np.float64)
-    free_blocks = np.empty(MAX_RUN, dtype=np.int64)
+    limit = min(limit, MAX_RUN)
+    rows = np.empty((limit, len(STEP_FIELDS)), dtype=np.float64)
+    free_blocks = np.empty(limit, dtype=np.int64)
     t0 = time.perf_counter()
     steps, now, gap_count, done, attention = decode_run(
-        until, engine.now, min(limit, MAX_RUN), rows, free_blocks, *args, engine.row_index, reqs.input_len, engine.vocab_size,
+        until, engine.now, limit, rows, free_blocks, *args, engine.row_index, reqs.input_len, engine.vocab_size,
         reqs.first_scheduled_s, reqs.prefix_hit_tokens, reqs.first_token_s, reqs.last_token_s, reqs.tokens_out,
         reqs.gap_buf, reqs.gap_count, *terms, sched.pool.usable_blocks)
     if not steps:
