@@ -23,11 +23,15 @@ import sys
 from pathlib import Path
 
 _ROOT = Path(__file__).resolve().parent
-KERNEL_MODULES = (
-    "lowering/hashing.py", "lowering/kv_pool.py", "lowering/batch_plan.py", "lowering/radix_cache.py",
-    "passes/kernels.py", "passes/orca_admit.py",
-    "passes/vllm_kernels.py", "runtime/kernels.py", "runtime/table.py", "dialects/codes.py",
-    "sim/workloads/tokens.py", "sim/workloads/prefix.py",
+KERNEL_MODULES = (  # every module with a Numba kernel (tests/test_kernel_cache.py checks the list is whole)
+    "ir/route_step.py", "lowering/batch_plan.py", "lowering/hashing.py", "lowering/host_pool.py",
+    "lowering/kv_pool.py", "lowering/radix_cache.py", "lowering/radix_pool.py", "lowering/rows.py",
+    "passes/kernels.py", "passes/mlfq_levels.py", "passes/mlfq_order.py", "passes/mlfq_swap_in.py",
+    "passes/orca_admit.py", "passes/order_slo.py", "passes/route_kernels.py", "passes/sglang_decode.py",
+    "passes/sglang_order.py", "passes/v0_kernels.py", "passes/verify_step.py", "passes/vllm_kernels.py",
+    "passes/vtc_account.py", "passes/vtc_order.py", "runtime/kernels.py", "runtime/window.py", "runtime/table.py",
+    "dialects/codes.py", "sim/cost_model.py", "sim/decode_run.py", "sim/fleet.py", "sim/records.py",
+    "sim/workloads/prefix.py", "sim/workloads/tokens.py",
 )
 
 

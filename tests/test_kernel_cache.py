@@ -125,3 +125,17 @@ def test_numba_subpath_matches_numba(tmp_path: Path) -> None:
 
     py_file = PACKAGE / "lowering" / "hashing.py"
     assert kernel_cache._numba_subpath(py_file) == _CacheLocator.get_suitable_cache_subpath(str(py_file))
+
+
+def test_every_module_with_a_kernel_is_listed() -> None:
+    """A kernel calling one from another module keeps the callee's old code in its cache unless
+    both are listed (the list is what `ensure_fresh` hashes): a module with a kernel left out
+    would run stale machine code after an edit."""
+    from schedir import _kernel_cache
+
+    root = Path(_kernel_cache.__file__).resolve().parent
+    with_kernels = {str(p.relative_to(root)) for p in root.rglob("*.py")
+                    if "njit" in p.read_text() and p.name != "_kernel_cache.py"}
+    missing = with_kernels - set(_kernel_cache.KERNEL_MODULES)
+    assert not missing, f"modules with Numba kernels missing from KERNEL_MODULES: {sorted(missing)}"
+    assert all((root / rel).exists() for rel in _kernel_cache.KERNEL_MODULES)
