@@ -121,6 +121,11 @@ def test_passes_show_which_declare_steady_steps(capsys):
     for nothing in ("order-vllm", "reject-oversized", "vllm-admit"):
         assert "it decides nothing" in sections[nothing], nothing
     assert "running:     declared" not in sections["schedule-running"]
+    # answers held over a run of steps, and what asks them again
+    assert "held:        its steady answers are asked again only when the queues, the request state or one of " \
+        "sglang_batch_full, sglang_batch_size, sglang_chunked change" in sections["sglang-decode"]
+    assert "asked again only when the queues or the request state change" in sections["reject-oversized"]
+    assert "held:" not in sections["vtc-account"]
 
 
 # ---------------------------------------------------------------- opt

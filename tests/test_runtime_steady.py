@@ -49,7 +49,8 @@ def state_record(sched: Scheduler) -> tuple:
 def replay(steady: bool, *, pipeline: str = "vllm", seed: int, num_blocks: int, block_size: int = 4,
            caching: bool = True, policy: str = "fcfs", depth: int = 1, max_seqs: int = 6, n: int = 60,
            long_prefill: int = 0, async_mode: bool = False, budget: int = 48,
-           tenants: int = 0, spread: int = 300, prompt_len: int = 30) -> tuple[list[tuple], int, int]:
+           tenants: int = 0, spread: int = 300, prompt_len: int = 30,
+           memo: bool = True) -> tuple[list[tuple], int, int]:
     """Run one random trace (shared prefixes, aborts, arrivals over `spread` ticks); returns every
     step's output and state, how many steps were steady decode steps and how many running steps
     (both lowered without their IR)."""
@@ -61,6 +62,7 @@ def replay(steady: bool, *, pipeline: str = "vllm", seed: int, num_blocks: int, 
     sched = Scheduler(cfg, clock=lambda: now[0])  # the trace's clock: slo-aware's deadlines read it
     if not steady:
         sched._steady_pipeline = False
+    sched._answers.reuse = memo
     rng = np.random.default_rng(seed)
     prefixes = [rng.integers(0, 50, 40).tolist() for _ in range(3)]
     arrivals = sorted(int(rng.integers(0, spread)) for _ in range(n))
@@ -271,6 +273,119 @@ def test_steady_steps_need_what_their_passes_declare(mutation, monkeypatch):
     else:
         monkeypatch.setattr(SglangAdmit, "steady_state", lambda self, ctx: {})
     assert any(replay(True, **case)[0] != replay(False, **case)[0] for case in SGLANG), mutation
+
+
+def test_held_steady_answers_decide_as_asked(monkeypatch):
+    """A run of sglang steady steps asks its passes again only when the queues, the request state
+    or a value they read changed (`StepPass.steady_reads`; the decaying ratio is a `Decay`
+    transition, applied to each step); the steps are those of asking every pass every step."""
+    from schedir.runtime.steady_answers import SteadyAnswers
+
+    asked = []
+    real = SteadyAnswers.answer
+
+    def counted(self, *args):  # type: ignore[no-untyped-def]
+        before = self.asked
+        out = real(self, *args)
+        asked.append(self.asked - before)
+        return out
+
+    monkeypatch.setattr(SteadyAnswers, "answer", counted)
+    for case in SGLANG:
+        asked.clear()
+        held, taken, _ = replay(True, **case)
+        with_holding = sum(asked)
+        asked.clear()
+        every, taken_every, _ = replay(True, memo=False, **case)
+        assert held == every and taken == taken_every
+        assert sum(asked) == len(asked)  # without holding: every pass asked every step
+        # (these traces' queues change every few steps, arrivals and finishes)
+        assert with_holding < 0.8 * sum(asked), (case, with_holding, sum(asked))
+
+
+def test_holding_needs_unchanged_queues(monkeypatch):
+    """Answers held across a change of the queues (an arrival, a finish) are stale: with the check
+    of the queues left out, the steps differ from the IR's."""
+    from schedir.runtime.steady_answers import SteadyAnswers
+
+    real = SteadyAnswers.answer
+
+    def blind(self, running, waiting, writes, state, ctx_of):  # type: ignore[no-untyped-def]
+        if self.held is not None:
+            self.held = (running, waiting, writes, *self.held[3:])
+        return real(self, running, waiting, writes, state, ctx_of)
+
+    monkeypatch.setattr(SteadyAnswers, "answer", blind)
+    assert any(replay(True, **case)[0] != replay(False, **case)[0] for case in SGLANG)
+
+
+def test_holding_needs_the_ratio_as_a_transition(monkeypatch):
+    """The ratio written as the value it decays to, not as a `Decay`, is held at that value: the
+    steps differ from the IR's."""
+    from schedir.passes.sglang_decode import SglangDecode
+
+    real = SglangDecode.steady_state
+
+    def valued(self, ctx):  # type: ignore[no-untyped-def]
+        said = real(self, ctx)
+        if said is not None:
+            said = {k: (v.apply(ctx.scheduler_state[k]) if k == "new_token_ratio" else v) for k, v in said.items()}
+        return said
+
+    monkeypatch.setattr(SglangDecode, "steady_state", valued)
+    assert any(replay(True, **case)[0] != replay(False, **case)[0] for case in SGLANG)
+
+
+def test_held_answers_follow_what_the_passes_read():
+    """A pass is asked again when a value it declares it reads changed (not when another did);
+    transitions compose with the values set before them in the same step."""
+    from schedir.ir.state import Decay
+    from schedir.ir.window import WindowContext
+    from schedir.runtime.steady_answers import SteadyAnswers
+
+    class Doubles(StepPass):
+        name = "doubles"
+        steady_reads = frozenset({"x"})
+
+        def run(self, step) -> None:  # type: ignore[no-untyped-def]
+            pass
+
+        def steady_state(self, ctx):  # type: ignore[no-untyped-def]
+            return {"y": 2 * ctx.scheduler_state["x"], "r": 5.0}
+
+    class Decays(Doubles):
+        name = "decays"
+        steady_reads = frozenset()
+
+        def steady_state(self, ctx):  # type: ignore[no-untyped-def]
+            return {"r": Decay(1.0, 0.0, 9.0), "z": Decay(0.5, 0.0, 9.0)}
+
+    state = {"x": 1.0, "y": 0.0, "r": -1.0, "z": -1.0, "other": 0.0}
+    answers = SteadyAnswers([Doubles(), Decays()], [], state)
+    running, waiting = np.arange(3), np.arange(0)
+
+    def ctx_of(st):  # type: ignore[no-untyped-def]
+        return WindowContext(running, waiting, 8, 0, 0, 0, 1, 1, WindowContext.NONE, st, None, None)
+
+    def step() -> None:
+        SteadyAnswers.write(state, answers.answer(running, waiting, 0, state, ctx_of))
+
+    step()
+    assert (state["y"], state["r"], state["z"], answers.asked) == (2.0, 4.0, 8.5, 1)  # r: set to 5, then decayed
+    step()
+    assert (state["r"], state["z"], answers.asked) == (4.0, 8.0, 1)  # held: the same writes, z decays again
+    state["other"] = 1.0
+    step()
+    assert answers.asked == 1  # a value nobody reads
+    state["x"] = 3.0
+    step()
+    assert (state["y"], answers.asked) == (6.0, 2)
+    step()
+    assert answers.asked == 2
+    answers.answer(running, np.arange(1), 0, state, ctx_of)  # another waiting queue
+    assert answers.asked == 3
+    answers.answer(running, np.arange(1), 1, state, ctx_of)  # request state written
+    assert answers.asked == 4
 
 
 def test_which_presets_take_steady_steps():

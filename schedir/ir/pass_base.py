@@ -65,6 +65,9 @@ class StepPass(ModulePass):
     # the option values under which it decides a running step as `decides_running_steps` says
     # ({} for any options); None (the default): it does not declare them
     running_step_when: ClassVar[dict[str, str] | None] = None
+    # the scheduler state its `steady_state` / `steady_order` answers read (see `steady_reads`
+    # below); None (the default): undeclared, asked every steady step
+    steady_reads: ClassVar[frozenset[str] | None] = None
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for step_op in steps_of(op):
@@ -122,7 +125,18 @@ class StepPass(ModulePass):
 
     def steady_order(self, ctx: WindowContext) -> np.ndarray | None:
         """The batch order of a steady decode step as positions in `ctx.running` (SGLang decodes
-        its running batch in join order), or None: running order (the default)."""
+        its running batch in join order), or None: running order (the default).
+
+        Both answers may be declared to hold over a run of steady steps: a pass whose
+        `steady_reads` names the scheduler state they read promises that they read nothing
+        else of `ctx` but the queues (ids and order), declared request state and the fixed
+        facts (`max_seqs`, `token_budget`, `block_size`, `max_model_len`, `oversized`; not
+        `free_blocks`, `now_us` or table columns, which change every step), and that a value it
+        writes from one it does not read (a ratio decaying every step) is written as a
+        transition (`schedir.ir.state.Decay`). When every pass of the pipeline declares, the
+        runtime asks them again only when the queues are other arrays, request state was
+        written, or a value they read changed (`schedir.runtime.steady_answers`); else it
+        applies the answers it holds, transitions included."""
         return None
 
     def decides_running_steps(self) -> bool:

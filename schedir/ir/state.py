@@ -95,6 +95,22 @@ class SchedulerState:
 
 
 @attrs.frozen
+class Decay:
+    """A steady step's write of scheduler state as a transition of its value, not the value:
+    `unset` where the value is below 0 (not set yet), then lowered by `by`, not below `floor`.
+    SGLang's new_token_ratio after a decode step is `Decay(step, floor, init)`; `Decay(0, 0,
+    init)` sets an unset ratio and leaves a set one. Written so (`StepPass.steady_state`), the
+    answer does not depend on the value, and holds over a run of steps (`StepPass.steady_reads`)."""
+
+    by: float
+    floor: float
+    unset: float
+
+    def apply(self, value: float) -> float:
+        return max((self.unset if value < 0 else value) - self.by, self.floor)
+
+
+@attrs.frozen
 class DeclaredState:
     """Every state a pipeline's passes declare, in first-declared order."""
 

@@ -29,7 +29,7 @@ import numba as nb
 import numpy as np
 
 from schedir.lowering.kv_pool import BlockTables
-from schedir.lowering.radix_cache import ROOT, RadixCache
+from schedir.lowering.radix_cache import EVICTABLE, ROOT, RadixCache
 
 KIND = "radix"
 
@@ -106,7 +106,7 @@ class RadixKVPool(BlockTables):
     # ------------------------------------------------------------ the generic pool facts (pages)
     @property
     def num_free(self) -> int:
-        return self.nfree + self.evictable // self.block_size
+        return self.nfree + int(self.radix.meta[EVICTABLE]) // self.block_size  # (read every step: no property hops)
 
     def num_cached_free(self) -> int:
         return self.evictable // self.block_size

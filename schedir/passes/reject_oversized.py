@@ -45,6 +45,8 @@ class RejectOversized(StepPass):
     name: ClassVar[str] = "reject-oversized"
     # steady decode steps: over the waiting queue (over running it could refuse one)
     steady_when: ClassVar[dict[str, str]] = {"queue": "waiting"}
+    # its steady answer reads the waiting queue and the oversized flags only (its window's rule)
+    steady_reads: ClassVar[frozenset[str]] = frozenset()
     # running steps: an empty waiting queue leaves it nothing to refuse
     running_step_when: ClassVar[dict[str, str]] = {"queue": "waiting"}
     provides: ClassVar[frozenset[str]] = frozenset({"admissible"})

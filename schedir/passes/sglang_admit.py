@@ -9,6 +9,7 @@ import numpy as np
 
 from schedir.dialects.codes import Reason
 from schedir.ir.pass_base import StepPass
+from schedir.ir.state import Decay
 from schedir.ir.step import Step, pool_of
 from schedir.ir.window import WindowContext
 from schedir.passes.sglang_state import (
@@ -179,14 +180,20 @@ class SglangAdmit(StepPass):
     running: str = "running"
     steady_when: ClassVar[dict[str, str]] = {"queue": "waiting", "running": "running"}
 
-    def steady_state(self, ctx: WindowContext) -> dict[str, float] | None:
-        """A step that skips admission writes the gate's state (as `run` does then), else None."""
+    # the gate's state and the next join place (`steady_state` writes the ratio as a transition)
+    steady_reads: ClassVar[frozenset[str]] = frozenset({CHUNKED.name, BATCH_FULL.name, BATCH_SIZE.name,
+                                                        NEXT_JOIN.name})
+
+    def steady_state(self, ctx: WindowContext) -> dict[str, float | Decay] | None:
+        """A step that skips admission writes the gate's state (as `run` does then), else None;
+        new_token_ratio as `Decay(0, 0, init-ratio)`: set where unset, else left as it is."""
         gate = steady_gate(ctx)
         if not gate.skip:
             return None
-        ratio = float(ctx.scheduler_state.get(RATIO.name, RATIO.default))
-        return admission_state(ctx.scheduler_state, gate.full, gate.chunked, gate.batch_size,
-                               self.init_ratio if ratio < 0 else ratio)
+        writes: dict[str, float | Decay] = admission_state(ctx.scheduler_state, gate.full, gate.chunked,
+                                                           gate.batch_size, 0.0)  # type: ignore[assignment]
+        writes[RATIO.name] = Decay(0.0, 0.0, self.init_ratio)
+        return writes
 
     def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
         """Nobody when the step skips admission (a full running batch, `batch_is_full`, no chunked

@@ -10,6 +10,7 @@ import numpy as np
 
 from schedir.dialects.codes import Reason
 from schedir.ir.pass_base import StepPass
+from schedir.ir.state import Decay
 from schedir.ir.step import Step, pool_of
 from schedir.ir.window import WindowContext
 from schedir.passes.sglang_state import (
@@ -65,21 +66,20 @@ class SglangDecode(StepPass):
     waiting: str = "waiting"
 
     steady_when: ClassVar[dict[str, str]] = {"queue": "running", "waiting": "waiting"}
+    steady_reads: ClassVar[frozenset[str]] = frozenset({CHUNKED.name, BATCH_FULL.name, BATCH_SIZE.name})
 
-    def steady_state(self, ctx: WindowContext) -> dict[str, float] | None:
+    def steady_state(self, ctx: WindowContext) -> dict[str, float | Decay] | None:
         """A plain decode of the whole running batch (no chunked request in it) writes the decayed
-        ratio and the batch's size, as `run` does when its pages are free (the runtime's radix
-        steady step checks that; a retraction or an eviction takes the IR)."""
+        ratio (as a `Decay`: the step's transition, whatever the ratio is) and the batch's size, as
+        `run` does when its pages are free (the runtime's radix steady step checks that; a
+        retraction or an eviction takes the IR)."""
         st = ctx.scheduler_state
         n = ctx.running.size
         chunked = int(st.get(CHUNKED.name, CHUNKED.default))
         if n == 0 or (chunked >= 0 and bool((ctx.running == chunked).any())):
             return None
-        ratio = float(st.get(RATIO.name, RATIO.default))
-        if ratio < 0:
-            ratio = self.init_ratio
         full = st.get(BATCH_FULL.name, 0.0) > 0 and not n < st.get(BATCH_SIZE.name, 0.0)
-        return {RATIO.name: self._decayed(ratio), BATCH_SIZE.name: float(n), BATCH_FULL.name: float(full)}
+        return {RATIO.name: self._decay(), BATCH_SIZE.name: float(n), BATCH_FULL.name: float(full)}
 
     def steady_order(self, ctx: WindowContext) -> np.ndarray | None:
         """The running batch's join order (`running_batch.reqs`); None when the running queue is in it."""
@@ -88,10 +88,14 @@ class SglangDecode(StepPass):
         order = join_order(ctx.state_of(JOIN.name), ctx.running)
         return order if order.size else None
 
-    def _decayed(self, ratio: float) -> float:
-        """`NewTokenRatioTracker` after a plain decode step: down by a step of the decay, to the floor."""
+    def _decay(self) -> Decay:
+        """`NewTokenRatioTracker` after a plain decode step: down by a step of the decay, to the floor
+        (`init-ratio x min-factor`); an unset ratio starts at `init-ratio`."""
         floor = self.init_ratio * self.min_factor
-        return max(ratio - (self.init_ratio - floor) / self.decay_steps, floor)
+        return Decay((self.init_ratio - floor) / self.decay_steps, floor, self.init_ratio)
+
+    def _decayed(self, ratio: float) -> float:
+        return self._decay().apply(ratio)
 
     def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
         """Nobody while a running batch decodes (retracted requests are placed by state, not by

@@ -15,7 +15,7 @@ from schedir.lowering.radix_cache import CHILD, ROOT, SIBLING, RadixCache
 from schedir.ir.state import SchedulerState
 from schedir.ir.window import WindowContext
 from schedir.passes.sglang_admit import admission_gate, skips_admission, steady_gate
-from schedir.passes.sglang_state import NEXT_POS, POS
+from schedir.passes.sglang_state import BATCH_FULL, BATCH_SIZE, CHUNKED, NEXT_POS, POS
 
 POLICIES = ("lpm", "dfs-weight", "fcfs", "lof", "random")
 REFRESH_CALLS = SchedulerState("sglang_refresh_calls", default=0.0,
@@ -145,6 +145,7 @@ class SglangOrder(StepPass):
                              f"policy), got '{self.policy}'")
 
     steady_when: ClassVar[dict[str, str]] = {"queue": "waiting", "running": "running"}
+    steady_reads: ClassVar[frozenset[str]] = frozenset({CHUNKED.name, BATCH_FULL.name, BATCH_SIZE.name})  # the gate's
 
     def steady_state(self, ctx: WindowContext) -> dict[str, float] | None:
         """Nothing written when the step skips admission and nobody arrived since the last step."""

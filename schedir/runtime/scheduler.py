@@ -67,6 +67,7 @@ from schedir.runtime.kernels import (
 )
 from schedir.runtime.metrics import RuntimeMetrics
 from schedir.runtime.output import SchedulerOutput
+from schedir.runtime.steady_answers import SteadyAnswers
 from schedir.runtime.window import admissible_bound, fcfs_head, vllm_passes
 
 _EMPTY = np.zeros(0, dtype=np.int64)
@@ -126,6 +127,7 @@ class Scheduler:
         self.swapped = _EMPTY  # preempted by swap, KV on the host tier, in swap-out order (vLLM v0)
         self._step = 0
         self._front = 0  # FCFS key of the next request put back at the front (preempted)
+        self._request_state_writes = 0  # bumped by every write of declared request state (steady memo)
         self._back = 0  # FCFS key of the next arrival
         self._finished: list[str] = []
         self._stop_rows = _EMPTY
@@ -245,6 +247,10 @@ class Scheduler:
         self._steady_declared = tuple(manager.passes) if declared else ()
         self._steady_orderers = tuple(p for p in self._steady_declared
                                       if type(p).steady_order is not StepPass.steady_order)
+        # ... holding their answers over a run of steps when they declare what they read (StepPass.steady_reads)
+        reuse = getattr(self, "_answers", None) is None or self._answers.reuse
+        self._answers = SteadyAnswers(self._steady_declared, self._steady_orderers, self.scheduler_state)
+        self._answers.reuse = reuse
         self._steady_pipeline = self._steady_pipeline and (not radix or declared)
         # running steps (nobody admissible waiting) are decided by the one pass that decides them
         # alone when every other pass declares it decides nothing then (StepPass.decides_running_steps);
@@ -321,6 +327,7 @@ class Scheduler:
         initial = self._initial_state(name, request.state) if request.state else ()
         table = self.table
         row = table.take_row(name)
+        self._request_state_writes += 1  # the row's request state starts again (see _declared_steady_step)
         for index, value in initial:
             table.state[index, row] = value
         if table.capacity > self.pool.rows:
@@ -690,36 +697,31 @@ class Scheduler:
         (`StepPass.steady_order`), and the kernel finds the running requests decoding one token
         each (`steady_rows`) with their KV from the free pool alone: the block pool's steady
         kernel, or the radix pool's (`decode_if_free`'s rule). Else None, nothing changed (the
-        passes' answers are pure: asked first, written only once the kernel took the step)."""
+        passes' answers are pure: asked first, written only once the kernel took the step). Passes
+        that declare what they read are asked again only when it changed (`SteadyAnswers`)."""
         running = self.running
         if not running.size or self.swapped.size:
             return None
-        writes: dict[str, float] = {}
-        state = dict(self.scheduler_state)  # as each pass leaves it for the next
-        # the clock as the step's now_us fact would read it (a simulator's: the same instant)
-        now_us = max(round(self.clock() * 1e6), 0) if self._reads_clock else -1
-        ctx = self._window_context(self.waiting, True, state, now_us)
-        for p in self._steady_declared:
-            said = p.steady_state(ctx)
-            if said is None:
-                return None
-            if said:
-                writes.update(said)
-                state.update(said)
-        order = None
-        for p in self._steady_orderers:  # the first pass that orders the batch decides
-            order = p.steady_order(ctx)
-            if order is not None:
-                break
+        answer = self._answers.answer(running, self.waiting, self._request_state_writes, self.scheduler_state,
+                                      self._steady_context)
+        if answer is None:
+            return None
+        order = answer[2]
         if not self.radix:
             if order is not None:  # the block pool's kernel decodes in running order only
                 return None
             out = self._steady_step(step, _EMPTY)
         else:
             out = self._steady_radix(step, running if order is None else running[order])
-        if out is not None and writes:
-            self.scheduler_state.update(writes)
+        if out is not None:
+            SteadyAnswers.write(self.scheduler_state, answer)
         return out
+
+    def _steady_context(self, state: dict) -> WindowContext:
+        """The passes' view before a steady step, over `state` (`SteadyAnswers.answer`)."""
+        # the clock as the step's now_us fact would read it (a simulator's: the same instant)
+        now_us = max(round(self.clock() * 1e6), 0) if self._reads_clock else -1
+        return self._window_context(self.waiting, True, state, now_us)
 
     def _steady_radix(self, step: int, rows: np.ndarray) -> SchedulerOutput | None:
         """`_steady_step` on the radix pool: each of `rows` (the batch, in its order) gets one more
@@ -943,6 +945,7 @@ class Scheduler:
                 continue
             cols = op.properties["columns"]
             rows = cols.get("id")
+            self._request_state_writes += 1
             for name in cols.names:
                 if name != "id":
                     table.state[table.state_index[name], rows] = cols.get(name)

@@ -88,6 +88,10 @@ def cmd_passes(out: TextIO) -> int:
                 says.append("the batch order")
             out.write("    steady:      declared: in a steady decode step it decides nothing or the steady decision"
                       + (f" (it says {' and '.join(says)})" if says else "") + "\n")
+            if cls.steady_reads is not None:
+                out.write("    held:        its steady answers are asked again only when the queues"
+                          + (f", the request state or one of {', '.join(sorted(cls.steady_reads))}"
+                             if cls.steady_reads else " or the request state") + " change\n")
         if _declares_by_default(cls, "decides_running_steps"):
             out.write("    running:     declared: in a running step (nobody admissible waiting) it decides "
                       + ("the running queue alone\n" if cls.decide_running is not StepPass.decide_running
