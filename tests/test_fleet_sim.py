@@ -21,8 +21,9 @@ def workload():
     return builtin_workload("conversation", num_requests=80, rate=6.0, seed=1)
 
 
-def run(workload, router: str, instances: int = 4, removals=()):
-    fleet = FleetConfig(instances=instances, router=router, removals=tuple(removals))
+def run(workload, router: str, instances: int = 4, removals=(), prefill_instances: int = 0):
+    fleet = FleetConfig(instances=instances, router=router, removals=tuple(removals),
+                        prefill_instances=prefill_instances)
     return FleetSimulator(ENGINE, fleet).run(workload)
 
 
@@ -308,11 +309,17 @@ class FreshRouteSteps:
         return build_route_step(*args)
 
 
-@pytest.mark.parametrize("router", ["mooncake", "sglang-router"])
-def test_recycled_route_steps_decide_as_fresh_ones(workload, router, monkeypatch):
-    recycled = run(workload, router)
-    monkeypatch.setattr(FleetSimulator, "route_steps", FreshRouteSteps)
-    fresh = run(workload, router)
+@pytest.mark.parametrize("router", ["mooncake", "sglang-router", "mooncake-pd"])
+@pytest.mark.parametrize("builder", ["recycled", "fresh"])
+def test_routing_over_arrays_decides_as_the_ir(workload, router, builder, monkeypatch):
+    """The fleet routes over arrays (`RouteArrays`); over a recycled or a fresh step IR instead,
+    every request goes where it went, with the same results, replicas and copies."""
+    from schedir.ir.route_step import RecycledRouteStep
+
+    kw = {"prefill_instances": 1} if router == "mooncake-pd" else {}
+    recycled = run(workload, router, **kw)  # over arrays (the name from when the IR was recycled)
+    monkeypatch.setattr(FleetSimulator, "route_steps", RecycledRouteStep if builder == "recycled" else FreshRouteSteps)
+    fresh = run(workload, router, **kw)
     np.testing.assert_array_equal(recycled.instance_of, fresh.instance_of)
     a, b = summarize(recycled.result), summarize(fresh.result)
     for m in (a, b):

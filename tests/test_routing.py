@@ -209,6 +209,71 @@ def test_recycled_route_step_gives_the_fresh_step_ir(router):
     assert print_ir(parse_step_text(print_ir(again))) == print_ir(fresh)
 
 
+@pytest.mark.parametrize("router", ["round-robin", "least-load", "mooncake", "sglang-router", "mooncake-pd",
+                                    "replicate-hot-prefix{min-requests=1 overload-slack=0},route-cache-aware"])
+def test_route_arrays_decide_as_the_ir(router):
+    """The fleet's routing over arrays (`RouteArrays`, `PassManager.run_view`): the same decisions
+    as the pipeline over the step's IR, step after step; its `to_module()` is that IR's text,
+    verifies and reloads. Steps with replicas, rejections, transfers and no digest included."""
+    from schedir.ir.route_arrays import RouteArrays
+
+    rng = np.random.default_rng(11)
+    manager = PassManager.parse(router)
+    m = 6
+    kinds = set()
+    for step in range(40):
+        k = 1 + step % 5
+        f = fleet(m, queued=rng.integers(0, 30, m), running=rng.integers(0, 60, m), role=[1] + [2] * 5
+                  if router == "mooncake-pd" else None, position=np.arange(m) // 3,
+                  queued_tokens=rng.integers(0, 200000, m), digest_blocks=rng.integers(0, 3000, m))
+        a = arrivals(np.arange(step * 8, step * 8 + k), prompt=8 * 512 - 100, ttft_ms=2000, tbt_ms=100)
+        chains = rng.integers(0, 3, k)[:, None] * 100 + np.arange(8)[None, :] + 1
+        prefix = (np.repeat(a["id"], 8), chains.ravel())
+        held = np.unique(chains)
+        # each chain held whole by one instance, a few by another too
+        holder = (held // 100 + step) % m
+        extra = held[held // 100 == step % 3]
+        digest = None if step % 7 == 6 else (np.concatenate([holder, (extra // 100 + step + 1) % m]),
+                                             np.concatenate([held, extra]))
+        ir = build_route_step(step, step * 1000, f, a, digest, prefix)
+        manager.run(ir)
+        view = RouteArrays(step, step * 1000, f, a, digest, prefix)
+        manager.run_view(view)
+        out = view.to_module()
+        out.verify()
+        assert print_ir(out) == print_ir(ir), step
+        (ir_step,) = route_steps_of(ir)
+        expected = RouteStep(ir_step).decisions()
+        got = view.decisions()
+        assert [kind for kind, _ in got] == [kind for kind, _ in expected]
+        for (_, a_cols), (_, b_cols) in zip(got, expected, strict=True):
+            assert {n: v.tolist() for n, v in a_cols.items()} == {n: b_cols[n].tolist() for n in b_cols}
+            assert all(v.dtype == np.int64 for v in a_cols.values())  # as the IR's columns
+        kinds |= {kind.name for kind, _ in got}
+    assert "cluster.route" in kinds
+    if router.startswith("mooncake"):
+        assert "cluster.reject" in kinds
+    if router == "mooncake-pd":
+        assert "cluster.transfer" in kinds
+    if "replicate" in router:
+        assert "cluster.replicate" in kinds
+
+
+def test_a_whole_number_is_a_number_option():
+    """`overload-slack=0` for a float option (xDSL's own parsing wanted `0.0` and printed a tuple)."""
+    (p,) = PassManager.parse("route-cache-aware{overload-slack=0 hit-threshold=1}").passes
+    assert (p.overload_slack, p.hit_threshold) == (0.0, 1.0) and type(p.overload_slack) is float
+
+
+def test_run_view_takes_a_routing_pipeline():
+    from schedir.ir.pipeline import PipelineError
+    from schedir.ir.route_arrays import RouteArrays
+
+    view = RouteArrays(0, 0, fleet(2), arrivals([1]))
+    with pytest.raises(PipelineError, match="routing pipeline"):
+        PassManager.parse("vllm").run_view(view)
+
+
 def test_slo_miss_kernel_is_the_documented_prediction():
     """slo-early-reject's kernel against its formulas in numpy (per instance: TTFT = (queued +
     uncached tokens) / prefill rate, TBT = a decode step at running + 1; best over the instances

@@ -144,6 +144,8 @@ def _check_options(cls: type[StepPass], item: ArgSpec) -> None:
             noun = "a queue name" if attr in cls.queue_options else expected
             what = f"{noun}, such as {fields[attr].default}" if kind is str else expected
             raise PipelineError(f"pass '{item.name}': bad option {key}={given}: expected {what} {options}")
+        if kind is float and type(value) is int:  # `slack=0` for a number: xDSL's from_spec wants a float
+            item.parameters[key] = (float(value),)  # type: ignore[index]
 
 
 def _spec_value(value: object) -> str:
@@ -297,6 +299,15 @@ class PassManager:
         if not observe:
             for view in views:
                 view.write_facts()
+
+    def run_view(self, view: object) -> None:
+        """Run a routing pipeline over one routing step held as arrays (`RouteArrays`), unobserved:
+        the passes as `run` runs them over the step's IR, with the same fact transitions, and
+        nothing to walk or write (the fleet simulator's routing; `view.to_module()` gives the IR)."""
+        if not self.passes or not all(getattr(p, "over", "") == "cluster.route_step" for p in self.passes):
+            raise PipelineError("run_view takes a routing pipeline (passes over cluster.route_step)")
+        self._marks.clear()
+        self._run_one(view, self._marks)  # type: ignore[arg-type]
 
     def _route_views(self, module: ModuleOp, has_steps: bool) -> list | None:
         """`RouteStep` views when the pipeline routes (`cluster.route_step` input), else None;

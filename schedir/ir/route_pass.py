@@ -18,7 +18,7 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 
 from schedir.ir.pass_base import StepPass
-from schedir.ir.route_step import RouteStep, route_steps_of
+from schedir.ir.route_step import RouteStep, RouteView, route_steps_of
 
 
 @dataclass(frozen=True)
@@ -33,5 +33,7 @@ class RoutePass(StepPass):
             self.run(RouteStep(step_op))
 
     @abstractmethod
-    def run(self, route: RouteStep) -> None:  # type: ignore[override]
-        """Read the fleet and the pending arrivals, append this pass's decisions."""
+    def run(self, route: RouteView) -> None:  # type: ignore[override]
+        """Read the fleet and the pending arrivals, append this pass's decisions: through the
+        `RouteView` interface only, which the IR (`RouteStep`) and plain arrays (`RouteArrays`,
+        the fleet simulator's routing) both give, with the same decisions (tested)."""

@@ -79,7 +79,238 @@ class _RouteFacts:
         self.step = step
 
 
-class RouteStep:
+class RouteView:
+    """What a routing pass reads of a routing step and the decisions it appends: the fleet's and
+    the arrivals' columns, the digest and prefix pairs, the decisions so far. Two backings share
+    it: `RouteStep` over a `cluster.route_step` op (the IR: dumps, `schedir opt`, verification),
+    and `schedir.ir.route_arrays.RouteArrays` over plain arrays (the fleet simulator's routing,
+    materialized as the same IR on demand). Subclasses give the backing's accessors; the rules
+    (load, pending, prefix hits, the decisions' columns) live here once."""
+
+    _hits: np.ndarray | None
+    _hits_key: int
+    _chains: tuple[np.ndarray, np.ndarray] | None
+
+    # ------------------------------------------------------------ the backing (subclasses)
+    @property
+    def num_instances(self) -> int:
+        raise NotImplementedError
+
+    def fleet_col(self, name: str) -> np.ndarray:
+        raise NotImplementedError
+
+    def has_fleet_col(self, name: str) -> bool:
+        raise NotImplementedError
+
+    def arrival_col(self, name: str) -> np.ndarray:
+        raise NotImplementedError
+
+    def num_arrivals(self) -> int:
+        raise NotImplementedError
+
+    def prefix_pairs(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(request id, hash) pairs of the arrivals' chains, in chain order; None: no prefix given."""
+        raise NotImplementedError
+
+    def digest_pairs(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(instance id, hash) pairs the instances advertise; None: no digest given."""
+        raise NotImplementedError
+
+    def _decided_ids(self) -> list[np.ndarray]:
+        """The ids of every `cluster.route` and `cluster.reject` so far."""
+        raise NotImplementedError
+
+    def _route_columns(self) -> list[Mapping[str, np.ndarray]]:
+        """The columns of every `cluster.route` so far, in order."""
+        raise NotImplementedError
+
+    def _moves(self) -> list[tuple[type, Mapping[str, np.ndarray]]]:
+        """Every `cluster.replicate` / `cluster.migrate` so far: (kind, columns)."""
+        raise NotImplementedError
+
+    def _record(self, kind: type[Operation], operand: object, cols: Mapping[str, np.ndarray],
+                results: int = 0) -> object:
+        """Append a decision over `operand` (the fleet, the arrivals or a route's result); returns
+        its result when it has one."""
+        raise NotImplementedError
+
+    def _fleet_set(self) -> object:
+        raise NotImplementedError
+
+    def _arrival_set(self) -> object:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------ the fleet
+    def fleet_col_or(self, name: str, default: int) -> np.ndarray:
+        return self.fleet_col(name) if self.has_fleet_col(name) else np.full(self.num_instances, default,
+                                                                               dtype=np.int64)
+
+    def load(self) -> np.ndarray:
+        """Requests queued and running per instance, plus those routed to it so far this step."""
+        load = self.fleet_col("queued") + self.fleet_col("running")
+        ids, inst, _ = self.routed()
+        if ids.size:
+            at = positions(self.fleet_col("id"), inst)
+            load = load + np.bincount(at, minlength=load.size)
+        return load
+
+    def serves_whole(self) -> np.ndarray:
+        """Instances that serve prefill and decode (role `both`)."""
+        return self.fleet_col("role") == int(Role.BOTH)
+
+    def digest_ids(self) -> np.ndarray:
+        """The instance of every digest pair (empty when no digest is given)."""
+        pairs = self.digest_pairs()
+        return EMPTY if pairs is None else pairs[0]
+
+    # ------------------------------------------------------------ the arrivals
+    def pending(self) -> np.ndarray:
+        """Rows (into the arrivals' columns) of requests no decision covers yet, in arrival order."""
+        n = self.num_arrivals()
+        if n == 0:
+            return EMPTY
+        decided = self._decided_ids()
+        if not decided:
+            return np.arange(n, dtype=np.int64)
+        done = np.isin(self.arrival_col("id"), decided[0] if len(decided) == 1 else np.concatenate(decided))
+        return np.flatnonzero(~done)
+
+    def routed(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(ids, instance, decode) over every `cluster.route` so far."""
+        routes = self._route_columns()
+        if not routes:
+            return EMPTY, EMPTY, EMPTY
+        if len(routes) == 1:
+            cols = routes[0]
+            return cols["id"], cols["instance"], cols["decode"]
+        return tuple(np.concatenate([c[name] for c in routes]) for name in ("id", "instance", "decode"))  # type: ignore
+
+    def routed_whys(self) -> np.ndarray:
+        """The `why` of every routed request, in `routed()` order."""
+        routes = self._route_columns()
+        if not routes:
+            return EMPTY
+        return routes[0]["why"] if len(routes) == 1 else np.concatenate([c["why"] for c in routes])
+
+    def has_prefix(self) -> bool:
+        """Whether the step carries the arrivals' prefix chains (`cluster.prefix`)."""
+        return self.prefix_pairs() is not None
+
+    def prefix_blocks(self) -> np.ndarray:
+        """Prefix block hashes per arrival (how many `cluster.prefix` pairs each has)."""
+        n = self.num_arrivals()
+        pairs = self.prefix_pairs()
+        if pairs is None or n == 0 or len(pairs[0]) == 0:
+            return np.zeros(n, dtype=np.int64)
+        rows = positions(self.arrival_col("id"), pairs[0])
+        return np.bincount(rows, minlength=n).astype(np.int64)
+
+    def chains(self) -> tuple[np.ndarray, np.ndarray]:
+        """(hashes in chain order grouped by arrival row, start of each row's chain in it)."""
+        if self._chains is None:
+            n = self.num_arrivals()
+            pairs = self.prefix_pairs()
+            if pairs is None or n == 0:
+                self._chains = (EMPTY, np.zeros(n, dtype=np.int64))
+            else:
+                rows = positions(self.arrival_col("id"), pairs[0])
+                hashes = pairs[1]
+                if rows.size > 1 and (np.diff(rows) < 0).any():
+                    order = np.argsort(rows, kind="stable")
+                    rows, hashes = rows[order], hashes[order]
+                counts = np.bincount(rows, minlength=n)
+                self._chains = (hashes, np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64))
+        return self._chains
+
+    def prefix_hits(self) -> np.ndarray:
+        """Leading prefix blocks each instance holds, per arrival: int64[arrivals, instances].
+
+        An instance holds block k of a request's chain if the digest lists its hash (chained
+        hashes: block k's hash names the whole prefix up to k, so "leading" is the first miss),
+        or if a `cluster.replicate` / `cluster.migrate` earlier in this step moved the chain
+        up to that hash there (its source keeps it on a replicate, loses it on a migrate)."""
+        moves = self._moves()
+        key = len(moves)
+        if self._hits is not None and self._hits_key == key:
+            return self._hits
+        n = self.num_arrivals()
+        m = self.num_instances
+        pairs = self.prefix_pairs()
+        if not (n and m and pairs is not None and len(pairs[0])):
+            hits = np.zeros((n, m), dtype=np.int64)
+        elif not moves:  # the usual step: one kernel call, the id lookups inside
+            digest = self.digest_pairs()
+            d_ids, d_hash = (EMPTY, EMPTY) if digest is None else digest
+            hits = _prefix_hits_by_id(n, m, self.arrival_col("id"), pairs[0], pairs[1], self.fleet_col("id"),
+                                      d_ids, d_hash)
+        else:
+            fleet_ids = self.fleet_col("id")
+            p_rows = positions(self.arrival_col("id"), pairs[0])
+            p_hash = pairs[1]
+            digest = self.digest_pairs()
+            if digest is not None and len(digest[0]):
+                d_col = positions(fleet_ids, digest[0])
+                d_hash = digest[1]
+            else:
+                d_col, d_hash = EMPTY, EMPTY
+            if moves:  # chains moved this step: their target holds every block up to the hash
+                extra_col, extra_hash = [d_col], [d_hash]
+                for _, cols in moves:
+                    for h, dst in zip(cols["hash"].tolist(), cols["dst"].tolist(), strict=True):
+                        chain = _chain_to(p_rows, p_hash, h)
+                        extra_col.append(np.full(chain.size, positions(fleet_ids, np.array([dst]))[0], np.int64))
+                        extra_hash.append(chain)
+                d_col, d_hash = np.concatenate(extra_col), np.concatenate(extra_hash)
+                migrated = [(h, s) for kind, cols in moves if kind is MigrateOp
+                            for h, s in zip(cols["hash"].tolist(), cols["src"].tolist(), strict=True)]
+                if migrated:  # a migrated chain leaves its source
+                    src_row = positions(fleet_ids, np.array([s for _, s in migrated], np.int64))
+                    drop = np.zeros(d_col.size, dtype=np.bool_)
+                    for (h, _), row in zip(migrated, src_row.tolist(), strict=True):
+                        drop |= (d_col == row) & np.isin(d_hash, _chain_to(p_rows, p_hash, h))
+                    d_col, d_hash = d_col[~drop], d_hash[~drop]
+            hits = prefix_hit_kernel(n, m, p_rows, p_hash, d_col, d_hash)
+        self._hits, self._hits_key = hits, key
+        return hits
+
+    # ------------------------------------------------------------ appending decisions
+    def route(self, rows: np.ndarray, instance: np.ndarray, why: np.ndarray | int,
+              decode: np.ndarray | None = None, hit_blocks: np.ndarray | None = None) -> object:
+        """Route arrivals `rows` to fleet rows `instance` (decode on `decode`, default the same)."""
+        if rows.size == 0:
+            return None
+        fleet_ids = self.fleet_col("id")
+        inst = fleet_ids[instance]
+        dec = inst if decode is None else fleet_ids[decode]
+        if hit_blocks is None:
+            hit_blocks = (self.prefix_hits()[rows, instance] if self.has_prefix()
+                          else np.zeros(rows.size, np.int64))
+        whys = np.full(rows.size, int(why), dtype=np.int64) if np.isscalar(why) else np.asarray(why, np.int64)
+        return self._record(RouteOp, self._arrival_set(),
+                            {"id": self.arrival_col("id")[rows], "instance": inst, "decode": dec,
+                             "hit_blocks": np.asarray(hit_blocks, np.int64), "why": whys}, results=1)
+
+    def reject(self, rows: np.ndarray, why: Why) -> None:
+        if rows.size:
+            self._record(RejectOp, self._arrival_set(),
+                         {"id": self.arrival_col("id")[rows], "why": np.full(rows.size, int(why), np.int64)})
+
+    def transfer(self, routed: object, ids: np.ndarray, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray,
+                 latency_us: np.ndarray) -> None:
+        """KV from prefill to decode instance (instance ids, not rows)."""
+        if ids.size:
+            self._record(TransferOp, routed, {"id": ids, "src": src, "dst": dst, "bytes": nbytes,
+                                              "latency_us": latency_us})
+
+    def move_prefix(self, kind: type[ReplicateOp] | type[MigrateOp], hashes: np.ndarray, src: np.ndarray,
+                    dst: np.ndarray, nbytes: np.ndarray, benefit_us: np.ndarray) -> None:
+        """A `cluster.replicate` / `cluster.migrate` of chains ending at `hashes` (instance ids)."""
+        if hashes.size:
+            self._record(kind, self._fleet_set(),
+                         {"hash": hashes, "src": src, "dst": dst, "bytes": nbytes, "benefit_us": benefit_us})
+
+
+class RouteStep(RouteView):
     """Read and extend one `cluster.route_step` op."""
 
     def __init__(self, op: RouteStepOp) -> None:
@@ -102,9 +333,9 @@ class RouteStep:
         if self.fleet is None:
             raise ValueError("a cluster.route_step needs a cluster.fleet")
         self._fact_set: frozenset[str] | None = None
-        self._hits: np.ndarray | None = None
-        self._hits_key: int = -1
-        self._chains: tuple[np.ndarray, np.ndarray] | None = None
+        self._hits = None
+        self._hits_key = -1
+        self._chains = None
 
     def _ops(self) -> list[Operation]:
         """The step's ops in order (a linked-list walk: xDSL's `block.ops` iterator costs more)."""
@@ -145,7 +376,7 @@ class RouteStep:
     def now_us(self) -> int:
         return self.op.now_us.value.data
 
-    # ------------------------------------------------------------ the fleet
+    # ------------------------------------------------------------ the backing: the step's ops
     @property
     def num_instances(self) -> int:
         return len(self.fleet)  # type: ignore[arg-type]
@@ -153,124 +384,44 @@ class RouteStep:
     def fleet_col(self, name: str) -> np.ndarray:
         return self.fleet.col(name)  # type: ignore[union-attr]
 
-    def fleet_col_or(self, name: str, default: int) -> np.ndarray:
-        cols = self.fleet.columns  # type: ignore[union-attr]
-        return cols.get(name) if cols.has(name) else np.full(len(cols), default, dtype=np.int64)
+    def has_fleet_col(self, name: str) -> bool:
+        return self.fleet.columns.has(name)  # type: ignore[union-attr]
 
-    def load(self) -> np.ndarray:
-        """Requests queued and running per instance, plus those routed to it so far this step."""
-        load = self.fleet_col("queued") + self.fleet_col("running")
-        ids, inst, _ = self.routed()
-        if ids.size:
-            at = positions(self.fleet_col("id"), inst)
-            load = load + np.bincount(at, minlength=load.size)
-        return load
-
-    def serves_whole(self) -> np.ndarray:
-        """Instances that serve prefill and decode (role `both`)."""
-        return self.fleet_col("role") == int(Role.BOTH)
-
-    # ------------------------------------------------------------ the arrivals
     def arrival_col(self, name: str) -> np.ndarray:
         if self.arrivals is None:
             return EMPTY
         return self.arrivals.col(name)
 
-    def pending(self) -> np.ndarray:
-        """Rows (into the arrivals' columns) of requests no decision covers yet, in arrival order."""
-        if self.arrivals is None or len(self.arrivals) == 0:
-            return EMPTY
-        decided = [op.ids for op in self._decisions(RouteOp, RejectOp)]  # type: ignore[attr-defined]
-        n = len(self.arrivals)
-        if not decided:
-            return np.arange(n, dtype=np.int64)
-        done = np.isin(self.arrivals.ids, np.concatenate(decided))
-        return np.flatnonzero(~done)
+    def num_arrivals(self) -> int:
+        return len(self.arrivals) if self.arrivals is not None else 0
 
-    def routed(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(ids, instance, decode) over every `cluster.route` so far."""
-        ops = self._decisions(RouteOp)
-        if not ops:
-            return EMPTY, EMPTY, EMPTY
-        if len(ops) == 1:
-            op = ops[0]
-            return op.ids, op.col("instance"), op.col("decode")  # type: ignore[attr-defined]
-        return tuple(np.concatenate([op.col(c) for op in ops]) for c in ("id", "instance", "decode"))  # type: ignore
+    def prefix_pairs(self) -> tuple[np.ndarray, np.ndarray] | None:
+        if self.prefix is None:
+            return None
+        cols = self.prefix.columns
+        return cols.get("id"), cols.get("hash")
 
-    def route_ops(self) -> list[RouteOp]:
-        return self._decisions(RouteOp)  # type: ignore[return-value]
+    def digest_pairs(self) -> tuple[np.ndarray, np.ndarray] | None:
+        if self.digest is None:
+            return None
+        cols = self.digest.columns
+        return cols.get("id"), cols.get("hash")
 
-    def prefix_blocks(self) -> np.ndarray:
-        """Prefix block hashes per arrival (how many `cluster.prefix` pairs each has)."""
-        n = len(self.arrivals) if self.arrivals is not None else 0
-        if self.prefix is None or n == 0 or len(self.prefix.columns.get("id")) == 0:
-            return np.zeros(n, dtype=np.int64)
-        rows = positions(self.arrivals.ids, self.prefix.columns.get("id"))  # type: ignore[union-attr]
-        return np.bincount(rows, minlength=n).astype(np.int64)
+    def _decided_ids(self) -> list[np.ndarray]:
+        return [op.ids for op in self._decisions(RouteOp, RejectOp)]  # type: ignore[attr-defined]
 
-    def chains(self) -> tuple[np.ndarray, np.ndarray]:
-        """(hashes in chain order grouped by arrival row, start of each row's chain in it)."""
-        if self._chains is None:
-            n = len(self.arrivals) if self.arrivals is not None else 0
-            if self.prefix is None or n == 0:
-                self._chains = (EMPTY, np.zeros(n, dtype=np.int64))
-            else:
-                rows = positions(self.arrivals.ids, self.prefix.columns.get("id"))  # type: ignore[union-attr]
-                hashes = self.prefix.columns.get("hash")
-                if rows.size > 1 and (np.diff(rows) < 0).any():
-                    order = np.argsort(rows, kind="stable")
-                    rows, hashes = rows[order], hashes[order]
-                counts = np.bincount(rows, minlength=n)
-                self._chains = (hashes, np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64))
-        return self._chains
+    def _route_columns(self) -> list[Mapping[str, np.ndarray]]:
+        return [_OpColumns(op) for op in self._decisions(RouteOp)]
 
-    def prefix_hits(self) -> np.ndarray:
-        """Leading prefix blocks each instance holds, per arrival: int64[arrivals, instances].
+    def _moves(self) -> list[tuple[type, Mapping[str, np.ndarray]]]:
+        return [(type(op), _OpColumns(op)) for op in self._decisions(ReplicateOp, MigrateOp)]
 
-        An instance holds block k of a request's chain if the digest lists its hash (chained
-        hashes: block k's hash names the whole prefix up to k, so "leading" is the first miss),
-        or if a `cluster.replicate` / `cluster.migrate` earlier in this step moved the chain
-        up to that hash there (its source keeps it on a replicate, loses it on a migrate)."""
-        moves = self._decisions(ReplicateOp, MigrateOp)
-        key = len(moves)
-        if self._hits is not None and self._hits_key == key:
-            return self._hits
-        n = len(self.arrivals) if self.arrivals is not None else 0
-        m = self.num_instances
-        if not (n and m and self.prefix is not None and len(self.prefix.columns.get("id"))):
-            hits = np.zeros((n, m), dtype=np.int64)
-        else:
-            fleet_ids = self.fleet_col("id")
-            p_rows = positions(self.arrivals.ids, self.prefix.columns.get("id"))  # type: ignore[union-attr]
-            p_hash = self.prefix.columns.get("hash")
-            if self.digest is not None and len(self.digest.columns.get("id")):
-                d_col = positions(fleet_ids, self.digest.columns.get("id"))
-                d_hash = self.digest.columns.get("hash")
-            else:
-                d_col, d_hash = EMPTY, EMPTY
-            if moves:  # chains moved this step: their target holds every block up to the hash
-                extra_col, extra_hash = [d_col], [d_hash]
-                for op in moves:
-                    cols = op.columns  # type: ignore[attr-defined]
-                    for h, dst in zip(cols.get("hash").tolist(), cols.get("dst").tolist(), strict=True):
-                        chain = _chain_to(p_rows, p_hash, h)
-                        extra_col.append(np.full(chain.size, positions(fleet_ids, np.array([dst]))[0], np.int64))
-                        extra_hash.append(chain)
-                d_col, d_hash = np.concatenate(extra_col), np.concatenate(extra_hash)
-                migrated = [(h, s) for op in moves if type(op) is MigrateOp
-                            for h, s in zip(op.columns.get("hash").tolist(),  # type: ignore[attr-defined]
-                                            op.columns.get("src").tolist(), strict=True)]  # type: ignore[attr-defined]
-                if migrated:  # a migrated chain leaves its source
-                    src_row = positions(fleet_ids, np.array([s for _, s in migrated], np.int64))
-                    drop = np.zeros(d_col.size, dtype=np.bool_)
-                    for (h, _), row in zip(migrated, src_row.tolist(), strict=True):
-                        drop |= (d_col == row) & np.isin(d_hash, _chain_to(p_rows, p_hash, h))
-                    d_col, d_hash = d_col[~drop], d_hash[~drop]
-            hits = prefix_hit_kernel(n, m, p_rows, p_hash, d_col, d_hash)
-        self._hits, self._hits_key = hits, key
-        return hits
+    def _fleet_set(self) -> SSAValue:
+        return self.fleet.results[0]  # type: ignore[union-attr]
 
-    # ------------------------------------------------------------ appending decisions
+    def _arrival_set(self) -> SSAValue:
+        return self.arrivals.results[0]  # type: ignore[union-attr]
+
     @property
     def terminator(self) -> YieldOp:
         last = self.block.last_op
@@ -278,48 +429,36 @@ class RouteStep:
             raise ValueError("a cluster.route_step block must end with cluster.yield")
         return last  # type: ignore[return-value]
 
-    def _append(self, kind: type[Operation], operand: SSAValue, cols: Mapping[str, np.ndarray],
-                results: int = 0) -> Operation:
+    def _record(self, kind: type[Operation], operand: object, cols: Mapping[str, np.ndarray],
+                results: int = 0) -> SSAValue | None:
         op = new_op(kind, (operand,), {"columns": ColumnsAttr.of(cols)}, (IDS,) * results)
         insert_before(self.block, op, self.terminator)
-        return op
+        if kind is RouteOp:
+            append_operand(self.terminator, op.results[0])
+        return op.results[0] if results else None
 
-    def route(self, rows: np.ndarray, instance: np.ndarray, why: np.ndarray | int,
-              decode: np.ndarray | None = None, hit_blocks: np.ndarray | None = None) -> SSAValue | None:
-        """Route arrivals `rows` to fleet rows `instance` (decode on `decode`, default the same)."""
-        if rows.size == 0:
-            return None
-        fleet_ids = self.fleet_col("id")
-        inst = fleet_ids[instance]
-        dec = inst if decode is None else fleet_ids[decode]
-        if hit_blocks is None:
-            hit_blocks = (self.prefix_hits()[rows, instance] if self.prefix is not None
-                          else np.zeros(rows.size, np.int64))
-        whys = np.full(rows.size, int(why), dtype=np.int64) if np.isscalar(why) else np.asarray(why, np.int64)
-        op = self._append(RouteOp, self.arrivals.results[0],  # type: ignore[union-attr]
-                          {"id": self.arrivals.ids[rows], "instance": inst, "decode": dec,  # type: ignore[union-attr]
-                           "hit_blocks": np.asarray(hit_blocks, np.int64), "why": whys}, results=1)
-        append_operand(self.terminator, op.results[0])
-        return op.results[0]
+    def decisions(self) -> list[tuple[type, Mapping[str, np.ndarray]]]:
+        """Every decision of the step in order: (op kind, its columns)."""
+        return [(type(op), _OpColumns(op)) for op in self._decisions(RouteOp, RejectOp, ReplicateOp, MigrateOp,
+                                                                      TransferOp)]
 
-    def reject(self, rows: np.ndarray, why: Why) -> None:
-        if rows.size:
-            self._append(RejectOp, self.arrivals.results[0],  # type: ignore[union-attr]
-                         {"id": self.arrivals.ids[rows], "why": np.full(rows.size, int(why), np.int64)})  # type: ignore
 
-    def transfer(self, routed: SSAValue, ids: np.ndarray, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray,
-                 latency_us: np.ndarray) -> None:
-        """KV from prefill to decode instance (instance ids, not rows)."""
-        if ids.size:
-            self._append(TransferOp, routed, {"id": ids, "src": src, "dst": dst, "bytes": nbytes,
-                                              "latency_us": latency_us})
+class _OpColumns(Mapping):
+    """A decision op's columns as a read-only mapping (name -> int64 array)."""
 
-    def move_prefix(self, kind: type[ReplicateOp] | type[MigrateOp], hashes: np.ndarray, src: np.ndarray,
-                    dst: np.ndarray, nbytes: np.ndarray, benefit_us: np.ndarray) -> None:
-        """A `cluster.replicate` / `cluster.migrate` of chains ending at `hashes` (instance ids)."""
-        if hashes.size:
-            self._append(kind, self.fleet.results[0],  # type: ignore[union-attr]
-                         {"hash": hashes, "src": src, "dst": dst, "bytes": nbytes, "benefit_us": benefit_us})
+    __slots__ = ("op",)
+
+    def __init__(self, op: Operation) -> None:
+        self.op = op
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.op.col(name)  # type: ignore[attr-defined]
+
+    def __iter__(self):  # noqa: ANN204
+        return iter(self.op.columns.names)  # type: ignore[attr-defined]
+
+    def __len__(self) -> int:
+        return len(self.op.columns.names)  # type: ignore[attr-defined]
 
 
 def _chain_to(p_rows: np.ndarray, p_hash: np.ndarray, h: int) -> np.ndarray:
@@ -369,6 +508,13 @@ def prefix_hit_kernel(n: int, m: int, p_rows: np.ndarray, p_hash: np.ndarray, d_
         if not any_alive:
             dead[r] = True
     return hits
+
+
+@nb.njit(cache=True)
+def _prefix_hits_by_id(n: int, m: int, arrival_ids: np.ndarray, p_ids: np.ndarray, p_hash: np.ndarray,
+                       fleet_ids: np.ndarray, d_ids: np.ndarray, d_hash: np.ndarray) -> np.ndarray:
+    """`prefix_hit_kernel` over the pairs' ids (rows looked up here: one call, not three)."""
+    return prefix_hit_kernel(n, m, _rows_of(arrival_ids, p_ids), p_hash, _rows_of(fleet_ids, d_ids), d_hash)
 
 
 def route_steps_of(module: Operation) -> list[RouteStepOp]:

@@ -8,7 +8,7 @@ from typing import ClassVar
 import numpy as np
 
 from schedir.dialects.codes import Role, Why
-from schedir.ir.route_step import RouteStep
+from schedir.ir.route_step import RouteView
 from schedir.passes.route_kernels import LinkOptions, cache_aware_kernel
 
 
@@ -31,7 +31,7 @@ class PdDisaggregate(LinkOptions):
     overload_ratio: float = 1.5
     overload_slack: float = 8.0
 
-    def run(self, route: RouteStep) -> None:
+    def run(self, route: RouteView) -> None:
         rows = route.pending()
         if rows.size == 0:
             return

@@ -8,7 +8,7 @@ from typing import ClassVar
 import numpy as np
 
 from schedir.dialects.cluster import ReplicateOp
-from schedir.ir.route_step import RouteStep
+from schedir.ir.route_step import RouteView
 from schedir.passes.route_kernels import LinkOptions
 
 
@@ -22,7 +22,7 @@ class ReplicateHotPrefix(LinkOptions):
     nearest holder to the least loaded instance. Cost: the link model's time for its KV;
     benefit: the prefill those requests skip there (cost model) minus the copy. Run before
     a cache-aware routing pass: it routes against the replica (`cluster.replicate` counts
-    in `RouteStep.prefix_hits`)."""
+    in `RouteView.prefix_hits`)."""
 
     name: ClassVar[str] = "replicate-hot-prefix"
     provides: ClassVar[frozenset[str]] = frozenset({"hot-prefix"})
@@ -31,9 +31,9 @@ class ReplicateHotPrefix(LinkOptions):
     overload_ratio: float = 1.5
     overload_slack: float = 8.0
 
-    def run(self, route: RouteStep) -> None:
+    def run(self, route: RouteView) -> None:
         rows = route.pending()
-        if rows.size < self.min_requests or route.prefix is None:
+        if rows.size < self.min_requests or not route.has_prefix():
             return
         eligible = route.serves_whole()
         if eligible.sum() < 2:

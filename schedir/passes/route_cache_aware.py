@@ -9,7 +9,7 @@ import numpy as np
 
 from schedir.dialects.codes import Why
 from schedir.ir.route_pass import RoutePass
-from schedir.ir.route_step import RouteStep
+from schedir.ir.route_step import RouteView
 from schedir.passes.route_kernels import cache_aware_kernel
 
 
@@ -37,7 +37,7 @@ class RouteCacheAware(RoutePass):
         if self.block_tokens < 1:
             raise ValueError(f"block-tokens must be positive, got {self.block_tokens}")
 
-    def run(self, route: RouteStep) -> None:
+    def run(self, route: RouteView) -> None:
         rows = route.pending()
         if rows.size == 0:
             return

@@ -9,7 +9,7 @@ import numpy as np
 
 from schedir.dialects.codes import Why
 from schedir.ir.route_pass import RoutePass
-from schedir.ir.route_step import RouteStep, positions
+from schedir.ir.route_step import RouteView, positions
 from schedir.passes.route_kernels import cache_balance_kernel
 
 
@@ -42,7 +42,7 @@ class RouteCacheBalance(RoutePass):
         if self.block_tokens < 1:
             raise ValueError(f"block-tokens must be positive, got {self.block_tokens}")
 
-    def run(self, route: RouteStep) -> None:
+    def run(self, route: RouteView) -> None:
         rows = route.pending()
         if rows.size == 0:
             return
@@ -56,12 +56,13 @@ class RouteCacheBalance(RoutePass):
         route.route(rows[ok], pick[ok], why, hit_blocks=hits[ok, pick[ok]] if ok.any() else None)
 
 
-def tree_sizes(route: RouteStep) -> np.ndarray:
+def tree_sizes(route: RouteView) -> np.ndarray:
     """Prefix blocks each instance caches: the fleet's `digest_blocks`, else its digest pairs."""
-    if route.fleet.columns.has("digest_blocks"):  # type: ignore[union-attr]
+    if route.has_fleet_col("digest_blocks"):
         return route.fleet_col("digest_blocks").copy()
     m = route.num_instances
-    if route.digest is None or len(route.digest.columns.get("id")) == 0:
+    held = route.digest_ids()
+    if held.size == 0:
         return np.zeros(m, dtype=np.int64)
-    rows = positions(route.fleet_col("id"), route.digest.columns.get("id"))
+    rows = positions(route.fleet_col("id"), held)
     return np.bincount(rows, minlength=m).astype(np.int64)

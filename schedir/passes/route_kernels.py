@@ -15,7 +15,7 @@ import numba as nb
 import numpy as np
 
 from schedir.ir.route_pass import RoutePass
-from schedir.ir.route_step import RouteStep
+from schedir.ir.route_step import RouteView
 
 # Llama-3-8B in fp16: 2 (K and V) x 32 layers x 8 KV heads x 128 dims x 2 bytes
 LLAMA3_8B_KV_BYTES_PER_TOKEN = 131072
@@ -214,7 +214,7 @@ class CostOptions(RoutePass):
         except (KeyError, ValueError) as e:
             raise ValueError(f"pass '{self.name}': {e}") from None
 
-    def run(self, route: RouteStep) -> None:  # pragma: no cover - abstract helper base
+    def run(self, route: RouteView) -> None:  # pragma: no cover - abstract helper base
         raise NotImplementedError
 
 

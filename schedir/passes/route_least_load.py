@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from schedir.dialects.codes import Why
 from schedir.ir.route_pass import RoutePass
-from schedir.ir.route_step import RouteStep
+from schedir.ir.route_step import RouteView
 from schedir.passes.route_kernels import least_load_kernel
 
 
@@ -21,7 +21,7 @@ class RouteLeastLoad(RoutePass):
     name: ClassVar[str] = "route-least-load"
     provides: ClassVar[frozenset[str]] = frozenset({"routed"})
 
-    def run(self, route: RouteStep) -> None:
+    def run(self, route: RouteView) -> None:
         rows = route.pending()
         if rows.size == 0:
             return

@@ -9,7 +9,7 @@ import numpy as np
 
 from schedir.dialects.codes import Why
 from schedir.ir.route_pass import RoutePass
-from schedir.ir.route_step import RouteStep
+from schedir.ir.route_step import RouteView
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ class RouteRoundRobin(RoutePass):
     name: ClassVar[str] = "route-round-robin"
     provides: ClassVar[frozenset[str]] = frozenset({"routed"})
 
-    def run(self, route: RouteStep) -> None:
+    def run(self, route: RouteView) -> None:
         rows = route.pending()
         eligible = np.flatnonzero(route.serves_whole())
         if rows.size == 0 or eligible.size == 0:

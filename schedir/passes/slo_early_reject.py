@@ -8,7 +8,7 @@ from typing import ClassVar
 import numpy as np
 
 from schedir.dialects.codes import Role, Why
-from schedir.ir.route_step import RouteStep
+from schedir.ir.route_step import RouteView
 from schedir.passes.route_kernels import CostOptions, slo_miss_kernel
 
 
@@ -30,13 +30,13 @@ class SloEarlyReject(CostOptions):
     slack: float = 1.0
     block_tokens: int = 512
 
-    def run(self, route: RouteStep) -> None:
+    def run(self, route: RouteView) -> None:
         rows = route.pending()
         if rows.size == 0:
             return
         prefill_per_us, decode_us, per_running_us = self.rates()
-        queued_tokens = route.fleet_col("queued_tokens") if route.fleet.columns.has("queued_tokens") else \
-            route.fleet_col("queued") * int(route.arrival_col("prompt").mean())  # type: ignore[union-attr]
+        queued_tokens = route.fleet_col("queued_tokens") if route.has_fleet_col("queued_tokens") else \
+            route.fleet_col("queued") * int(route.arrival_col("prompt").mean())
         miss = slo_miss_kernel(route.arrival_col("prompt")[rows], np.ascontiguousarray(route.prefix_hits()[rows]),
                                np.asarray(queued_tokens, np.int64), route.fleet_col("running"),
                                route.fleet_col("role"), route.arrival_col("ttft_slo_ms")[rows],

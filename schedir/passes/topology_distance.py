@@ -9,7 +9,7 @@ import numpy as np
 
 from schedir.dialects.cluster import ReplicateOp
 from schedir.dialects.codes import Why
-from schedir.ir.route_step import RouteStep, positions
+from schedir.ir.route_step import RouteView, positions
 from schedir.passes.route_kernels import LinkOptions, pull_kernel
 
 
@@ -29,17 +29,16 @@ class TopologyDistance(LinkOptions):
     requires: ClassVar[frozenset[str]] = frozenset({"routed"})
     provides: ClassVar[frozenset[str]] = frozenset({"kv-moves"})
 
-    def run(self, route: RouteStep) -> None:
+    def run(self, route: RouteView) -> None:
         routed_ids, inst_ids, _ = route.routed()
-        if routed_ids.size == 0 or route.prefix is None:
+        if routed_ids.size == 0 or not route.has_prefix():
             return
         rows = positions(route.arrival_col("id"), routed_ids)
         fleet_ids = route.fleet_col("id")
         inst = positions(fleet_ids, inst_ids)
         hits = np.ascontiguousarray(route.prefix_hits()[rows])
         # disaggregated requests move their KV anyway (cluster.transfer): leave them
-        ops = route.route_ops()
-        whys = ops[0].col("why") if len(ops) == 1 else np.concatenate([op.col("why") for op in ops])
+        whys = route.routed_whys()
         prefill_per_us, _, _ = self.rates()
         want, src, nbytes, gain = pull_kernel(hits, inst, whys == int(Why.DISAGGREGATED), route.fleet_col("position"),
                                               self.block_tokens, self.kv_bytes_per_token, self.intra_gbs,

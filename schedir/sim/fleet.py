@@ -40,7 +40,8 @@ from schedir.dialects.cluster import MigrateOp, RejectOp, ReplicateOp, RouteOp, 
 from schedir.dialects.codes import Role, Why, keyword
 from schedir.ir.errors import PipelineError
 from schedir.ir.pipeline import PassManager
-from schedir.ir.route_step import RecycledRouteStep
+from schedir.ir.route_arrays import ArrayRouteSteps, RouteArrays
+from schedir.ir.route_step import RouteStep, route_steps_of
 from schedir.passes.route_kernels import LinkOptions
 from schedir.sim.config import SimConfig
 from schedir.sim.cost_model import CostModel
@@ -242,7 +243,9 @@ class FleetResult:
 class FleetSimulator:
     """Replays one workload through a fleet of identical engines behind a router."""
 
-    route_steps = RecycledRouteStep  # what builds each route step's IR (`build(...)` -> module)
+    # what builds each routing step: arrays the passes run over (`RouteArrays`), or its IR
+    # (`RecycledRouteStep`, `build_route_step`: a module); the same decisions (tested)
+    route_steps: type = ArrayRouteSteps
 
     def __init__(self, engine: SimConfig, fleet: FleetConfig, backend: Backend = LocalInstances) -> None:
         self.engine_config = engine
@@ -314,7 +317,7 @@ class FleetSimulator:
                  "migrations": 0, "transfers": 0, "copied_blocks": 0, "copy_skipped": {}, "rerouted": 0, "lost": [],
                  "why": {}}
         manager = self.manager
-        skeleton = self.route_steps()  # one route step IR, refilled per arrival batch
+        skeleton = self.route_steps()  # builds each arrival batch's routing step (arrays, or a recycled IR)
         route_step_no = 0
         done = 0
         reported = 0
@@ -345,20 +348,23 @@ class FleetSimulator:
                 if k > 1 else hashes[starts[0]:ends[0]]
             digest = index.digest(np.unique(p_hash))
             keep = alive[digest[0]]
-            module = skeleton.build(route_step_no, round(at * 1e6), fleet, arr, (digest[0][keep], digest[1][keep]),
-                                      (p_id, p_hash))
+            built = skeleton.build(route_step_no, round(at * 1e6), fleet, arr, (digest[0][keep], digest[1][keep]),
+                                   (p_id, p_hash))
             route_step_no += 1
             t1 = time.perf_counter()
-            manager.run(module)
+            if type(built) is RouteArrays:
+                manager.run_view(built)
+                decisions = built.decisions()
+            else:  # the step's IR
+                manager.run(built)
+                decisions = RouteStep(route_steps_of(built)[0]).decisions()
             stats["pipeline_wall_s"] += time.perf_counter() - t1  # type: ignore[operator]
             decided = np.zeros(0, dtype=np.int64)
             moves: list[tuple[bool, int, int, int, int]] = []  # (migrate, hash, src, dst, bytes)
             adds: dict[int, tuple[list[int], list[int]]] = {}  # instance -> (requests, max tokens), routing order
-            for op in module.body.block.first_op.body.block.ops:  # type: ignore[union-attr]
-                kind = type(op)
+            for kind, cols in decisions:
                 if kind is RouteOp:
-                    rid, inst, dec, why = (op.ids, op.col("instance"), op.col("decode"),  # type: ignore[attr-defined]
-                                           op.col("why"))  # type: ignore[attr-defined]
+                    rid, inst, dec, why = cols["id"], cols["instance"], cols["decode"], cols["why"]
                     decided = np.concatenate([decided, rid])
                     for r, i, j, w in zip(rid.tolist(), inst.tolist(), dec.tolist(), why.tolist(), strict=True):
                         split = j != i and max_tokens[r] > 1
@@ -377,7 +383,7 @@ class FleetSimulator:
                         name = keyword(Why, w)
                         stats["why"][name] = stats["why"].get(name, 0) + 1  # type: ignore[index]
                 elif kind is RejectOp:
-                    rid, why = op.ids, op.col("why")  # type: ignore[attr-defined]
+                    rid, why = cols["id"], cols["why"]
                     decided = np.concatenate([decided, rid])
                     for r, w in zip(rid.tolist(), why.tolist(), strict=True):
                         reject_why[r] = reqs.rejected[r] = f"router: {keyword(Why, w)}"
@@ -385,14 +391,14 @@ class FleetSimulator:
                         done += 1
                 elif kind is ReplicateOp or kind is MigrateOp:
                     key = "replicas" if kind is ReplicateOp else "migrations"
-                    stats[key] += len(op.col("hash"))  # type: ignore[attr-defined, operator]
-                    stats["replica_bytes"] += int(op.col("bytes").sum())  # type: ignore[attr-defined, operator]
-                    cols = [op.col(c).tolist() for c in ("hash", "src", "dst", "bytes")]  # type: ignore[attr-defined]
-                    moves.extend((kind is MigrateOp, *move) for move in zip(*cols, strict=True))
+                    stats[key] += len(cols["hash"])  # type: ignore[operator]
+                    stats["replica_bytes"] += int(cols["bytes"].sum())  # type: ignore[operator]
+                    lists = [cols[c].tolist() for c in ("hash", "src", "dst", "bytes")]
+                    moves.extend((kind is MigrateOp, *move) for move in zip(*lists, strict=True))
                 elif kind is TransferOp:
-                    stats["transfers"] += len(op)  # type: ignore[arg-type, operator]
-                    for r, j, lat in zip(op.ids.tolist(), op.col("dst").tolist(),  # type: ignore[attr-defined]
-                                         op.col("latency_us").tolist(), strict=True):  # type: ignore[attr-defined]
+                    stats["transfers"] += len(cols["id"])  # type: ignore[operator]
+                    for r, j, lat in zip(cols["id"].tolist(), cols["dst"].tolist(), cols["latency_us"].tolist(),
+                                         strict=True):
                         if r in handoff:
                             handoff[r] = (j, lat * 1e-6)
             left = ids[~np.isin(ids, decided)]
