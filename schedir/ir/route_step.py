@@ -213,13 +213,7 @@ class RouteView:
             if pairs is None or n == 0:
                 self._chains = (EMPTY, np.zeros(n, dtype=np.int64))
             else:
-                rows = positions(self.arrival_col("id"), pairs[0])
-                hashes = pairs[1]
-                if rows.size > 1 and (np.diff(rows) < 0).any():
-                    order = np.argsort(rows, kind="stable")
-                    rows, hashes = rows[order], hashes[order]
-                counts = np.bincount(rows, minlength=n)
-                self._chains = (hashes, np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64))
+                self._chains = _chains_by_id(n, self.arrival_col("id"), pairs[0], pairs[1])
         return self._chains
 
     def prefix_hits(self) -> np.ndarray:
@@ -515,6 +509,27 @@ def _prefix_hits_by_id(n: int, m: int, arrival_ids: np.ndarray, p_ids: np.ndarra
                        fleet_ids: np.ndarray, d_ids: np.ndarray, d_hash: np.ndarray) -> np.ndarray:
     """`prefix_hit_kernel` over the pairs' ids (rows looked up here: one call, not three)."""
     return prefix_hit_kernel(n, m, _rows_of(arrival_ids, p_ids), p_hash, _rows_of(fleet_ids, d_ids), d_hash)
+
+
+@nb.njit(cache=True)
+def _chains_by_id(n: int, arrival_ids: np.ndarray, p_ids: np.ndarray,
+                  p_hash: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`RouteView.chains` in one call: the pairs' hashes grouped by arrival row (stable: chain
+    order kept) and the start of each row's chain."""
+    rows = _rows_of(arrival_ids, p_ids)
+    hashes = p_hash
+    for i in range(1, rows.size):
+        if rows[i] < rows[i - 1]:
+            order = np.argsort(rows, kind="mergesort")
+            rows, hashes = rows[order], p_hash[order]
+            break
+    starts = np.zeros(n, dtype=np.int64)
+    for i in range(rows.size):
+        if rows[i] + 1 < n:
+            starts[rows[i] + 1] += 1
+    for r in range(1, n):
+        starts[r] += starts[r - 1]
+    return hashes, starts
 
 
 def route_steps_of(module: Operation) -> list[RouteStepOp]:
