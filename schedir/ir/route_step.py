@@ -279,7 +279,8 @@ class RouteView:
         if hit_blocks is None:
             hit_blocks = (self.prefix_hits()[rows, instance] if self.has_prefix()
                           else np.zeros(rows.size, np.int64))
-        whys = np.full(rows.size, int(why), dtype=np.int64) if np.isscalar(why) else np.asarray(why, np.int64)
+        whys = (np.full(rows.size, int(why), dtype=np.int64) if isinstance(why, (int, np.integer))
+                else np.asarray(why, np.int64))
         return self._record(RouteOp, self._arrival_set(),
                             {"id": self.arrival_col("id")[rows], "instance": inst, "decode": dec,
                              "hit_blocks": np.asarray(hit_blocks, np.int64), "why": whys}, results=1)
