@@ -211,6 +211,7 @@ class PassManager:
     state: DeclaredState = attrs.field(init=False)
     _has_state: bool = attrs.field(init=False, default=False)
     _routes: bool = attrs.field(init=False, default=False)
+    _routes_only: bool = attrs.field(init=False, default=False)
     """The state the passes declare (`schedir.ir.state`), checked for conflicts at construction."""
 
     def __attrs_post_init__(self) -> None:
@@ -221,6 +222,8 @@ class PassManager:
         # computed once: `run` is the runtime's per-step path
         self._has_state = bool(self.state)
         self._routes = any(getattr(p, "over", "") == "cluster.route_step" for p in self.passes)
+        self._routes_only = bool(self.passes) and all(getattr(p, "over", "") == "cluster.route_step"
+                                                      for p in self.passes)
 
     def _state_defaults(self) -> tuple[dict[str, float], dict[str, int]]:
         return ({s.name: s.initial() for s in self.state.scheduler}, {s.name: s.default for s in self.state.requests})
@@ -304,10 +307,11 @@ class PassManager:
         """Run a routing pipeline over one routing step held as arrays (`RouteArrays`), unobserved:
         the passes as `run` runs them over the step's IR, with the same fact transitions, and
         nothing to walk or write (the fleet simulator's routing; `view.to_module()` gives the IR)."""
-        if not self.passes or not all(getattr(p, "over", "") == "cluster.route_step" for p in self.passes):
+        if not self._routes_only:
             raise PipelineError("run_view takes a routing pipeline (passes over cluster.route_step)")
-        self._marks.clear()
-        self._run_one(view, self._marks)  # type: ignore[arg-type]
+        marks = self._marks
+        marks.clear()
+        self._run_one(view, marks)  # type: ignore[arg-type]
 
     def _route_views(self, module: ModuleOp, has_steps: bool) -> list | None:
         """`RouteStep` views when the pipeline routes (`cluster.route_step` input), else None;
