@@ -179,6 +179,28 @@ def test_a_router_preset_is_refused_as_an_engine_pipeline() -> None:
         Scheduler(SchedulerConfig(pipeline="mooncake"))
 
 
+def random_route_inputs(rng, step: int, router: str, *, arrivals_per_step: int, load: tuple[int, int],
+                        whole_chains: bool = False):
+    """A random routing step over 6 instances: the fleet, 1..`arrivals_per_step` arrivals with
+    8-block chains from 3 families, and a digest: random holders per block, or (`whole_chains`)
+    each chain held whole by one instance and one family by a second too."""
+    m = 6
+    k = 1 + step % arrivals_per_step
+    f = fleet(m, queued=rng.integers(0, load[0], m), running=rng.integers(0, load[1], m),
+              role=[1] + [2] * 5 if router == "mooncake-pd" else None, position=np.arange(m) // 3,
+              queued_tokens=rng.integers(0, 60000 if load[0] < 10 else 200000, m),
+              digest_blocks=rng.integers(0, 3000, m))
+    a = arrivals(np.arange(step * 8, step * 8 + k), prompt=8 * 512 - 100, ttft_ms=2000, tbt_ms=100)
+    chains = rng.integers(0, 3, k)[:, None] * 100 + np.arange(8)[None, :] + 1
+    prefix = (np.repeat(a["id"], 8), chains.ravel())
+    held = np.unique(chains)
+    if not whole_chains:
+        return f, a, (rng.integers(0, m, held.size), held), prefix
+    extra = held[held // 100 == step % 3]
+    return f, a, (np.concatenate([(held // 100 + step) % m, (extra // 100 + step + 1) % m]),
+                  np.concatenate([held, extra])), prefix
+
+
 @pytest.mark.parametrize("router", ["round-robin", "least-load", "mooncake", "sglang-router", "mooncake-pd"])
 def test_recycled_route_step_gives_the_fresh_step_ir(router):
     """The fleet's refilled skeleton: after the pipeline, the same text as a freshly built step,
@@ -188,17 +210,8 @@ def test_recycled_route_step_gives_the_fresh_step_ir(router):
     rng = np.random.default_rng(7)
     manager = PassManager.parse(router)
     skeleton = RecycledRouteStep()
-    m = 6
     for step in range(12):
-        k = 1 + step % 4
-        f = fleet(m, queued=rng.integers(0, 8, m), running=rng.integers(0, 40, m), role=[1] + [2] * 5
-                  if router == "mooncake-pd" else None, position=np.arange(m) // 3,
-                  queued_tokens=rng.integers(0, 60000, m), digest_blocks=rng.integers(0, 3000, m))
-        a = arrivals(np.arange(step * 4, step * 4 + k), prompt=8 * 512 - 100, ttft_ms=2000, tbt_ms=100)
-        chains = rng.integers(0, 3, k)[:, None] * 100 + np.arange(8)[None, :] + 1
-        prefix = (np.repeat(a["id"], 8), chains.ravel())
-        held = np.unique(chains)
-        digest = (rng.integers(0, m, held.size), held)
+        f, a, digest, prefix = random_route_inputs(rng, step, router, arrivals_per_step=4, load=(8, 40))
         with_digest = None if step % 5 == 4 else digest  # a step of another layout rebuilds the skeleton
         fresh = build_route_step(step, step * 1000, f, a, with_digest, prefix)
         manager.run(fresh)
@@ -219,22 +232,11 @@ def test_route_arrays_decide_as_the_ir(router):
 
     rng = np.random.default_rng(11)
     manager = PassManager.parse(router)
-    m = 6
     kinds = set()
     for step in range(40):
-        k = 1 + step % 5
-        f = fleet(m, queued=rng.integers(0, 30, m), running=rng.integers(0, 60, m), role=[1] + [2] * 5
-                  if router == "mooncake-pd" else None, position=np.arange(m) // 3,
-                  queued_tokens=rng.integers(0, 200000, m), digest_blocks=rng.integers(0, 3000, m))
-        a = arrivals(np.arange(step * 8, step * 8 + k), prompt=8 * 512 - 100, ttft_ms=2000, tbt_ms=100)
-        chains = rng.integers(0, 3, k)[:, None] * 100 + np.arange(8)[None, :] + 1
-        prefix = (np.repeat(a["id"], 8), chains.ravel())
-        held = np.unique(chains)
-        # each chain held whole by one instance, a few by another too
-        holder = (held // 100 + step) % m
-        extra = held[held // 100 == step % 3]
-        digest = None if step % 7 == 6 else (np.concatenate([holder, (extra // 100 + step + 1) % m]),
-                                             np.concatenate([held, extra]))
+        f, a, digest, prefix = random_route_inputs(rng, step, router, arrivals_per_step=5, load=(30, 60),
+                                                   whole_chains=True)
+        digest = None if step % 7 == 6 else digest
         ir = build_route_step(step, step * 1000, f, a, digest, prefix)
         manager.run(ir)
         view = RouteArrays(step, step * 1000, f, a, digest, prefix)
@@ -250,6 +252,7 @@ def test_route_arrays_decide_as_the_ir(router):
             assert {n: v.tolist() for n, v in a_cols.items()} == {n: b_cols[n].tolist() for n in b_cols}
             assert all(v.dtype == np.int64 for v in a_cols.values())  # as the IR's columns
         kinds |= {kind.name for kind, _ in got}
+    assert print_ir(parse_step_text(print_ir(out))) == print_ir(out)
     assert "cluster.route" in kinds
     if router.startswith("mooncake"):
         assert "cluster.reject" in kinds
