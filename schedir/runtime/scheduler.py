@@ -127,7 +127,7 @@ class Scheduler:
         self.swapped = _EMPTY  # preempted by swap, KV on the host tier, in swap-out order (vLLM v0)
         self._step = 0
         self._front = 0  # FCFS key of the next request put back at the front (preempted)
-        self._request_state_writes = 0  # bumped by every write of declared request state (steady memo)
+        self._request_state_writes = 0  # bumped by every write of declared request state (SteadyAnswers)
         self._back = 0  # FCFS key of the next arrival
         self._finished: list[str] = []
         self._stop_rows = _EMPTY
