@@ -31,6 +31,7 @@ import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import attrs
 import numba as nb
@@ -39,9 +40,9 @@ import numpy as np
 from schedir.dialects.cluster import MigrateOp, RejectOp, ReplicateOp, RouteOp, TransferOp
 from schedir.dialects.codes import Role, Why, keyword
 from schedir.ir.errors import PipelineError
-from schedir.ir.pipeline import PassManager
+from schedir.ir.pipeline import Instrumentation, PassManager
 from schedir.ir.route_arrays import ArrayRouteSteps, RouteArrays
-from schedir.ir.route_step import RouteStep, route_steps_of
+from schedir.ir.route_step import RouteStep, build_route_step, route_steps_of
 from schedir.passes.route_kernels import LinkOptions
 from schedir.sim.config import SimConfig
 from schedir.sim.cost_model import CostModel
@@ -100,6 +101,10 @@ class FleetConfig:
     removals: tuple[Removal, ...] = ()
     label: str | None = None
     copy_kv: bool = True  # apply replicate / migrate decisions to the pools (False: count them only)
+    # routing steps (numbered from 1, as their IR shows them) whose IR to write after every pass
+    # to `dump_dir` (route-step-00005-01-slo-early-reject.mlir ...): a tuple of numbers or "all"
+    dump_steps: tuple[int, ...] | str = ()
+    dump_dir: Path | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.instances < 1:
@@ -117,6 +122,8 @@ class FleetConfig:
         if not 0 <= self.prefill_instances < self.instances:
             raise ValueError(f"--prefill-instances must lie in 0..{self.instances - 1} (some instances must "
                              f"decode), got {self.prefill_instances}")
+        if self.dump_steps and self.dump_dir is None:
+            raise ValueError("--dump-steps needs --dump-dir (where to write the IR)")
         if self.prefill_instances and self.removals:
             raise ValueError(f"{self.removals[0].flag} is not simulated with P/D disaggregation "
                              "(--prefill-instances)")
@@ -318,7 +325,8 @@ class FleetSimulator:
                  "why": {}}
         manager = self.manager
         skeleton = self.route_steps()  # builds each arrival batch's routing step (arrays, or a recycled IR)
-        route_step_no = 0
+        route_step_no = 1  # as the IR numbers it (engine steps count from 1 too)
+        dumps = fc.dump_steps if isinstance(fc.dump_steps, str) else frozenset(fc.dump_steps)
         done = 0
         reported = 0
         nxt = 0
@@ -348,16 +356,22 @@ class FleetSimulator:
                 if k > 1 else hashes[starts[0]:ends[0]]
             digest = index.digest(np.unique(p_hash))
             keep = alive[digest[0]]
-            built = skeleton.build(route_step_no, round(at * 1e6), fleet, arr, (digest[0][keep], digest[1][keep]),
-                                   (p_id, p_hash))
-            route_step_no += 1
+            pairs = (digest[0][keep], digest[1][keep])
+            dumped = bool(dumps) and (dumps == "all" or route_step_no in dumps)
+            built = (build_route_step(route_step_no, round(at * 1e6), fleet, arr, pairs, (p_id, p_hash)) if dumped
+                     else skeleton.build(route_step_no, round(at * 1e6), fleet, arr, pairs, (p_id, p_hash)))
             t1 = time.perf_counter()
-            if type(built) is RouteArrays:
+            if dumped:  # the step's IR, verified and written after every pass (it replays with `schedir opt`)
+                instrument = Instrumentation(dump_dir=fc.dump_dir, prefix=f"route-step-{route_step_no:05d}-")
+                PassManager.parse(fc.router, verify_each=True, instrument=instrument).run(built)
+                decisions = RouteStep(route_steps_of(built)[0]).decisions()
+            elif type(built) is RouteArrays:
                 manager.run_view(built)
                 decisions = built.decisions()
             else:  # the step's IR
                 manager.run(built)
                 decisions = RouteStep(route_steps_of(built)[0]).decisions()
+            route_step_no += 1
             stats["pipeline_wall_s"] += time.perf_counter() - t1  # type: ignore[operator]
             decided = np.zeros(0, dtype=np.int64)
             moves: list[tuple[bool, int, int, int, int]] = []  # (migrate, hash, src, dst, bytes)

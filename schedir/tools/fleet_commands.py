@@ -86,8 +86,12 @@ def fleet_run(args: argparse.Namespace, console: Console, router: str, workload:
     from schedir.tools.sim_commands import base_config
 
     engine = base_config(args, args.preset if hasattr(args, "preset") else "vllm")
+    from schedir.tools.sim_commands import parse_dump_steps
+
+    dump_steps = getattr(args, "dump_steps", None)  # `sim` has them (the routing steps'), `bench` does not
     fleet = FleetConfig(instances=args.instances, router=router, instances_per_position=args.instances_per_node,
-                        prefill_instances=args.prefill_instances, removals=removals)
+                        prefill_instances=args.prefill_instances, removals=removals,
+                        dump_steps=parse_dump_steps(dump_steps), dump_dir=getattr(args, "dump_dir", None))
     simulator = FleetSimulator(engine, fleet, backend)
     if not args.quiet:
         where = " (Ray actors)" if args.backend == "ray" else ""
@@ -129,13 +133,14 @@ def check_fleet_args(args: argparse.Namespace) -> None:
 
 
 def cmd_fleet_sim(args: argparse.Namespace, console: Console) -> int:
-    from schedir.tools.sim_commands import load_workload
+    from schedir.tools.sim_commands import load_workload, parse_dump_steps
 
     check_fleet_args(args)
     removals = tuple(parse_removal(text) for text in args.remove_instance) + \
         tuple(parse_removal(text, kill=True) for text in args.kill_instance)
     FleetConfig(instances=args.instances, router=args.router, removals=removals,  # refuse bad options before loading
-                prefill_instances=args.prefill_instances)
+                prefill_instances=args.prefill_instances, dump_dir=args.dump_dir,
+                dump_steps=parse_dump_steps(args.dump_steps))
     backend = make_backend(args)
     workload = load_workload(args, console)
     try:

@@ -93,7 +93,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     add_workload_arguments(sim, None)
     sim.add_argument("--preset", default="vllm", metavar="NAME", help="a preset or a pass list (default vllm)")
     add_deployment_arguments(sim)
-    sim.add_argument("--dump-steps", metavar="LIST", help="steps whose IR to dump after every pass: 1,5,10-12 or all")
+    sim.add_argument("--dump-steps", metavar="LIST", help="steps whose IR to dump after every pass: 1,5,10-12 or all "
+                     "(with --instances: the router's routing steps)")
     sim.add_argument("--dump-dir", type=Path, metavar="DIR", help="where --dump-steps writes")
     sim.add_argument("--requests-csv", type=Path, metavar="OUT",
                      help="write one row per request: queueing, TTFT, mean TBT, E2E, preemptions, prefix hit")
