@@ -222,3 +222,33 @@ def test_fuzzer_finds_and_shrinks_a_planted_divergence(vllm: ModuleType, monkeyp
 def test_load_cases_reads_the_directory() -> None:
     loaded = load_cases()
     assert [p for p, _ in loaded] == REGRESSION_CASES
+
+
+def test_held_answers_fuzz_mode_compares_every_step(tmp_path: Path) -> None:
+    """`benchmarks/parity_fuzz.py --held`: sglang cases run with held steady answers and with
+    every pass asked every step agree (decisions, blocks and scheduler state after every step),
+    and a ratio held at a value instead of decayed is reported as divergent (exit 1)."""
+    import importlib.util
+
+    from schedir.passes.sglang_decode import SglangDecode
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("parity_fuzz_cli", root / "benchmarks" / "parity_fuzz.py")
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    out = tmp_path / "held.json"
+    assert module.main(["--held", "--cases", "3", "--size", "ci", "--presets", "sglang", "--json", str(out)]) == 0
+    tally = json.loads(out.read_text())["presets"]["sglang"]
+    assert tally["cases"] == 3 and not tally["divergent"] and tally["asked_held"] < tally["asked_every"] / 2
+
+    real = SglangDecode.steady_state
+
+    def valued(self, ctx):  # type: ignore[no-untyped-def]
+        said = real(self, ctx)
+        return said and {k: (v.apply(ctx.scheduler_state[k]) if k == "new_token_ratio" else v) for k, v in said.items()}
+
+    SglangDecode.steady_state = valued  # type: ignore[method-assign]
+    try:
+        assert module.main(["--held", "--cases", "3", "--size", "ci", "--presets", "sglang"]) == 1
+    finally:
+        SglangDecode.steady_state = real  # type: ignore[method-assign]
