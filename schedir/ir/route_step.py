@@ -38,6 +38,7 @@ from schedir.dialects.codes import Role, Why
 from schedir.dialects.columns import ColumnsAttr
 from schedir.dialects.sched import i64_attr
 from schedir.ir.fastop import append_operand, clear_decisions, insert_before, new_op, region_of
+from schedir.ir.step import LiveFacts
 
 EMPTY = np.zeros(0, dtype=np.int64)
 
@@ -305,7 +306,7 @@ class RouteView:
                          {"hash": hashes, "src": src, "dst": dst, "bytes": nbytes, "benefit_us": benefit_us})
 
 
-class RouteStep(RouteView):
+class RouteStep(RouteView, LiveFacts):
     """Read and extend one `cluster.route_step` op."""
 
     def __init__(self, op: RouteStepOp) -> None:
@@ -354,11 +355,6 @@ class RouteStep(RouteView):
         if self._fact_set is None:
             self._fact_set = frozenset(f.data for f in self.op.facts.data)
         return self._fact_set
-
-    def set_facts(self, facts: frozenset[str], *, write: bool = True) -> None:
-        self._fact_set = facts
-        if write:
-            self.write_facts()
 
     def write_facts(self) -> None:
         if self._fact_set is not None:

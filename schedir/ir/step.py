@@ -141,7 +141,24 @@ class Usage:
         return facts.free_blocks + self.blocks_given - self.blocks_taken
 
 
-class Step:
+class LiveFacts:
+    """The facts a view's passes have established so far, and when they reach its IR: a view
+    keeps them as `_fact_set` and writes them with `write_facts` (the pass manager's protocol;
+    `Step`, `RouteStep`)."""
+
+    _fact_set: frozenset[str] | None
+
+    def set_facts(self, facts: frozenset[str], *, write: bool = True) -> None:
+        """Record the live facts; with `write=False` the IR is updated later by `write_facts`."""
+        self._fact_set = facts
+        if write:
+            self.write_facts()
+
+    def write_facts(self) -> None:
+        raise NotImplementedError
+
+
+class Step(LiveFacts):
     """Read and extend one `sched.step` op."""
 
     def __init__(self, op: StepOp) -> None:
@@ -191,12 +208,6 @@ class Step:
 
     def has_fact(self, fact: str) -> bool:
         return fact in self.fact_set
-
-    def set_facts(self, facts: frozenset[str], *, write: bool = True) -> None:
-        """Record the live facts; with `write=False` the IR is updated later by `write_facts`."""
-        self._fact_set = facts
-        if write:
-            self.write_facts()
 
     def write_facts(self) -> None:
         if self._fact_set is not None:

@@ -361,15 +361,15 @@ class FleetSimulator:
             built = (build_route_step(route_step_no, round(at * 1e6), fleet, arr, pairs, (p_id, p_hash)) if dumped
                      else skeleton.build(route_step_no, round(at * 1e6), fleet, arr, pairs, (p_id, p_hash)))
             t1 = time.perf_counter()
-            if dumped:  # the step's IR, verified and written after every pass (it replays with `schedir opt`)
-                instrument = Instrumentation(dump_dir=fc.dump_dir, prefix=f"route-step-{route_step_no:05d}-")
-                PassManager.parse(fc.router, verify_each=True, instrument=instrument).run(built)
-                decisions = RouteStep(route_steps_of(built)[0]).decisions()
-            elif type(built) is RouteArrays:
+            if type(built) is RouteArrays:
                 manager.run_view(built)
                 decisions = built.decisions()
-            else:  # the step's IR
-                manager.run(built)
+            else:  # the step's IR; a dumped one verified and written after every pass (it replays with `schedir opt`)
+                if dumped:
+                    instrument = Instrumentation(dump_dir=fc.dump_dir, prefix=f"route-step-{route_step_no:05d}-")
+                    PassManager.parse(fc.router, verify_each=True, instrument=instrument).run(built)
+                else:
+                    manager.run(built)
                 decisions = RouteStep(route_steps_of(built)[0]).decisions()
             route_step_no += 1
             stats["pipeline_wall_s"] += time.perf_counter() - t1  # type: ignore[operator]
