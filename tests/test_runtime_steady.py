@@ -50,14 +50,14 @@ def replay(steady: bool, *, pipeline: str = "vllm", seed: int, num_blocks: int, 
            caching: bool = True, policy: str = "fcfs", depth: int = 1, max_seqs: int = 6, n: int = 60,
            long_prefill: int = 0, async_mode: bool = False, budget: int = 48,
            tenants: int = 0, spread: int = 300, prompt_len: int = 30,
-           memo: bool = True) -> tuple[list[tuple], int, int]:
+           memo: bool = True, cpu_blocks: int = 0) -> tuple[list[tuple], int, int]:
     """Run one random trace (shared prefixes, aborts, arrivals over `spread` ticks); returns every
     step's output and state, how many steps were steady decode steps and how many running steps
     (both lowered without their IR)."""
     cfg = SchedulerConfig(pipeline=pipeline, num_blocks=num_blocks, block_size=block_size,
                           max_num_batched_tokens=budget, max_num_seqs=max_seqs, max_model_len=160,
                           enable_prefix_caching=caching, policy=policy, async_scheduling=depth > 1 or async_mode,
-                          long_prefill_token_threshold=long_prefill)
+                          long_prefill_token_threshold=long_prefill, num_cpu_blocks=cpu_blocks)
     now = [0.0]
     sched = Scheduler(cfg, clock=lambda: now[0])  # the trace's clock: slo-aware's deadlines read it
     if not steady:
@@ -136,6 +136,15 @@ CASES += [  # slo-aware-reject: steady with requests waiting only while none of 
     # (order-slo's `steady_state` judges the whole queue against the step's clock)
     dict(seed=41, num_blocks=400, pipeline="slo-aware-reject", max_seqs=3),
     dict(seed=42, num_blocks=200, pipeline="slo-aware-reject", max_seqs=2),
+]
+CASES += [  # vLLM v0: steady while nothing is swapped out, no seat is free for a waiting request (or
+    # nobody waits) and the free blocks cover v0's worst case, one per decode (v0-running's
+    # `steady_state`); the delay rule's clock is written every step (v0-prefills')
+    dict(seed=61, num_blocks=400, pipeline="vllm-v0", caching=False, budget=160, max_seqs=3),
+    dict(seed=62, num_blocks=60, pipeline="vllm-v0", caching=False, budget=160),  # preemption by recompute
+    dict(seed=63, num_blocks=60, pipeline="vllm-v0-swap", caching=False, budget=160, cpu_blocks=40),
+    dict(seed=64, num_blocks=200, pipeline="order-vllm,v0-prefills{delay-factor=0.5},v0-running,v0-swapped",
+         caching=False, budget=160, max_seqs=3),
 ]
 # running steps (vllm: nobody in the admission window, the running requests mid-prefill or
 # decoding; `StepPass.decide_running`): bursts that queue more than the window, prompts longer
@@ -395,7 +404,9 @@ def test_which_presets_take_steady_steps():
     for name in ("vllm", "slo-aware", "slo-aware-reject", "base", "base-priority", "orca", "with-prefix-aware",
                  "sarathi", "sglang", "sglang-mixed", "vtc"):
         assert steady(name), name
-    for name in ("fastserve", "vllm-v0", "vllm-v0-swap", "vllm-v0-chunked", "with-all-passes"):
+    for name in ("vllm-v0", "vllm-v0-swap"):  # swapped requests make a step unsteady, not the queue
+        assert steady(name), name
+    for name in ("fastserve", "vllm-v0-chunked", "with-all-passes"):
         assert not steady(name), name
     # a queue option that points a waiting-queue pass at the running queue makes it unsteady
     assert not parse_passes("order-vllm{queue=running}")[0].decodes_steadily()

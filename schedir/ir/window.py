@@ -49,6 +49,8 @@ class WindowContext:
     # the step's clock (its `now_us` fact) for a pipeline that reads it (`StepPass.reads_clock`),
     # else -1; set for steady steps (`StepPass.steady_state`)
     now_us: int = -1
+    # the number of the step being decided (its `step` fact); set for steady steps
+    step: int = 0
 
     NONE: ClassVar[np.ndarray] = np.zeros(0, dtype=np.int64)  # nobody
 

@@ -42,9 +42,36 @@ class V0Prefills(StepPass):
     policies: ClassVar[tuple[str, ...]] = ("fcfs",)  # v0's _schedule_priority_preemption is not reproduced yet
     scheduler_state: ClassVar[tuple] = SCHEDULER_STATE
     reads_clock: ClassVar[bool] = True
+    # steady decode steps: over the waiting queue; nobody admitted or ignored, the delay rule's clock
+    # written (`steady_state`)
+    steady_when: ClassVar[dict[str, str]] = {"queue": "waiting"}
 
     delay_factor: float = 0.0
     queue: str = "waiting"
+
+    def steady_state(self, ctx: WindowContext) -> dict[str, float] | None:
+        """What a steady step writes: `_passed_delay`'s clock (it runs every step nothing is
+        swapped out), when the step admits and ignores nobody: nobody waits, or every seat is
+        taken and no waiting request is one v0 would ignore (those ahead of the first that
+        stops the loop are ignored whatever stops it). Else None: the IR decides."""
+        if ctx.waiting.size:
+            if ctx.running.size < ctx.max_seqs or self._ignored(ctx).any():
+                return None
+        state = ctx.scheduler_state
+        now = float(max(ctx.now_us, 0))
+        latency = float(state.get(LAST_LATENCY.name, 0.0))
+        if state.get(PREV_PROMPT.name, 0.0):
+            latency = now - float(state.get(PREV_TIME.name, 0.0))
+        return {PREV_TIME.name: now, PREV_PROMPT.name: 0.0, LAST_LATENCY.name: latency}
+
+    @staticmethod
+    def _ignored(ctx: WindowContext) -> np.ndarray:
+        """Which waiting requests v0 ignores when it reaches them: longer than the prompt limit, or
+        needing more blocks than the pool above the watermark can ever give (`can_allocate` NEVER)."""
+        total = ctx.column("total", ctx.waiting)
+        limit = min(ctx.max_model_len, ctx.token_budget)
+        never = ctx.total_blocks - -(-total // ctx.block_size) < K.watermark_blocks(ctx.total_blocks)
+        return (total > limit) | never
 
     def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
         """While max_seqs requests run, the loop ignores (rejects) every request it reaches that
@@ -53,10 +80,7 @@ class V0Prefills(StepPass):
         (`queued`). Else, or with the delay rule (it reads the oldest arrival), the whole queue."""
         if self.queue != "waiting" or self.delay_factor > 0 or ctx.running.size < ctx.max_seqs:
             return None
-        total = ctx.column("total", ctx.waiting)
-        limit = min(ctx.max_model_len, ctx.token_budget)
-        never = ctx.total_blocks - -(-total // ctx.block_size) < K.watermark_blocks(ctx.total_blocks)
-        ignored = (total > limit) | never
+        ignored = self._ignored(ctx)
         rest = np.flatnonzero(~ignored)
         if not rest.size:
             return None

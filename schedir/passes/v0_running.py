@@ -73,9 +73,18 @@ class V0Running(StepPass):
     stops_past_max_model_len: ClassVar[bool] = True  # v0's StopChecker: len > max_model_len
     no_prefix_cache: ClassVar[bool] = True  # v0's prefix-caching allocator is not reproduced yet
     policies: ClassVar[tuple[str, ...]] = ("fcfs",)  # v0's _schedule_priority_preemption is not reproduced yet
+    # steady decode steps: over the running queue, when no request can run short of a free block
+    steady_when: ClassVar[dict[str, str]] = {"queue": "running"}
 
     preemption: str = "auto"
     queue: str = "running"
+
+    def steady_state(self, ctx: WindowContext) -> dict[str, float] | None:
+        """Nothing written, when no decode can find the free blocks short: v0 asks one free block
+        per decode (`can_append_slots`' worst case) before each, and the i-th finds at least
+        free - i, so as many free blocks as running requests preempt nobody. Else None (a
+        steady step's rule, the blocks its tokens need, would not see v0's preemption)."""
+        return {} if ctx.free_blocks >= ctx.running.size else None
 
     def __post_init__(self) -> None:
         if self.preemption not in _MODES:

@@ -43,6 +43,8 @@ class V0Swapped(StepPass):
     stops_past_max_model_len: ClassVar[bool] = True  # v0's StopChecker: len > max_model_len
     no_prefix_cache: ClassVar[bool] = True  # v0's prefix-caching allocator is not reproduced yet
     policies: ClassVar[tuple[str, ...]] = ("fcfs",)  # v0's _schedule_priority_preemption is not reproduced yet
+    # steady decode steps: over the swapped queue, empty in a steady step
+    steady_when: ClassVar[dict[str, str]] = {"queue": "swapped", "running": "running"}
 
     queue: str = "swapped"
     running: str = "running"

@@ -235,10 +235,9 @@ class Scheduler:
         self._declared_window = not self.window and all(
             type(p).waiting_window is not StepPass.waiting_window for p in manager.passes)
         # steady decode steps skip the IR when every pass decides them as `decodes_steadily` says
-        # (no swapped queue; not while verify_each asks for every step's IR to be verified); from
-        # the pipeline's first IR step on, which checks it against the step's facts
-        self._steady_pipeline = (not swap_queue and not cfg.verify_each
-                                 and all(p.decodes_steadily() for p in manager.passes))
+        # (none while a request is swapped out; not while verify_each asks for every step's IR to
+        # be verified); from the pipeline's first IR step on, which checks it against the step's facts
+        self._steady_pipeline = not cfg.verify_each and all(p.decodes_steadily() for p in manager.passes)
         # ... asking each pass what it writes then (see StepPass.steady_state) when one keeps state
         # or orders the batch; the radix pool's steady steps are always asked so
         declared = self._steady_pipeline and (radix or any(
@@ -249,7 +248,8 @@ class Scheduler:
                                       if type(p).steady_order is not StepPass.steady_order)
         # ... holding their answers over a run of steps when they declare what they read (StepPass.steady_reads)
         reuse = getattr(self, "_answers", None) is None or self._answers.reuse
-        self._answers = SteadyAnswers(self._steady_declared, self._steady_orderers, self.scheduler_state)
+        self._answers = SteadyAnswers(self._steady_declared, self._steady_orderers, self.scheduler_state,
+                                      manager.state.request_names)
         self._answers.reuse = reuse
         self._steady_pipeline = self._steady_pipeline and (not radix or declared)
         # running steps (nobody admissible waiting) are decided by the one pass that decides them
@@ -645,7 +645,8 @@ class Scheduler:
         return waiting[np.unique(np.concatenate(parts)) if len(parts) > 1 else np.sort(parts[0])]
 
     def _window_context(self, waiting: np.ndarray, steady: bool,
-                        scheduler_state: Mapping[str, float | np.ndarray], now_us: int = -1) -> WindowContext:
+                        scheduler_state: Mapping[str, float | np.ndarray], now_us: int = -1,
+                        step: int = 0) -> WindowContext:
         """The runtime's state as `waiting_window` and `steady_state` read it (see `schedir.ir.window`)."""
         pool = self.pool
         oversized = np.flatnonzero(self._oversized[waiting]) if self._oversized_waiting else WindowContext.NONE
@@ -655,7 +656,8 @@ class Scheduler:
             ctx = self._ctx = WindowContext(
                 self.running, waiting, cfg.max_num_seqs, pool.num_free, pool.usable_blocks,
                 cfg.max_num_batched_tokens, cfg.block_size, cfg.max_model_len, oversized, scheduler_state,
-                self._request_state_of, self._column_of, {}, steady, self._state_of, self._table_column, now_us)
+                self._request_state_of, self._column_of, {}, steady, self._state_of, self._table_column, now_us,
+                step)
             return ctx
         ctx.running = self.running
         ctx.waiting = waiting
@@ -666,6 +668,7 @@ class Scheduler:
         ctx.memo = {}
         ctx.steady = steady
         ctx.now_us = now_us
+        ctx.step = step
         return ctx
 
     def _table_column(self, name: str) -> np.ndarray:
@@ -715,13 +718,18 @@ class Scheduler:
             out = self._steady_radix(step, running if order is None else running[order])
         if out is not None:
             SteadyAnswers.write(self.scheduler_state, answer)
+            if answer[3]:  # request state of the batch's rows
+                table = self.table
+                for name, values in answer[3]:
+                    table.state[table.state_index[name], running] = values
+                self._request_state_writes += 1
         return out
 
     def _steady_context(self, state: dict) -> WindowContext:
         """The passes' view before a steady step, over `state` (`SteadyAnswers.answer`)."""
         # the clock as the step's now_us fact would read it (a simulator's: the same instant)
         now_us = max(round(self.clock() * 1e6), 0) if self._reads_clock else -1
-        return self._window_context(self.waiting, True, state, now_us)
+        return self._window_context(self.waiting, True, state, now_us, self._step)
 
     def _steady_radix(self, step: int, rows: np.ndarray) -> SchedulerOutput | None:
         """`_steady_step` on the radix pool: each of `rows` (the batch, in its order) gets one more

@@ -31,8 +31,9 @@ class SteadyAnswers:
     from being taken by a new one."""
 
     def __init__(self, passes: Sequence[StepPass], orderers: Sequence[StepPass],
-                 scheduler_state: Mapping[str, float | np.ndarray]) -> None:
+                 scheduler_state: Mapping[str, float | np.ndarray], request_names: Sequence[str] = ()) -> None:
         self.passes = tuple(passes)
+        self.request_names = frozenset(request_names)  # declared request state: written per batch row
         self.orderers = tuple(orderers)
         reads = [p.steady_reads for p in self.passes]
         names = sorted(set().union(*[r for r in reads if r is not None]))
@@ -49,7 +50,7 @@ class SteadyAnswers:
 
     def answer(self, running: np.ndarray, waiting: np.ndarray, request_state_writes: int,
                scheduler_state: Mapping[str, float | np.ndarray], ctx_of) -> tuple | None:  # noqa: ANN001
-        """This step's (constants, transitions, order), or None when a pass would decide it
+        """This step's (constants, transitions, order, request-state rows), or None when a pass would decide it
         otherwise; `ctx_of(state)` builds the passes' `WindowContext` over a state dict when
         they must be asked."""
         held = self.held
@@ -63,12 +64,16 @@ class SteadyAnswers:
         ctx = ctx_of(state)
         constants: dict = {}
         transitions: dict[str, list[Decay]] = {}
+        rows: dict[str, np.ndarray] = {}
+        requests = self.request_names
         for p in self.passes:
             said = p.steady_state(ctx)
             if said is None:
                 return None
             for name, value in said.items():
-                if type(value) is Decay:
+                if name in requests:  # the batch's rows' values, aligned with ctx.running
+                    rows[name] = value
+                elif type(value) is Decay:
                     if name in constants:  # set earlier this step: the result is a constant too
                         constants[name] = value.apply(constants[name])
                     else:
@@ -83,8 +88,8 @@ class SteadyAnswers:
             order = p.steady_order(ctx)
             if order is not None:
                 break
-        answer = (constants, tuple(transitions.items()), order)
-        if self.holds and self.reuse:
+        answer = (constants, tuple(transitions.items()), order, tuple(rows.items()))
+        if self.holds and self.reuse and not rows:  # row values are written, so the next step asks again
             self.held = (running, waiting, request_state_writes,
                          self.read_values(scheduler_state), answer)
         return answer
@@ -92,7 +97,7 @@ class SteadyAnswers:
     @staticmethod
     def write(scheduler_state: dict, answer: tuple) -> None:
         """Write a step's answers into the scheduler state (once the step was taken)."""
-        constants, transitions, _ = answer
+        constants, transitions, _, _ = answer
         if constants:
             scheduler_state.update(constants)
         for name, steps in transitions:
