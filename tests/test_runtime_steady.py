@@ -146,6 +146,14 @@ CASES += [  # vLLM v0: steady while nothing is swapped out, no seat is free for 
     dict(seed=64, num_blocks=200, pipeline="order-vllm,v0-prefills{delay-factor=0.5},v0-running,v0-swapped",
          caching=False, budget=160, max_seqs=3),
 ]
+CASES += [  # the seed's four passes: memory-aware-preemption writes when each running request last ran
+    # (request state of the batch's rows) and is steady while it can preempt nobody
+    dict(seed=71, num_blocks=60, pipeline="with-all-passes", max_seqs=4),
+    dict(seed=72, num_blocks=400, pipeline="with-all-passes", max_seqs=3),
+    dict(seed=73, num_blocks=45, pipeline="reject-oversized,prefix-cache-aware,batching-efficiency{max-age-ms=300},"
+                                       "priority-based,memory-aware-preemption{victim=lru},schedule-running,"
+                                       "admit-greedy,verify-step"),
+]
 # running steps (vllm: nobody in the admission window, the running requests mid-prefill or
 # decoding; `StepPass.decide_running`): bursts that queue more than the window, prompts longer
 # than the budget (chunks), pools tight enough that the queue's head does not fit, preemption
@@ -246,11 +254,16 @@ def test_steady_steps_with_a_waiting_queue_admission_cannot_reach(cfg):
 
 
 @pytest.mark.parametrize("mutation", ["running order", "no decay", "admission ignores its gate", "no vtc charge",
-                                      "no vtc lift", "nobody hopeless"])
+                                      "no vtc lift", "nobody hopeless", "no last run", "nobody to preempt",
+                                      "v0 preempts nobody"])
 def test_steady_steps_need_what_their_passes_declare(mutation, monkeypatch):
-    """The sglang and vtc cases fail when a declaration is wrong: the batch decoded in running
-    order instead of join order, the ratio not decayed, admission declared steady when its gate
-    is open, the tenants' counters not charged or not lifted, no waiting request judged hopeless."""
+    """The sglang, vtc, seed and v0 cases fail when a declaration is wrong: the batch decoded in
+    running order instead of join order, the ratio not decayed, admission declared steady when its
+    gate is open, the tenants' counters not charged or not lifted, no waiting request judged
+    hopeless, the batch's last run not written, memory-aware-preemption or v0-running declared
+    steady when they would preempt."""
+    from schedir.passes.memory_aware_preemption import LAST_RUN, MemoryAwarePreemption
+    from schedir.passes.v0_running import V0Running
     from schedir.passes.sglang_admit import SglangAdmit
     from schedir.passes.sglang_decode import SglangDecode
     from schedir.passes.vtc_account import VtcAccount
@@ -262,6 +275,27 @@ def test_steady_steps_need_what_their_passes_declare(mutation, monkeypatch):
         monkeypatch.setattr(OrderSlo, "steady_state", lambda self, ctx: {})
         slo = [c for c in CASES if c.get("pipeline") == "slo-aware-reject" and "max_seqs" in c]
         assert any(replay(True, **case)[0] != replay(False, **case)[0] for case in slo), mutation
+        return
+    if mutation in ("no last run", "nobody to preempt"):
+        declared = MemoryAwarePreemption.steady_state
+
+        def mutated(self, ctx):  # type: ignore[no-untyped-def]
+            if mutation == "nobody to preempt":  # its writes, as if nobody waited
+                waiting, ctx.waiting = ctx.waiting, ctx.NONE
+                writes = declared(self, ctx)
+                ctx.waiting = waiting
+                return writes
+            writes = declared(self, ctx)
+            return writes and {k: v for k, v in writes.items() if k != LAST_RUN.name}
+
+        monkeypatch.setattr(MemoryAwarePreemption, "steady_state", mutated)
+        seed = [c for c in CASES if c["seed"] in (71, 72, 73)]
+        assert any(replay(True, **case)[0] != replay(False, **case)[0] for case in seed), mutation
+        return
+    if mutation == "v0 preempts nobody":
+        monkeypatch.setattr(V0Running, "steady_state", lambda self, ctx: {})
+        v0 = [c for c in CASES if c["seed"] in (62, 63)]
+        assert any(replay(True, **case)[0] != replay(False, **case)[0] for case in v0), mutation
         return
     if mutation.startswith("no vtc"):
         monkeypatch.setattr(VtcAccount if mutation == "no vtc charge" else VtcOrder, "steady_state",
@@ -406,7 +440,8 @@ def test_which_presets_take_steady_steps():
         assert steady(name), name
     for name in ("vllm-v0", "vllm-v0-swap"):  # swapped requests make a step unsteady, not the queue
         assert steady(name), name
-    for name in ("fastserve", "vllm-v0-chunked", "with-all-passes"):
+    assert steady("with-all-passes")
+    for name in ("fastserve", "vllm-v0-chunked"):
         assert not steady(name), name
     # a queue option that points a waiting-queue pass at the running queue makes it unsteady
     assert not parse_passes("order-vllm{queue=running}")[0].decodes_steadily()

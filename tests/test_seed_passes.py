@@ -48,6 +48,14 @@ def test_batching_efficiency_in_runtime_and_age_bound() -> None:
     s2.add_request(Request("long", [2] * 900, max_tokens=1, arrival_time=9.0))  # older than 500 ms
     s2.add_request(Request("short2", [3] * 55, max_tokens=1, arrival_time=9.99))
     assert s2.schedule().req_ids[0] == "long"  # the aged one keeps FCFS precedence
+    # aged requests go first, FCFS, ahead of the group their length would put them behind: at
+    # 10.0 s, "short1" and "long" have waited over 500 ms ("short2" has not); the age bound
+    # reads the runtime's clock (the pass declares `reads_clock`)
+    s3 = Scheduler(cfg, clock=lambda: t[0])
+    s3.add_request(Request("short1", [1] * 50, max_tokens=1, arrival_time=9.0))
+    s3.add_request(Request("long", [2] * 900, max_tokens=1, arrival_time=9.1))
+    s3.add_request(Request("short2", [3] * 55, max_tokens=1, arrival_time=9.95))
+    assert s3.schedule().req_ids == ["short1", "long"]
 
 
 def test_victim_orders() -> None:

@@ -115,7 +115,10 @@ class StepPass(ModulePass):
         gate skips a prefill batch with requests waiting), where the others leave them to their
         `waiting_window`. The default: `{}` when nobody waits or the pass's window answers
         nobody, else None. The runtime writes the passes' values in pipeline order (a later
-        pass's value wins, as its `sched.set_state` would) after the step is lowered. Pure: it
+        pass's value wins, as its `sched.set_state` would) after the step is lowered. A value
+        for one of the pass's declared request state is an int64 array aligned with
+        `ctx.running`: the batch's rows' new values (when each last ran), written as its
+        `sched.set_request_state` would (such answers are asked again every step). Pure: it
         reads `ctx` and changes nothing (an array it writes is a new one), as the runtime may
         still find the step unsteady and build its IR."""
         if not ctx.waiting.size:

@@ -11,6 +11,7 @@ import numpy as np
 from schedir.ir.errors import PassFailure
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
+from schedir.ir.window import WindowContext
 
 
 def length_groups(remaining: np.ndarray, spread: float) -> np.ndarray:
@@ -33,10 +34,17 @@ class BatchingEfficiency(StepPass):
 
     name: ClassVar[str] = "batching-efficiency"
     provides: ClassVar[frozenset[str]] = frozenset({"order"})
+    reads_clock: ClassVar[bool] = True  # the age bound (without it the step's clock is -1: nobody ages)
+    # steady decode steps: over the waiting queue: a steady step's is empty
+    steady_when: ClassVar[dict[str, str]] = {"queue": "waiting"}
 
     spread: float = 0.5
     max_age_ms: int = 2000
     queue: str = "waiting"
+
+    def waiting_window(self, ctx: WindowContext) -> np.ndarray:
+        """Nobody of its own: it orders what the step holds (admission declares what it picks from)."""
+        return ctx.NONE
 
     def run(self, step: Step) -> None:
         if not self.spread > 0:

@@ -11,6 +11,7 @@ from schedir.ir.errors import PassFailure
 from schedir.ir.pass_base import StepPass
 from schedir.ir.state import RequestState
 from schedir.ir.step import Step
+from schedir.ir.window import WindowContext
 
 SEEN_COMPUTED = RequestState("map_seen_computed", default=-1,
                              doc="computed tokens when memory-aware-preemption last looked (-1: never)")
@@ -27,6 +28,11 @@ def victim_order(policy: str, priority: np.ndarray, arrival: np.ndarray, progres
     if policy == "least-progress":
         return np.lexsort((-arrival, progress))  # fewest generated tokens: the least work lost
     return np.lexsort((-arrival, last_run))  # least recently run first
+
+
+def _ran(computed: np.ndarray, seen: np.ndarray) -> np.ndarray:
+    """Which requests ran in the previous step: their computed count grew since the pass last looked."""
+    return (computed > seen) & (seen >= 0) | ((seen < 0) & (computed > 0))
 
 
 def blocks_for(tokens: np.ndarray, block_size: int) -> np.ndarray:
@@ -56,9 +62,33 @@ class MemoryAwarePreemption(StepPass):
     requires: ClassVar[frozenset[str]] = frozenset({"order"})
     request_state: ClassVar[tuple[RequestState, ...]] = (SEEN_COMPUTED, LAST_RUN)
 
+    # steady decode steps: it preempts nobody then (`steady_state`), and writes when each ran
+    steady_when: ClassVar[dict[str, str]] = {"queue": "waiting", "running": "running"}
+
     victim: str = "lowest-priority"
     queue: str = "waiting"
     running: str = "running"
+
+    def steady_state(self, ctx: WindowContext) -> dict[str, np.ndarray] | None:
+        """What a steady step writes: when each running request last ran (`_track`'s rule), when
+        it can preempt nobody: no running decode is less urgent than the most urgent waiting
+        request, or the whole waiting queue's blocks, prefix hits aside, fit beside the running
+        requests' growth (so no request is short). Else None: the IR decides."""
+        running = ctx.running
+        waiting = ctx.waiting
+        computed = ctx.column("computed", running)
+        if waiting.size:
+            priority = ctx.column("priority", running)
+            decoding = computed >= ctx.column("prompt", running)
+            if decoding.any() and priority[decoding].max() > ctx.column("priority", waiting).min():
+                bs = ctx.block_size
+                growth = np.maximum(blocks_for(ctx.column("total", running), bs) - ctx.column("blocks", running), 0)
+                need = int(blocks_for(ctx.column("total", waiting), bs).sum())
+                if need > ctx.free_blocks - int(growth.sum()):
+                    return None
+        seen = ctx.request_state(SEEN_COMPUTED.name, running)
+        last = ctx.request_state(LAST_RUN.name, running)
+        return {SEEN_COMPUTED.name: computed, LAST_RUN.name: np.where(_ran(computed, seen), ctx.step - 1, last)}
 
     def run(self, step: Step) -> None:
         if self.victim not in VICTIM_POLICIES:
@@ -106,7 +136,6 @@ class MemoryAwarePreemption(StepPass):
         computed = step.column(running, "computed")
         seen = step.state_column(running, SEEN_COMPUTED.name, SEEN_COMPUTED.default)
         last = step.state_column(running, LAST_RUN.name, LAST_RUN.default)
-        ran = (computed > seen) & (seen >= 0) | ((seen < 0) & (computed > 0))
-        last = np.where(ran, step.facts.step - 1, last)
+        last = np.where(_ran(computed, seen), step.facts.step - 1, last)
         step.set_request_state(running, ids, map_seen_computed=computed, map_last_run=last)
         return last
