@@ -68,6 +68,10 @@ class StepPass(ModulePass):
     # the scheduler state its `steady_state` / `steady_order` answers read (see `steady_reads`
     # below); None (the default): undeclared, asked every steady step
     steady_reads: ClassVar[frozenset[str] | None] = None
+    # its steady answers hold with requests swapped out too: it decides nothing about the swapped
+    # queue in a steady step, or its `steady_state` judges `ctx.swapped`; a pipeline takes steady
+    # steps while requests are swapped out only when every pass says so (FastServe parks jobs there)
+    steady_swapped: ClassVar[bool] = False
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for step_op in steps_of(op):

@@ -51,6 +51,8 @@ class WindowContext:
     now_us: int = -1
     # the number of the step being decided (its `step` fact); set for steady steps
     step: int = 0
+    # ids of the swapped queue (requests preempted by swap), in its order; set for steady steps
+    swapped: np.ndarray = attrs.field(factory=lambda: np.zeros(0, dtype=np.int64))
 
     NONE: ClassVar[np.ndarray] = np.zeros(0, dtype=np.int64)  # nobody
 

@@ -46,6 +46,7 @@ class AdmitGreedy(StepPass):
     name: ClassVar[str] = "admit-greedy"
     # steady decode steps: over the waiting queue: a steady step's is empty
     steady_when: ClassVar[dict[str, str]] = {"queue": "waiting", "running": "running"}
+    steady_swapped: ClassVar[bool] = True  # it decides nothing about the swapped queue
     requires: ClassVar[frozenset[str]] = frozenset({"order", "running-scheduled"})
     provides: ClassVar[frozenset[str]] = frozenset({"waiting-scheduled"})
 

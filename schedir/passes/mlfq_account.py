@@ -9,6 +9,7 @@ import numpy as np
 
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
+from schedir.ir.window import WindowContext
 from schedir.passes.mlfq_state import LAST_RUN, MLFQ_STATE, SERVED_DECODE, SERVED_PREFILL
 
 
@@ -25,6 +26,16 @@ class MlfqAccount(StepPass):
     name: ClassVar[str] = "mlfq-account"
     requires: ClassVar[frozenset[str]] = frozenset({"running-scheduled", "waiting-scheduled"})
     request_state = MLFQ_STATE
+
+    # steady decode steps: each running request is served one decode token (`steady_state`)
+    steady_when: ClassVar[dict[str, str]] = {}
+    steady_swapped: ClassVar[bool] = True  # it accounts what ran: swapped jobs did not
+
+    def steady_state(self, ctx: WindowContext) -> dict[str, np.ndarray]:
+        """The batch's rows: one more decode token served, last run this step."""
+        running = ctx.running
+        return {SERVED_DECODE.name: ctx.request_state(SERVED_DECODE.name, running) + 1,
+                LAST_RUN.name: np.full(running.size, ctx.step, dtype=np.int64)}
 
     def run(self, step: Step) -> None:
         now = step.facts.step

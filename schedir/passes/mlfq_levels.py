@@ -10,7 +10,33 @@ import numpy as np
 
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
+from schedir.ir.window import WindowContext
 from schedir.passes.mlfq_state import LAST_RUN, LEVEL, LEVEL_START, MLFQ_STATE, SERVED_DECODE, SERVED_PREFILL
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _place(lv: int, st: int, last: int, prompt: int, prefill: int, decode: int, step: int, quantum: int, ratio: int,
+           levels: int, prefill_cost: int, starve_steps: int) -> tuple[int, int, int]:
+    """One request's (level, level_start, last_run) after `place_levels`' three rules."""
+    served = decode + (prefill + prefill_cost - 1) // prefill_cost
+    if lv < 0:  # skip-join
+        first = (prompt + prefill_cost - 1) // prefill_cost
+        lv = 0
+        q = quantum
+        while lv < levels - 1 and q < first:
+            lv += 1
+            q *= ratio
+        return lv, served, step
+    q = quantum
+    for _ in range(lv):
+        q *= ratio
+    while lv < levels - 1 and served - st >= q:  # demotion
+        st += q
+        lv += 1
+        q *= ratio
+    if lv > 0 and step - last >= starve_steps:  # starvation: promote to the top
+        return 0, served, step
+    return lv, st, last
 
 
 @numba.njit(cache=True, nogil=True)
@@ -28,35 +54,23 @@ def place_levels(level: np.ndarray, start: np.ndarray, last_run: np.ndarray, pro
     n = level.size
     out = np.empty((3, n), dtype=np.int64)
     for i in range(n):
-        lv = level[i]
-        st = start[i]
-        last = last_run[i]
-        served = decode[i] + (prefill[i] + prefill_cost - 1) // prefill_cost
-        if lv < 0:  # skip-join
-            first = (prompt[i] + prefill_cost - 1) // prefill_cost
-            lv = 0
-            q = quantum
-            while lv < levels - 1 and q < first:
-                lv += 1
-                q *= ratio
-            st = served
-            last = step
-        else:
-            q = quantum
-            for _ in range(lv):
-                q *= ratio
-            while lv < levels - 1 and served - st >= q:  # demotion
-                st += q
-                lv += 1
-                q *= ratio
-            if lv > 0 and step - last >= starve_steps:  # starvation: promote to the top
-                lv = 0
-                st = served
-                last = step
-        out[0, i] = lv
-        out[1, i] = st
-        out[2, i] = last
+        out[0, i], out[1, i], out[2, i] = _place(level[i], start[i], last_run[i], prompt[i], prefill[i], decode[i],
+                                                 step, quantum, ratio, levels, prefill_cost, starve_steps)
     return out
+
+
+@numba.njit(cache=True, nogil=True)
+def levels_hold(rows: np.ndarray, level: np.ndarray, start: np.ndarray, last_run: np.ndarray, prompt: np.ndarray,
+                prefill: np.ndarray, decode: np.ndarray, step: int, quantum: int, ratio: int, levels: int,
+                prefill_cost: int, starve_steps: int) -> bool:
+    """Whether `place_levels` changes none of `rows` (the columns are indexed by row id: the
+    runtime's whole-table views, so a steady step gathers nothing)."""
+    for r in rows:
+        lv, st, last = _place(level[r], start[r], last_run[r], prompt[r], prefill[r], decode[r], step, quantum,
+                              ratio, levels, prefill_cost, starve_steps)
+        if lv != level[r] or st != start[r] or last != last_run[r]:
+            return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -80,6 +94,23 @@ class MlfqLevels(StepPass):
     levels: int = 6
     prefill_cost: int = 512
     starve_steps: int = 400
+
+    # steady decode steps: it changes nobody's level then (`steady_state`)
+    steady_when: ClassVar[dict[str, str]] = {}
+    steady_swapped: ClassVar[bool] = True  # its answer judges the swapped jobs too
+
+    def steady_state(self, ctx: WindowContext) -> dict[str, float] | None:
+        """Nothing written, when no running, waiting or swapped job is placed, demoted or
+        promoted this step (every queue's levels as `run` would place them); else None: the IR
+        decides (a demotion can cost a job its seat, a promotion bring a swapped one back)."""
+        state_of = ctx.state_of
+        columns = (state_of(LEVEL.name), state_of(LEVEL_START.name), state_of(LAST_RUN.name), ctx.column_of("prompt"),
+                   state_of(SERVED_PREFILL.name), state_of(SERVED_DECODE.name))
+        for rows in (ctx.running, ctx.waiting, ctx.swapped):
+            if rows.size and not levels_hold(rows, *columns, ctx.step, self.quantum, self.quantum_ratio, self.levels,
+                                             self.prefill_cost, self.starve_steps):
+                return None
+        return {}
 
     def __post_init__(self) -> None:
         for name in ("quantum", "levels", "prefill_cost", "starve_steps"):

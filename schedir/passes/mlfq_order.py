@@ -11,6 +11,7 @@ from xdsl.ir import SSAValue
 
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
+from schedir.ir.window import WindowContext
 from schedir.passes.mlfq_state import LEVEL, MLFQ_STATE, SERVED_DECODE, SERVED_PREFILL
 
 
@@ -82,6 +83,41 @@ def mlfq_pick(run_level: np.ndarray, run_blocks: np.ndarray, run_total: np.ndarr
     return fate
 
 
+@numba.njit(cache=True, nogil=True)
+def nobody_gives_way(running: np.ndarray, wanting: np.ndarray, level: np.ndarray, arrival: np.ndarray,
+                     total: np.ndarray, prefill: np.ndarray, decode: np.ndarray, run_blocks: np.ndarray, seats: int,
+                     free_blocks: int, block_size: int, host_free: int) -> bool:
+    """Whether `running` is in (level, arrival) order already and `mlfq_pick` keeps every running
+    job against `wanting` (the jobs that want a seat), every running job swappable: the columns
+    are indexed by row id (the runtime's whole-table views), `run_blocks` is `running`'s."""
+    nr = running.size
+    for k in range(1, nr):
+        a, b = running[k - 1], running[k]
+        if level[b] < level[a] or (level[b] == level[a] and arrival[b] < arrival[a]):
+            return False
+    if wanting.size == 0:
+        return True
+    by_arrival = wanting[np.argsort(arrival[wanting], kind="mergesort")]
+    ordered = by_arrival[np.argsort(level[by_arrival], kind="mergesort")]  # (level, arrival), stable
+    run_level = np.empty(nr, dtype=np.int64)
+    run_total = np.empty(nr, dtype=np.int64)
+    for k in range(nr):
+        run_level[k] = level[running[k]]
+        run_total[k] = total[running[k]]
+    n = ordered.size
+    wait_level = np.empty(n, dtype=np.int64)
+    wait_total = np.empty(n, dtype=np.int64)
+    fresh = np.empty(n, dtype=np.bool_)
+    for j in range(n):
+        r = ordered[j]
+        wait_level[j] = level[r]
+        wait_total[j] = total[r]
+        fresh[j] = prefill[r] == 0 and decode[r] == 0
+    fate = mlfq_pick(run_level, run_blocks, run_total, np.ones(nr, dtype=np.bool_), wait_level, wait_total, fresh,
+                     seats, free_blocks, block_size, host_free)
+    return not fate.any()
+
+
 @dataclass(frozen=True)
 class MlfqOrder(StepPass):
     """Order the queues by MLFQ level, then arrival; running jobs of a lower level give way to
@@ -119,6 +155,27 @@ class MlfqOrder(StepPass):
     running: str = "running"
     swapped: str = "swapped"
     preemption: str = "recompute"
+
+    # steady decode steps: over the waiting and running queues, when nobody gives way (`steady_state`)
+    steady_when: ClassVar[dict[str, str]] = {"queue": "waiting", "running": "running", "swapped": "swapped"}
+    steady_swapped: ClassVar[bool] = True  # its answer judges the swapped jobs too
+
+    def steady_state(self, ctx: WindowContext) -> dict[str, float] | None:
+        """Nothing written, when the running queue is in (level, arrival) order already (the
+        batch's order is the running queue's) and no running job gives way: `mlfq_pick` over
+        the waiting and (with `preemption=swap`) swapped jobs keeps them all, asked with every
+        running job swappable and the host tier unbounded, under which a job gives way
+        whenever it could. Else None: the IR decides."""
+        waiting = ctx.waiting
+        if self.preemption == "swap" and ctx.swapped.size:
+            waiting = np.concatenate([ctx.swapped, waiting])
+        state_of = ctx.state_of
+        running = ctx.running
+        held = nobody_gives_way(running, waiting, state_of(LEVEL.name), ctx.column_of("arrival"),
+                                ctx.column_of("total"), state_of(SERVED_PREFILL.name), state_of(SERVED_DECODE.name),
+                                ctx.column("blocks", running), ctx.max_seqs, ctx.free_blocks, ctx.block_size,
+                                (1 << 62) if self.preemption == "swap" else -1)
+        return {} if held else None
 
     def __post_init__(self) -> None:
         if self.preemption not in ("recompute", "swap"):

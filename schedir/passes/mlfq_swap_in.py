@@ -12,6 +12,7 @@ from schedir.dialects.codes import Reason
 from schedir.dialects.mem import AllocOp, SwapInOp
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
+from schedir.ir.window import WindowContext
 from schedir.passes.admit_greedy import running_not_scheduled
 from schedir.passes.mlfq_state import LEVEL, MLFQ_STATE
 
@@ -88,6 +89,16 @@ class MlfqSwapIn(StepPass):
     queue: str = "waiting"
     running: str = "running"
     swapped: str = "swapped"
+
+    # steady decode steps: nothing is swapped out then, so it brings nobody back
+    steady_when: ClassVar[dict[str, str]] = {"queue": "waiting", "running": "running", "swapped": "swapped"}
+    steady_swapped: ClassVar[bool] = True  # its answer judges the swapped jobs
+
+    def steady_state(self, ctx: WindowContext) -> dict[str, float] | None:
+        """Nothing written, when it brings nobody back: nobody is swapped out, or every seat is
+        taken by the running jobs (all scheduled in a steady step: the walk stops at once).
+        Else None: the IR decides."""
+        return {} if not ctx.swapped.size or ctx.running.size >= ctx.max_seqs else None
 
     def run(self, step: Step) -> None:
         swapped = step.pending(self.swapped)

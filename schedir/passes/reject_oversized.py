@@ -47,6 +47,7 @@ class RejectOversized(StepPass):
     steady_when: ClassVar[dict[str, str]] = {"queue": "waiting"}
     # its steady answer reads the waiting queue and the oversized flags only (its window's rule)
     steady_reads: ClassVar[frozenset[str]] = frozenset()
+    steady_swapped: ClassVar[bool] = True  # it decides nothing about the swapped queue
     # running steps: an empty waiting queue leaves it nothing to refuse
     running_step_when: ClassVar[dict[str, str]] = {"queue": "waiting"}
     provides: ClassVar[frozenset[str]] = frozenset({"admissible"})

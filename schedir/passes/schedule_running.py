@@ -37,6 +37,7 @@ class ScheduleRunning(StepPass):
     name: ClassVar[str] = "schedule-running"
     # steady decode steps: the steady decision itself: one token each, in order, no shortage to preempt for
     steady_when: ClassVar[dict[str, str]] = {"queue": "running"}
+    steady_swapped: ClassVar[bool] = True  # it decides nothing about the swapped queue
     provides: ClassVar[frozenset[str]] = frozenset({"running-scheduled"})
 
     chunk: bool = True

@@ -80,6 +80,7 @@ class VerifyStep(StepPass):
     name: ClassVar[str] = "verify-step"
     # steady decode steps: it decides nothing; a steady step's decisions hold by construction
     steady_when: ClassVar[dict[str, str]] = {}
+    steady_swapped: ClassVar[bool] = True  # it decides nothing about the swapped queue
     provides: ClassVar[frozenset[str]] = frozenset({"budget-legal"})
 
     complete: bool = True

@@ -244,6 +244,8 @@ class Scheduler:
             type(p).steady_state is not StepPass.steady_state or type(p).steady_order is not StepPass.steady_order
             for p in manager.passes))
         self._steady_declared = tuple(manager.passes) if declared else ()
+        # ... with requests swapped out too when every pass's answers judge them (StepPass.steady_swapped)
+        self._steady_swapped = bool(declared) and all(p.steady_swapped for p in manager.passes)
         self._steady_orderers = tuple(p for p in self._steady_declared
                                       if type(p).steady_order is not StepPass.steady_order)
         # ... holding their answers over a run of steps when they declare what they read (StepPass.steady_reads)
@@ -521,7 +523,7 @@ class Scheduler:
                                  pool.num_free)
         return out
 
-    def _steady_step(self, step: int, waiting: np.ndarray) -> SchedulerOutput | None:
+    def _steady_step(self, step: int, waiting: np.ndarray, swapped_judged: bool = False) -> SchedulerOutput | None:
         """A steady decode step (see `StepPass.decodes_steadily`) lowered straight from the
         tables, or None (nothing changed) when this step is not one: every running request
         decodes one token and gets its blocks, as the pipeline's IR would decide, without the
@@ -530,7 +532,8 @@ class Scheduler:
         declared window answered nobody (`StepPass.waiting_window`, asked before the step when the
         running requests are steady); a non-empty one is still steady for the vllm preset when
         `admissible_bound` proves nobody can be admitted (the vllm window's own rule, tested
-        against the whole queue) and nobody is to be rejected."""
+        against the whole queue) and nobody is to be rejected. Nobody is swapped out, unless the
+        passes' steady answers judged the swapped queue (`swapped_judged`, `StepPass.steady_swapped`)."""
         cfg = self.config
         pool = self.pool
         d = self.table.data
@@ -538,7 +541,7 @@ class Scheduler:
         if waiting.size:
             if self._oversized_waiting or not self._vllm_rules() or self._admissible(waiting, True):
                 return None
-        if self.swapped.size:
+        if self.swapped.size and not swapped_judged:
             return None
         if self._ones.size < running.size:
             self._ones = np.ones(2 * running.size, dtype=np.int64)
@@ -669,6 +672,7 @@ class Scheduler:
         ctx.steady = steady
         ctx.now_us = now_us
         ctx.step = step
+        ctx.swapped = self.swapped
         return ctx
 
     def _table_column(self, name: str) -> np.ndarray:
@@ -703,7 +707,7 @@ class Scheduler:
         passes' answers are pure: asked first, written only once the kernel took the step). Passes
         that declare what they read are asked again only when it changed (`SteadyAnswers`)."""
         running = self.running
-        if not running.size or self.swapped.size:
+        if not running.size or (self.swapped.size and not self._steady_swapped):
             return None
         answer = self._answers.answer(running, self.waiting, self._request_state_writes, self.scheduler_state,
                                       self._steady_context)
@@ -713,7 +717,7 @@ class Scheduler:
         if not self.radix:
             if order is not None:  # the block pool's kernel decodes in running order only
                 return None
-            out = self._steady_step(step, _EMPTY)
+            out = self._steady_step(step, _EMPTY, swapped_judged=True)
         else:
             out = self._steady_radix(step, running if order is None else running[order])
         if out is not None:
@@ -920,6 +924,8 @@ class Scheduler:
             self.metrics.preemptions += out_rows.size
             if pool.host is not None:
                 swap_out_pairs, swap_in_pairs = pool.host.take_log()
+                if out_rows.size:  # a swapped request's `blocks` are its host blocks, as its queue shows them
+                    d[T.BLOCKS, out_rows] = pool.host.hnblk[out_rows]
         return self._output(step, rows, tokens, settled, new_rows, gone, rejected_out, swap_out_pairs, swap_in_pairs,
                             out_rows)
 
