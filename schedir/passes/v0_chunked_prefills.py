@@ -13,7 +13,8 @@ from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step, pool_of, root_queue
 from schedir.passes import v0_kernels as K
 from schedir.passes.v0_chunked import long_threshold, slot_budget
-from schedir.passes.v0_prefills import emit_prefills
+from schedir.ir.window import WindowContext
+from schedir.passes.v0_prefills import delay_clock, emit_prefills
 from schedir.passes.v0_state import (
     BAND,
     LAST_LATENCY,
@@ -59,6 +60,27 @@ class V0ChunkedPrefills(StepPass):
     long_threshold: int = 0
     max_long: int = 1
     queue: str = "waiting"
+    # steady decode steps: over the waiting queue; nobody admitted or ignored, the delay rule's clock
+    # written (`steady_state`)
+    steady_when: ClassVar[dict[str, str]] = {"queue": "waiting"}
+
+    def steady_state(self, ctx: WindowContext) -> dict[str, float] | None:
+        """What a steady step writes: nothing when the decodes spend the whole budget (v0 returns
+        before its delay rule), else the delay rule's clock, when it admits and ignores nobody:
+        nobody waits, or every seat is taken and no waiting request could be one v0 ignores (a
+        chunk over max_model_len, or a sequence the pool above the watermark can never hold).
+        Else None: the IR decides."""
+        if ctx.running.size >= ctx.token_budget:
+            return {}
+        waiting = ctx.waiting
+        if waiting.size:
+            if ctx.running.size < ctx.max_seqs:
+                return None
+            total = ctx.column("total", waiting)
+            never = ctx.total_blocks - -(-total // ctx.block_size) < K.watermark_blocks(ctx.total_blocks)
+            if (never | (total - ctx.column("computed", waiting) > ctx.max_model_len)).any():
+                return None
+        return delay_clock(ctx)
 
     def run(self, step: Step) -> None:
         facts = step.facts

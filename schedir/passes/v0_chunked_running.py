@@ -10,6 +10,7 @@ import numpy as np
 from schedir.dialects.mem import AllocOp
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step, pool_of
+from schedir.ir.window import WindowContext
 from schedir.passes import v0_kernels as K
 from schedir.passes.ordering import sort_by_columns
 from schedir.passes.v0_chunked import long_threshold, slot_budget
@@ -46,6 +47,27 @@ class V0ChunkedRunning(StepPass):
     long_threshold: int = 0
     max_long: int = 1
     queue: str = "running"
+    # steady decode steps: over the running queue in v0's order, when no decode can find the free
+    # blocks short; it writes the step's places (`steady_state`)
+    steady_when: ClassVar[dict[str, str]] = {"queue": "running"}
+
+    def steady_state(self, ctx: WindowContext) -> dict[str, float | np.ndarray] | None:
+        """What a steady step writes: the step's bands of places taken (`v0_next_run_pos`) and the
+        decodes' places in the decode band, in running order; when the running queue is in v0's
+        order already (`v0_run_pos`), each decode gets its token (a prefill slot's share is at
+        least budget // partial), none is in its prefill (`v0_prefill_end`), and the free blocks cover v0's worst case (one per decode,
+        v0-running's rule). Else None: the IR decides."""
+        running = ctx.running
+        if ctx.free_blocks < running.size or self.partial > ctx.token_budget:
+            return None
+        if (np.diff(ctx.request_state(RUN_POS.name, running)) < 0).any():
+            return None
+        # a recomputed request's last prompt token is a prefill chunk to v0 (another band), not a decode
+        if (ctx.column("computed", running) < ctx.request_state(PREFILL_END.name, running)).any():
+            return None
+        base = int(ctx.scheduler_state.get(NEXT_RUN_POS.name, 0.0))
+        return {NEXT_RUN_POS.name: float(base + RUN_BANDS * BAND),
+                RUN_POS.name: base + 2 * BAND + np.arange(running.size, dtype=np.int64)}
 
     def __post_init__(self) -> None:
         if self.preemption not in _MODES:

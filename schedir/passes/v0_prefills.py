@@ -57,12 +57,7 @@ class V0Prefills(StepPass):
         if ctx.waiting.size:
             if ctx.running.size < ctx.max_seqs or self._ignored(ctx).any():
                 return None
-        state = ctx.scheduler_state
-        now = float(max(ctx.now_us, 0))
-        latency = float(state.get(LAST_LATENCY.name, 0.0))
-        if state.get(PREV_PROMPT.name, 0.0):
-            latency = now - float(state.get(PREV_TIME.name, 0.0))
-        return {PREV_TIME.name: now, PREV_PROMPT.name: 0.0, LAST_LATENCY.name: latency}
+        return delay_clock(ctx)
 
     @staticmethod
     def _ignored(ctx: WindowContext) -> np.ndarray:
@@ -113,6 +108,17 @@ class V0Prefills(StepPass):
             1, pool.usable_blocks, self.delay_factor * latency, self.delay_factor > 0, seqs > 0, int(now),
             pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache, pool.table, pool.nblk)
         emit_prefills(step, pending, ids, out, admitted, now, latency)
+
+
+def delay_clock(ctx: WindowContext) -> dict[str, float]:
+    """What `_passed_delay` writes in a step that admits nobody: the clock, no prompt step, and
+    the last prompt step's latency when the step before scheduled prompts."""
+    state = ctx.scheduler_state
+    now = float(max(ctx.now_us, 0))
+    latency = float(state.get(LAST_LATENCY.name, 0.0))
+    if state.get(PREV_PROMPT.name, 0.0):
+        latency = now - float(state.get(PREV_TIME.name, 0.0))
+    return {PREV_TIME.name: now, PREV_PROMPT.name: 0.0, LAST_LATENCY.name: latency}
 
 
 def emit_prefills(step: Step, pending, ids: np.ndarray, out: np.ndarray, admitted: int, now: float,  # noqa: ANN001
