@@ -132,7 +132,7 @@ def held(args: argparse.Namespace) -> dict[str, object]:
     return _two_ways(args, "held", args.presets or ["sglang", "sglang-mixed"])
 
 
-STEADY_PRESETS = ["vllm-v0", "vllm-v0-swap", "fastserve", "with-all-passes"]
+STEADY_PRESETS = ["vllm-v0", "vllm-v0-swap", "vllm-v0-chunked", "fastserve", "with-all-passes"]
 
 
 def steady(args: argparse.Namespace) -> dict[str, object]:
