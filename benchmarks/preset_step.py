@@ -51,13 +51,16 @@ def _decoding_scheduler(preset: str, n: int, waiting: int | None = None) -> Sche
     return s
 
 
-def _timed_steps(s: Scheduler, steps: int, into: list[float]) -> None:
+def _timed_steps(s: Scheduler, steps: int, into: list[float]) -> int:
+    """Time `steps` steps into `into`; returns how many of them ran their IR (not steady)."""
     clock = time.perf_counter
+    steady = s.metrics.steady_steps
     for _ in range(steps):
         start = clock()
         out = s.schedule()
         into.append(clock() - start)
         s.update(out, np.full(len(out.req_ids), 7, dtype=np.int64))
+    return steps - (s.metrics.steady_steps - steady)
 
 
 def median_step_us(preset: str, n: int, steps: int) -> float:
@@ -68,16 +71,21 @@ def median_step_us(preset: str, n: int, steps: int) -> float:
 
 
 def interleaved_medians(cases: list[tuple[str, int]], steps: int, rounds: int = 10,
-                        waiting: int | None = None) -> dict[tuple[str, int], float]:
+                        waiting: int | None = None,
+                        ir_share: dict[tuple[str, int], float] | None = None) -> dict[tuple[str, int], float]:
     """Every case's median `schedule()`, the cases taking turns in `rounds` rounds of steps/rounds
     steps each: a machine whose speed drifts (a shared 2-core box) moves every case alike, so the
-    ratios to `vllm` hold even when the absolute figures wander."""
+    ratios to `vllm` hold even when the absolute figures wander. `ir_share`, when given, gets
+    each case's share of steps that ran their IR (a policy that preempts decides those)."""
     schedulers = {case: _decoding_scheduler(*case, waiting) for case in cases}
     times: dict[tuple[str, int], list[float]] = {case: [] for case in cases}
+    ir_steps = dict.fromkeys(cases, 0)
     per_round = max(1, steps // rounds)
     for _ in range(rounds):
         for case, s in schedulers.items():
-            _timed_steps(s, per_round, times[case])
+            ir_steps[case] += _timed_steps(s, per_round, times[case])
+    if ir_share is not None:
+        ir_share.update({case: ir_steps[case] / len(times[case]) for case in cases})
     return {case: float(np.median(t)) * 1e6 for case, t in times.items()}
 
 
@@ -95,13 +103,16 @@ def main(argv: list[str] | None = None) -> int:
         presets.insert(0, "vllm")
     for preset in presets:  # compile and warm every preset's kernels before timing any
         median_step_us(preset, 8, 5)
-    results = interleaved_medians([(p, n) for n in sizes for p in presets], args.steps, waiting=args.waiting)
+    share: dict[tuple[str, int], float] = {}
+    results = interleaved_medians([(p, n) for n in sizes for p in presets], args.steps, waiting=args.waiting,
+                                  ir_share=share)
     behind = "N/2" if args.waiting is None else f"{args.waiting:,}"
     print(f"schedule() median, µs ({args.steps} decode steps in 10 interleaved rounds, N running + {behind} waiting); "
-          "x = / vllm's")
-    print(f"{'preset':<18}" + "".join(f"{f'N={n}':>18}" for n in sizes))
+          "x = / vllm's; IR = share of steps that ran their IR (the rest: steady steps)")
+    print(f"{'preset':<18}" + "".join(f"{f'N={n}':>24}" for n in sizes))
     for p in presets:
-        cells = "".join(f"{results[(p, n)]:10.1f} {results[(p, n)] / results[('vllm', n)]:5.2f}x  " for n in sizes)
+        cells = "".join(f"{results[(p, n)]:10.1f} {results[(p, n)] / results[('vllm', n)]:5.2f}x {share[(p, n)]:4.0%} IR"
+                        for n in sizes)
         print(f"{p:<18}{cells}")
     return 0
 
