@@ -88,8 +88,12 @@ def nobody_gives_way(running: np.ndarray, wanting: np.ndarray, level: np.ndarray
                      total: np.ndarray, prefill: np.ndarray, decode: np.ndarray, run_blocks: np.ndarray, seats: int,
                      free_blocks: int, block_size: int, host_free: int) -> bool:
     """Whether `running` is in (level, arrival) order already and `mlfq_pick` keeps every running
-    job against `wanting` (the jobs that want a seat), every running job swappable: the columns
-    are indexed by row id (the runtime's whole-table views), `run_blocks` is `running`'s."""
+    job against `wanting` (the jobs that want a seat, in queue order), every running job
+    swappable; False too when a seat is free for one of them (admission decides that step). The
+    columns are indexed by row id (the runtime's whole-table views), `run_blocks` is `running`'s.
+    With every seat taken the pick reads only the head of `wanting` in (level, arrival) order (its
+    walk stops there or displaces someone, and its memory rule reads the head), so this is one
+    pass over `wanting`, not a sort: a steady step's cost does not grow with the queue."""
     nr = running.size
     for k in range(1, nr):
         a, b = running[k - 1], running[k]
@@ -97,23 +101,20 @@ def nobody_gives_way(running: np.ndarray, wanting: np.ndarray, level: np.ndarray
             return False
     if wanting.size == 0:
         return True
-    by_arrival = wanting[np.argsort(arrival[wanting], kind="mergesort")]
-    ordered = by_arrival[np.argsort(level[by_arrival], kind="mergesort")]  # (level, arrival), stable
+    if nr < seats:
+        return False
+    head = wanting[0]
+    for r in wanting[1:]:  # the first of the lowest (level, arrival): a stable sort's head
+        if level[r] < level[head] or (level[r] == level[head] and arrival[r] < arrival[head]):
+            head = r
     run_level = np.empty(nr, dtype=np.int64)
     run_total = np.empty(nr, dtype=np.int64)
     for k in range(nr):
         run_level[k] = level[running[k]]
         run_total[k] = total[running[k]]
-    n = ordered.size
-    wait_level = np.empty(n, dtype=np.int64)
-    wait_total = np.empty(n, dtype=np.int64)
-    fresh = np.empty(n, dtype=np.bool_)
-    for j in range(n):
-        r = ordered[j]
-        wait_level[j] = level[r]
-        wait_total[j] = total[r]
-        fresh[j] = prefill[r] == 0 and decode[r] == 0
-    fate = mlfq_pick(run_level, run_blocks, run_total, np.ones(nr, dtype=np.bool_), wait_level, wait_total, fresh,
+    fate = mlfq_pick(run_level, run_blocks, run_total, np.ones(nr, dtype=np.bool_),
+                     np.full(1, level[head], dtype=np.int64), np.full(1, total[head], dtype=np.int64),
+                     np.full(1, prefill[head] == 0 and decode[head] == 0, dtype=np.bool_),
                      seats, free_blocks, block_size, host_free)
     return not fate.any()
 
@@ -165,7 +166,7 @@ class MlfqOrder(StepPass):
         batch's order is the running queue's) and no running job gives way: `mlfq_pick` over
         the waiting and (with `preemption=swap`) swapped jobs keeps them all, asked with every
         running job swappable and the host tier unbounded, under which a job gives way
-        whenever it could. Else None: the IR decides."""
+        whenever it could (`nobody_gives_way`). Else None: the IR decides."""
         waiting = ctx.waiting
         if self.preemption == "swap" and ctx.swapped.size:
             waiting = np.concatenate([ctx.swapped, waiting])
