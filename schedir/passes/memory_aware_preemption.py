@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numba
 import numpy as np
 
 from schedir.ir.errors import PassFailure
@@ -33,6 +34,22 @@ def victim_order(policy: str, priority: np.ndarray, arrival: np.ndarray, progres
 def _ran(computed: np.ndarray, seen: np.ndarray) -> np.ndarray:
     """Which requests ran in the previous step: their computed count grew since the pass last looked."""
     return (computed > seen) & (seen >= 0) | ((seen < 0) & (computed > 0))
+
+
+@numba.njit(cache=True, nogil=True)
+def steady_tracking(running: np.ndarray, computed: np.ndarray, seen: np.ndarray, last: np.ndarray,
+                    step: int) -> tuple[np.ndarray, np.ndarray]:
+    """`_track`'s writes for `running` (its `_ran` rule) from whole-table views indexed by row id:
+    (computed now, last run) per running request, in one pass instead of seven array operations."""
+    n = running.size
+    now = np.empty(n, dtype=np.int64)
+    last_run = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        r = running[i]
+        c, s = computed[r], seen[r]
+        now[i] = c
+        last_run[i] = step - 1 if (c > s and s >= 0) or (s < 0 and c > 0) else last[r]
+    return now, last_run
 
 
 def blocks_for(tokens: np.ndarray, block_size: int) -> np.ndarray:
@@ -76,8 +93,8 @@ class MemoryAwarePreemption(StepPass):
         requests' growth (so no request is short). Else None: the IR decides."""
         running = ctx.running
         waiting = ctx.waiting
-        computed = ctx.column("computed", running)
         if waiting.size:
+            computed = ctx.column("computed", running)
             priority = ctx.column("priority", running)
             decoding = computed >= ctx.column("prompt", running)
             if decoding.any() and priority[decoding].max() > ctx.column("priority", waiting).min():
@@ -86,9 +103,9 @@ class MemoryAwarePreemption(StepPass):
                 need = int(blocks_for(ctx.column("total", waiting), bs).sum())
                 if need > ctx.free_blocks - int(growth.sum()):
                     return None
-        seen = ctx.request_state(SEEN_COMPUTED.name, running)
-        last = ctx.request_state(LAST_RUN.name, running)
-        return {SEEN_COMPUTED.name: computed, LAST_RUN.name: np.where(_ran(computed, seen), ctx.step - 1, last)}
+        now, last = steady_tracking(running, ctx.column_of("computed"), ctx.state_of(SEEN_COMPUTED.name),
+                                    ctx.state_of(LAST_RUN.name), ctx.step)
+        return {SEEN_COMPUTED.name: now, LAST_RUN.name: last}
 
     def run(self, step: Step) -> None:
         if self.victim not in VICTIM_POLICIES:

@@ -68,8 +68,10 @@ class SteadyAnswers:
         requests = self.request_names
         for p in self.passes:
             said = p.steady_state(ctx)
-            if said is None:
-                return None
+            if not said:
+                if said is None:
+                    return None
+                continue
             for name, value in said.items():
                 if name in requests:  # the batch's rows' values, aligned with ctx.running
                     rows[name] = value
