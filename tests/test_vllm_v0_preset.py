@@ -122,11 +122,6 @@ def test_configuration_errors_name_the_problem() -> None:
         Scheduler(swap_config(enable_prefix_caching=True))
     with pytest.raises(PipelineError, match="priority"):
         Scheduler(swap_config(policy="priority"))
-    # v0 swaps a request back with its whole prompt left: a budget below max_model_len can stall it
-    chunked_swap = "order-vllm,v0-chunked-running{preemption=swap},v0-swapped,v0-chunked-prefills"
-    with pytest.raises(PipelineError, match="wait forever"):
-        Scheduler(swap_config(pipeline=chunked_swap, max_num_batched_tokens=24, max_model_len=160))
-    Scheduler(swap_config(pipeline=chunked_swap, max_num_batched_tokens=160, max_model_len=160))
 
 
 def test_dumped_swap_steps_replay(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

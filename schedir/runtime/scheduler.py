@@ -196,14 +196,6 @@ class Scheduler:
             raise PipelineError(f"pass '{swappers[0]}' preempts by swap, but no pass of pipeline '{spec}' brings "
                                 "swapped requests back (one that requires 'swapped-queue', e.g. mlfq-swap-in or "
                                 "v0-swapped)")
-        chunked_swap = [p.name for p in manager.passes
-                        if p.name == "v0-chunked-running" and getattr(p, "preemption", "") == "swap"]
-        if chunked_swap and swap_queue and cfg.max_num_batched_tokens < cfg.max_model_len:
-            raise PipelineError(f"pass '{chunked_swap[0]}' preempts by swap with max_num_batched_tokens "
-                                f"({cfg.max_num_batched_tokens}) below max_model_len ({cfg.max_model_len}): vLLM v0 "
-                                "swaps a request back with all its prompt left (not chunked), so one swapped out "
-                                "mid-prefill with more tokens left than the budget would wait forever, as in vLLM "
-                                "0.8.5; raise the budget to max_model_len or preempt by recompute")
         # checked: install it
         self.config, self.spec, self.manager = cfg, spec, manager
         if current != kind:
