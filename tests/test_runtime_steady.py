@@ -270,13 +270,14 @@ def test_steady_steps_with_a_waiting_queue_admission_cannot_reach(cfg):
 
 @pytest.mark.parametrize("mutation", ["running order", "no decay", "admission ignores its gate", "no vtc charge",
                                       "no vtc lift", "nobody hopeless", "no last run", "nobody to preempt",
-                                      "v0 preempts nobody", "no v0 places"])
+                                      "v0 preempts nobody", "no v0 places", "mlfq running order"])
 def test_steady_steps_need_what_their_passes_declare(mutation, monkeypatch):
     """The sglang, vtc, seed and v0 cases fail when a declaration is wrong: the batch decoded in
     running order instead of join order, the ratio not decayed, admission declared steady when its
     gate is open, the tenants' counters not charged or not lifted, no waiting request judged
     hopeless, the batch's last run not written, memory-aware-preemption or v0-running declared
-    steady when they would preempt, v0's running places not written."""
+    steady when they would preempt, v0's running places not written, FastServe's batch decoded in
+    running order instead of (level, arrival) order."""
     from schedir.passes.memory_aware_preemption import LAST_RUN, MemoryAwarePreemption
     from schedir.passes.v0_running import V0Running
     from schedir.passes.sglang_admit import SglangAdmit
@@ -316,6 +317,13 @@ def test_steady_steps_need_what_their_passes_declare(mutation, monkeypatch):
             (lambda w: w and {k: v for k, v in w.items() if k != RUN_POS.name})(placed(self, ctx))))
         chunked = [c for c in CASES if c["seed"] in (65, 66, 67)]
         assert any(replay(True, **case)[0] != replay(False, **case)[0] for case in chunked), mutation
+        return
+    if mutation == "mlfq running order":  # the batch in running order, not (level, arrival)
+        from schedir.passes.mlfq_order import MlfqOrder
+
+        monkeypatch.setattr(MlfqOrder, "steady_order", lambda self, ctx: None)
+        fastserve = [c for c in CASES if c["seed"] in (81, 82, 83)]
+        assert any(replay(True, **case)[0] != replay(False, **case)[0] for case in fastserve), mutation
         return
     if mutation == "v0 preempts nobody":
         monkeypatch.setattr(V0Running, "steady_state", lambda self, ctx: {})

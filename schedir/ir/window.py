@@ -53,6 +53,9 @@ class WindowContext:
     step: int = 0
     # ids of the swapped queue (requests preempted by swap), in its order; set for steady steps
     swapped: np.ndarray = attrs.field(factory=lambda: np.zeros(0, dtype=np.int64))
+    # the host tier's free blocks (the step's `host_free_blocks` fact: -1 without a swapped queue
+    # or a host tier); set for steady steps
+    host_free_blocks: int = -1
 
     NONE: ClassVar[np.ndarray] = np.zeros(0, dtype=np.int64)  # nobody
 

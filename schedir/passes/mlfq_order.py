@@ -87,18 +87,14 @@ def mlfq_pick(run_level: np.ndarray, run_blocks: np.ndarray, run_total: np.ndarr
 def nobody_gives_way(running: np.ndarray, wanting: np.ndarray, level: np.ndarray, arrival: np.ndarray,
                      total: np.ndarray, prefill: np.ndarray, decode: np.ndarray, run_blocks: np.ndarray, seats: int,
                      free_blocks: int, block_size: int, host_free: int) -> bool:
-    """Whether `running` is in (level, arrival) order already and `mlfq_pick` keeps every running
-    job against `wanting` (the jobs that want a seat, in queue order), every running job
-    swappable; False too when a seat is free for one of them (admission decides that step). The
-    columns are indexed by row id (the runtime's whole-table views), `run_blocks` is `running`'s.
+    """Whether `mlfq_pick` keeps every running job (`running` in (level, arrival) order) against
+    `wanting` (the jobs that want a seat, in queue order), every running job swappable; False
+    too when a seat is free for one of them (admission decides that step). The columns are
+    indexed by row id (the runtime's whole-table views), `run_blocks` is `running`'s.
     With every seat taken the pick reads only the head of `wanting` in (level, arrival) order (its
     walk stops there or displaces someone, and its memory rule reads the head), so this is one
     pass over `wanting`, not a sort: a steady step's cost does not grow with the queue."""
     nr = running.size
-    for k in range(1, nr):
-        a, b = running[k - 1], running[k]
-        if level[b] < level[a] or (level[b] == level[a] and arrival[b] < arrival[a]):
-            return False
     if wanting.size == 0:
         return True
     if nr < seats:
@@ -117,6 +113,20 @@ def nobody_gives_way(running: np.ndarray, wanting: np.ndarray, level: np.ndarray
                      np.full(1, prefill[head] == 0 and decode[head] == 0, dtype=np.bool_),
                      seats, free_blocks, block_size, host_free)
     return not fate.any()
+
+
+@numba.njit(cache=True, nogil=True)
+def level_order(rows: np.ndarray, level: np.ndarray, arrival: np.ndarray) -> np.ndarray:
+    """Positions of `rows` in (level, arrival) order, ties in queue order (`_sorted`'s stable
+    lexsort), from whole-table views indexed by row id."""
+    n = rows.size
+    lv = np.empty(n, dtype=np.int64)
+    ar = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        lv[i] = level[rows[i]]
+        ar[i] = arrival[rows[i]]
+    by_arrival = np.argsort(ar, kind="mergesort")
+    return by_arrival[np.argsort(lv[by_arrival], kind="mergesort")]
 
 
 @dataclass(frozen=True)
@@ -161,21 +171,30 @@ class MlfqOrder(StepPass):
     steady_when: ClassVar[dict[str, str]] = {"queue": "waiting", "running": "running", "swapped": "swapped"}
     steady_swapped: ClassVar[bool] = True  # its answer judges the swapped jobs too
 
+    def steady_order(self, ctx: WindowContext) -> np.ndarray | None:
+        """The batch in (level, arrival) order, as `run` sorts the running queue (None: already so)."""
+        order = self._batch_order(ctx)
+        return None if (order == np.arange(order.size)).all() else order
+
+    def _batch_order(self, ctx: WindowContext) -> np.ndarray:
+        return ctx.shared("mlfq-batch-order",  # type: ignore[return-value]
+                          lambda: level_order(ctx.running, ctx.state_of(LEVEL.name), ctx.column_of("arrival")))
+
     def steady_state(self, ctx: WindowContext) -> dict[str, float] | None:
-        """Nothing written, when the running queue is in (level, arrival) order already (the
-        batch's order is the running queue's) and no running job gives way: `mlfq_pick` over
-        the waiting and (with `preemption=swap`) swapped jobs keeps them all, asked with every
-        running job swappable and the host tier unbounded, under which a job gives way
-        whenever it could (`nobody_gives_way`). Else None: the IR decides."""
+        """Nothing written, when no running job gives way (the batch decodes in (level, arrival)
+        order: `steady_order`): `mlfq_pick` over the waiting and (with `preemption=swap`) swapped
+        jobs keeps them all, asked with every running job swappable (none has a token in flight
+        in a steady step) and the host tier's free blocks (`nobody_gives_way`). Else None: the
+        IR decides."""
         waiting = ctx.waiting
         if self.preemption == "swap" and ctx.swapped.size:
             waiting = np.concatenate([ctx.swapped, waiting])
         state_of = ctx.state_of
-        running = ctx.running
+        running = ctx.running[self._batch_order(ctx)]
         held = nobody_gives_way(running, waiting, state_of(LEVEL.name), ctx.column_of("arrival"),
                                 ctx.column_of("total"), state_of(SERVED_PREFILL.name), state_of(SERVED_DECODE.name),
                                 ctx.column("blocks", running), ctx.max_seqs, ctx.free_blocks, ctx.block_size,
-                                (1 << 62) if self.preemption == "swap" else -1)
+                                ctx.host_free_blocks if self.preemption == "swap" else -1)
         return {} if held else None
 
     def __post_init__(self) -> None:

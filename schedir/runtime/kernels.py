@@ -128,20 +128,21 @@ def steady_decode(running, data, budget: int, max_model_len: int, ref, bhash, du
 
 
 @nb.njit(cache=True)
-def steady_settle(running, data, budget: int, max_model_len: int, ref, bhash, dup_next, nxt, prv, meta, cache, table,
-                  nblk, ncached, rhash, nhash, tokens, front: int, waiting, block_size: int, async_mode: bool,
+def steady_settle(rows, running, data, budget: int, max_model_len: int, ref, bhash, dup_next, nxt, prv, meta, cache,
+                  table, nblk, ncached, rhash, nhash, tokens, front: int, waiting, block_size: int, async_mode: bool,
                   plan: bool):
     """`steady_decode` (committing) then `settle_step` for the running requests' one token each, in
-    one call: (True, per_request, sampled, tokens scheduled, query_start_loc, per_token, seq_lens,
+    one call, the batch in the order of `rows` (the running queue, or a pass's `steady_order` of
+    it): (True, per_request, sampled, tokens scheduled, query_start_loc, per_token, seq_lens,
     block_table), or (False, None, ...) with nothing changed when the step is not steady. The
     queues stay as they are (every running request keeps running, nobody waiting moves), so they
     are not handed back: a light step pays for each array boxed (~1 µs each)."""
-    if not steady_decode(running, data, budget, max_model_len, ref, bhash, dup_next, nxt, prv, meta, cache, table,
+    if not steady_decode(rows, data, budget, max_model_len, ref, bhash, dup_next, nxt, prv, meta, cache, table,
                          nblk, ncached, rhash, nhash, True):
         return False, None, None, 0, None, None, None, None
     nobody = np.zeros(0, dtype=np.int64)
     _, _, per_request, sampled, scheduled, qsl, per_token, seq_lens, block_table = settle_step(
-        running, tokens, nobody, nobody, front, data, running, waiting, table, nblk, block_size, async_mode, False,
+        rows, tokens, nobody, nobody, front, data, running, waiting, table, nblk, block_size, async_mode, False,
         False, plan)
     return True, per_request, sampled, scheduled, qsl, per_token, seq_lens, block_table
 

@@ -523,7 +523,8 @@ class Scheduler:
                                  pool.num_free)
         return out
 
-    def _steady_step(self, step: int, waiting: np.ndarray, swapped_judged: bool = False) -> SchedulerOutput | None:
+    def _steady_step(self, step: int, waiting: np.ndarray, swapped_judged: bool = False,
+                     rows: np.ndarray | None = None) -> SchedulerOutput | None:
         """A steady decode step (see `StepPass.decodes_steadily`) lowered straight from the
         tables, or None (nothing changed) when this step is not one: every running request
         decodes one token and gets its blocks, as the pipeline's IR would decide, without the
@@ -533,7 +534,8 @@ class Scheduler:
         running requests are steady); a non-empty one is still steady for the vllm preset when
         `admissible_bound` proves nobody can be admitted (the vllm window's own rule, tested
         against the whole queue) and nobody is to be rejected. Nobody is swapped out, unless the
-        passes' steady answers judged the swapped queue (`swapped_judged`, `StepPass.steady_swapped`)."""
+        passes' steady answers judged the swapped queue (`swapped_judged`, `StepPass.steady_swapped`).
+        `rows`: the batch's order when a pass declares one (`steady_order`), else running order."""
         cfg = self.config
         pool = self.pool
         d = self.table.data
@@ -546,14 +548,15 @@ class Scheduler:
         if self._ones.size < running.size:
             self._ones = np.ones(2 * running.size, dtype=np.int64)
         tokens = self._ones[: running.size].copy()  # (a copy of a slice: a third of np.ones' cost)
-        settled = steady_settle(running, d, self._steady_budget, cfg.max_model_len, pool.ref, pool.bhash, pool.dup_next,
+        rows = running if rows is None else rows
+        settled = steady_settle(rows, running, d, self._steady_budget, cfg.max_model_len, pool.ref, pool.bhash, pool.dup_next,
                                 pool.nxt, pool.prv, pool.meta, pool.cache, pool.table, pool.nblk, pool.ncached,
                                 pool.rhash, pool.nhash, tokens, self._front, self.waiting, cfg.block_size,
                                 cfg.async_scheduling, cfg.batch_plan)
         if not settled[0]:
             return None
         # the queues stay as they are: every running request keeps running, nobody waiting moves
-        return self._output(step, running, tokens, settled[1:], _NO_ROWS, _NO_ROWS, {}, _NO_PAIRS, _NO_PAIRS)
+        return self._output(step, rows, tokens, settled[1:], _NO_ROWS, _NO_ROWS, {}, _NO_PAIRS, _NO_PAIRS)
 
     def _running_step(self, step: int) -> SchedulerOutput | None:
         """A running step (see `schedir.ir.running_step`) decided by the pipeline's running-step
@@ -661,6 +664,8 @@ class Scheduler:
                 cfg.max_num_batched_tokens, cfg.block_size, cfg.max_model_len, oversized, scheduler_state,
                 self._request_state_of, self._column_of, {}, steady, self._state_of, self._table_column, now_us,
                 step)
+            ctx.swapped = self.swapped
+            ctx.host_free_blocks = pool.host.num_free if self.swap_queue and pool.host is not None else -1
             return ctx
         ctx.running = self.running
         ctx.waiting = waiting
@@ -673,6 +678,7 @@ class Scheduler:
         ctx.now_us = now_us
         ctx.step = step
         ctx.swapped = self.swapped
+        ctx.host_free_blocks = pool.host.num_free if self.swap_queue and pool.host is not None else -1
         return ctx
 
     def _table_column(self, name: str) -> np.ndarray:
@@ -715,9 +721,7 @@ class Scheduler:
             return None
         order = answer[2]
         if not self.radix:
-            if order is not None:  # the block pool's kernel decodes in running order only
-                return None
-            out = self._steady_step(step, _EMPTY, swapped_judged=True)
+            out = self._steady_step(step, _EMPTY, swapped_judged=True, rows=None if order is None else running[order])
         else:
             out = self._steady_radix(step, running if order is None else running[order])
         if out is not None:

@@ -75,7 +75,7 @@ def decode_run(until: float, now: float, max_steps: int, step_rows: np.ndarray, 
                                              block_size) != 0:
             break
         ok, per_request, sampled, _, _, _, _, _ = steady_settle(
-            running, data, steady_budget, max_model_len, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk,
+            running, running, data, steady_budget, max_model_len, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk,
             ncached, rhash, nhash, ones, front, waiting, block_size, False, False)
         if not ok:
             break
