@@ -59,18 +59,30 @@ def place_levels(level: np.ndarray, start: np.ndarray, last_run: np.ndarray, pro
     return out
 
 
-@numba.njit(cache=True, nogil=True)
-def levels_hold(rows: np.ndarray, level: np.ndarray, start: np.ndarray, last_run: np.ndarray, prompt: np.ndarray,
-                prefill: np.ndarray, decode: np.ndarray, step: int, quantum: int, ratio: int, levels: int,
-                prefill_cost: int, starve_steps: int) -> bool:
-    """Whether `place_levels` changes none of `rows` (the columns are indexed by row id: the
-    runtime's whole-table views, so a steady step gathers nothing)."""
+@numba.njit(cache=True, nogil=True, inline="always")
+def _hold(rows: np.ndarray, level: np.ndarray, start: np.ndarray, last_run: np.ndarray, prompt: np.ndarray,
+          prefill: np.ndarray, decode: np.ndarray, step: int, quantum: int, ratio: int, levels: int,
+          prefill_cost: int, starve_steps: int) -> bool:
     for r in rows:
         lv, st, last = _place(level[r], start[r], last_run[r], prompt[r], prefill[r], decode[r], step, quantum,
                               ratio, levels, prefill_cost, starve_steps)
         if lv != level[r] or st != start[r] or last != last_run[r]:
             return False
     return True
+
+
+@numba.njit(cache=True, nogil=True)
+def levels_hold(running: np.ndarray, waiting: np.ndarray, swapped: np.ndarray, level: np.ndarray, start: np.ndarray,
+                last_run: np.ndarray, prompt: np.ndarray, prefill: np.ndarray, decode: np.ndarray, step: int,
+                quantum: int, ratio: int, levels: int, prefill_cost: int, starve_steps: int) -> bool:
+    """Whether `place_levels` changes none of the three queues' rows (the columns are indexed by
+    row id: the runtime's whole-table views, so a steady step gathers nothing)."""
+    return (_hold(running, level, start, last_run, prompt, prefill, decode, step, quantum, ratio, levels,
+                  prefill_cost, starve_steps)
+            and _hold(waiting, level, start, last_run, prompt, prefill, decode, step, quantum, ratio, levels,
+                      prefill_cost, starve_steps)
+            and _hold(swapped, level, start, last_run, prompt, prefill, decode, step, quantum, ratio, levels,
+                      prefill_cost, starve_steps))
 
 
 @dataclass(frozen=True)
@@ -104,13 +116,11 @@ class MlfqLevels(StepPass):
         promoted this step (every queue's levels as `run` would place them); else None: the IR
         decides (a demotion can cost a job its seat, a promotion bring a swapped one back)."""
         state_of = ctx.state_of
-        columns = (state_of(LEVEL.name), state_of(LEVEL_START.name), state_of(LAST_RUN.name), ctx.column_of("prompt"),
-                   state_of(SERVED_PREFILL.name), state_of(SERVED_DECODE.name))
-        for rows in (ctx.running, ctx.waiting, ctx.swapped):
-            if rows.size and not levels_hold(rows, *columns, ctx.step, self.quantum, self.quantum_ratio, self.levels,
-                                             self.prefill_cost, self.starve_steps):
-                return None
-        return {}
+        held = levels_hold(ctx.running, ctx.waiting, ctx.swapped, state_of(LEVEL.name), state_of(LEVEL_START.name),
+                           state_of(LAST_RUN.name), ctx.column_of("prompt"), state_of(SERVED_PREFILL.name),
+                           state_of(SERVED_DECODE.name), ctx.step, self.quantum, self.quantum_ratio, self.levels,
+                           self.prefill_cost, self.starve_steps)
+        return {} if held else None
 
     def __post_init__(self) -> None:
         for name in ("quantum", "levels", "prefill_cost", "starve_steps"):
