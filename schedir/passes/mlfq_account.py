@@ -5,12 +5,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numba
 import numpy as np
 
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
 from schedir.ir.window import WindowContext
 from schedir.passes.mlfq_state import LAST_RUN, MLFQ_STATE, SERVED_DECODE, SERVED_PREFILL
+
+
+@numba.njit(cache=True, nogil=True)
+def _served_one(rows: np.ndarray, decode: np.ndarray, step: int) -> tuple[np.ndarray, np.ndarray]:
+    """(decode tokens served + 1, `step`) for `rows`, from the whole-table view of the served tokens."""
+    served = np.empty(rows.size, dtype=np.int64)
+    for i in range(rows.size):
+        served[i] = decode[rows[i]] + 1
+    return served, np.full(rows.size, step, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -33,9 +43,8 @@ class MlfqAccount(StepPass):
 
     def steady_state(self, ctx: WindowContext) -> dict[str, np.ndarray]:
         """The batch's rows: one more decode token served, last run this step."""
-        running = ctx.running
-        return {SERVED_DECODE.name: ctx.request_state(SERVED_DECODE.name, running) + 1,
-                LAST_RUN.name: np.full(running.size, ctx.step, dtype=np.int64)}
+        decode, last = _served_one(ctx.running, ctx.state_of(SERVED_DECODE.name), ctx.step)
+        return {SERVED_DECODE.name: decode, LAST_RUN.name: last}
 
     def run(self, step: Step) -> None:
         now = step.facts.step

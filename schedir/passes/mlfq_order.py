@@ -84,49 +84,49 @@ def mlfq_pick(run_level: np.ndarray, run_blocks: np.ndarray, run_total: np.ndarr
 
 
 @numba.njit(cache=True, nogil=True)
-def nobody_gives_way(running: np.ndarray, wanting: np.ndarray, level: np.ndarray, arrival: np.ndarray,
-                     total: np.ndarray, prefill: np.ndarray, decode: np.ndarray, run_blocks: np.ndarray, seats: int,
-                     free_blocks: int, block_size: int, host_free: int) -> bool:
-    """Whether `mlfq_pick` keeps every running job (`running` in (level, arrival) order) against
-    `wanting` (the jobs that want a seat, in queue order), every running job swappable; False
-    too when a seat is free for one of them (admission decides that step). The columns are
-    indexed by row id (the runtime's whole-table views), `run_blocks` is `running`'s.
-    With every seat taken the pick reads only the head of `wanting` in (level, arrival) order (its
-    walk stops there or displaces someone, and its memory rule reads the head), so this is one
-    pass over `wanting`, not a sort: a steady step's cost does not grow with the queue."""
+def steady_pick(running: np.ndarray, run_blocks: np.ndarray, swapped: np.ndarray, waiting: np.ndarray,
+                level: np.ndarray, arrival: np.ndarray, total: np.ndarray, prefill: np.ndarray, decode: np.ndarray,
+                seats: int, free_blocks: int, block_size: int, host_free: int) -> tuple[np.ndarray, bool]:
+    """A steady step's batch order and whether nobody gives way, in one call: (positions of
+    `running` in (level, arrival) order, ties in queue order as `_sorted`'s stable lexsort; True
+    when `mlfq_pick` keeps every running job against the jobs that want a seat, `swapped` then
+    `waiting`, every running job swappable). False too when a seat is free for one of them
+    (admission decides that step). The columns are indexed by row id (the runtime's whole-table
+    views); `run_blocks` is `running`'s, in its order. With every seat taken the pick reads only
+    the head of the wanting jobs in (level, arrival) order (its walk stops there or displaces
+    someone, and its memory rule reads the head), so this is one pass over them, not a sort: a
+    steady step's cost does not grow with the queue."""
     nr = running.size
-    if wanting.size == 0:
-        return True
+    lv = np.empty(nr, dtype=np.int64)
+    ar = np.empty(nr, dtype=np.int64)
+    for i in range(nr):
+        lv[i] = level[running[i]]
+        ar[i] = arrival[running[i]]
+    by_arrival = np.argsort(ar, kind="mergesort")
+    order = by_arrival[np.argsort(lv[by_arrival], kind="mergesort")]
+    wanting = swapped.size + waiting.size
+    if wanting == 0:
+        return order, True
     if nr < seats:
-        return False
-    head = wanting[0]
-    for r in wanting[1:]:  # the first of the lowest (level, arrival): a stable sort's head
-        if level[r] < level[head] or (level[r] == level[head] and arrival[r] < arrival[head]):
-            head = r
+        return order, False
+    head = -1
+    for part in range(2):
+        rows = swapped if part == 0 else waiting
+        for r in rows:  # the first of the lowest (level, arrival): a stable sort's head
+            if head < 0 or level[r] < level[head] or (level[r] == level[head] and arrival[r] < arrival[head]):
+                head = r
     run_level = np.empty(nr, dtype=np.int64)
     run_total = np.empty(nr, dtype=np.int64)
+    blocks = np.empty(nr, dtype=np.int64)
     for k in range(nr):
-        run_level[k] = level[running[k]]
-        run_total[k] = total[running[k]]
-    fate = mlfq_pick(run_level, run_blocks, run_total, np.ones(nr, dtype=np.bool_),
+        run_level[k] = lv[order[k]]
+        run_total[k] = total[running[order[k]]]
+        blocks[k] = run_blocks[order[k]]
+    fate = mlfq_pick(run_level, blocks, run_total, np.ones(nr, dtype=np.bool_),
                      np.full(1, level[head], dtype=np.int64), np.full(1, total[head], dtype=np.int64),
                      np.full(1, prefill[head] == 0 and decode[head] == 0, dtype=np.bool_),
                      seats, free_blocks, block_size, host_free)
-    return not fate.any()
-
-
-@numba.njit(cache=True, nogil=True)
-def level_order(rows: np.ndarray, level: np.ndarray, arrival: np.ndarray) -> np.ndarray:
-    """Positions of `rows` in (level, arrival) order, ties in queue order (`_sorted`'s stable
-    lexsort), from whole-table views indexed by row id."""
-    n = rows.size
-    lv = np.empty(n, dtype=np.int64)
-    ar = np.empty(n, dtype=np.int64)
-    for i in range(n):
-        lv[i] = level[rows[i]]
-        ar[i] = arrival[rows[i]]
-    by_arrival = np.argsort(ar, kind="mergesort")
-    return by_arrival[np.argsort(lv[by_arrival], kind="mergesort")]
+    return order, not fate.any()
 
 
 @dataclass(frozen=True)
@@ -173,29 +173,28 @@ class MlfqOrder(StepPass):
 
     def steady_order(self, ctx: WindowContext) -> np.ndarray | None:
         """The batch in (level, arrival) order, as `run` sorts the running queue (None: already so)."""
-        order = self._batch_order(ctx)
+        order = self._steady_pick(ctx)[0]
         return None if (order == np.arange(order.size)).all() else order
-
-    def _batch_order(self, ctx: WindowContext) -> np.ndarray:
-        return ctx.shared("mlfq-batch-order",  # type: ignore[return-value]
-                          lambda: level_order(ctx.running, ctx.state_of(LEVEL.name), ctx.column_of("arrival")))
 
     def steady_state(self, ctx: WindowContext) -> dict[str, float] | None:
         """Nothing written, when no running job gives way (the batch decodes in (level, arrival)
         order: `steady_order`): `mlfq_pick` over the waiting and (with `preemption=swap`) swapped
         jobs keeps them all, asked with every running job swappable (none has a token in flight
-        in a steady step) and the host tier's free blocks (`nobody_gives_way`). Else None: the
-        IR decides."""
-        waiting = ctx.waiting
-        if self.preemption == "swap" and ctx.swapped.size:
-            waiting = np.concatenate([ctx.swapped, waiting])
-        state_of = ctx.state_of
-        running = ctx.running[self._batch_order(ctx)]
-        held = nobody_gives_way(running, waiting, state_of(LEVEL.name), ctx.column_of("arrival"),
-                                ctx.column_of("total"), state_of(SERVED_PREFILL.name), state_of(SERVED_DECODE.name),
-                                ctx.column("blocks", running), ctx.max_seqs, ctx.free_blocks, ctx.block_size,
-                                ctx.host_free_blocks if self.preemption == "swap" else -1)
-        return {} if held else None
+        in a steady step) and the host tier's free blocks (`steady_pick`). Else None: the IR
+        decides."""
+        return {} if self._steady_pick(ctx)[1] else None
+
+    def _steady_pick(self, ctx: WindowContext) -> tuple[np.ndarray, bool]:
+        """`steady_pick` over the step's queues, once per step (both answers read it)."""
+        def pick() -> tuple[np.ndarray, bool]:
+            state_of = ctx.state_of
+            swap = self.preemption == "swap"
+            return steady_pick(ctx.running, ctx.column("blocks", ctx.running), ctx.swapped if swap else _NONE,
+                               ctx.waiting, state_of(LEVEL.name), ctx.column_of("arrival"), ctx.column_of("total"),
+                               state_of(SERVED_PREFILL.name), state_of(SERVED_DECODE.name), ctx.max_seqs,
+                               ctx.free_blocks, ctx.block_size, ctx.host_free_blocks if swap else -1)
+
+        return ctx.shared("mlfq-steady-pick", pick)  # type: ignore[return-value]
 
     def __post_init__(self) -> None:
         if self.preemption not in ("recompute", "swap"):
