@@ -114,8 +114,9 @@ def test_passes_show_which_declare_steady_steps(capsys):
         assert "steady:" in sections[steady], steady
     assert "it says the state it writes then and the batch order" in sections["sglang-decode"]
     assert "it says the state it writes then)" in sections["vtc-account"]
-    for writes in ("mlfq-order", "mlfq-account", "v0-running", "v0-chunked-running", "memory-aware-preemption"):
+    for writes in ("mlfq-account", "v0-running", "v0-chunked-running", "memory-aware-preemption"):
         assert "it says the state it writes then)" in sections[writes], writes
+    assert "it says the state it writes then and the batch order" in sections["mlfq-order"]
     for not_steady in ("route-round-robin", "route-cache-aware"):  # routing passes: no engine step
         assert "steady:" not in sections[not_steady], not_steady
     assert "running:     declared: in a running step (nobody admissible waiting) it decides the running queue alone" \
