@@ -76,9 +76,8 @@ class V0ChunkedPrefills(StepPass):
         if waiting.size:
             if ctx.running.size < ctx.max_seqs:
                 return None
-            total = ctx.column("total", waiting)
-            never = ctx.total_blocks - -(-total // ctx.block_size) < K.watermark_blocks(ctx.total_blocks)
-            if (never | (total - ctx.column("computed", waiting) > ctx.max_model_len)).any():
+            if K.any_ignorable(waiting, ctx.column_of("total"), ctx.column_of("computed"), ctx.max_model_len,
+                               ctx.total_blocks, ctx.block_size):
                 return None
         return delay_clock(ctx)
 

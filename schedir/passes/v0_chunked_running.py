@@ -60,10 +60,10 @@ class V0ChunkedRunning(StepPass):
         running = ctx.running
         if ctx.free_blocks < running.size or self.partial > ctx.token_budget:
             return None
-        if (np.diff(ctx.request_state(RUN_POS.name, running)) < 0).any():
-            return None
-        # a recomputed request's last prompt token is a prefill chunk to v0 (another band), not a decode
-        if (ctx.column("computed", running) < ctx.request_state(PREFILL_END.name, running)).any():
+        # in v0's order, and none in its prefill: a recomputed request's last prompt token is a
+        # prefill chunk to v0 (another band), not a decode
+        if not K.steady_run_order(running, ctx.state_of(RUN_POS.name), ctx.column_of("computed"),
+                                  ctx.state_of(PREFILL_END.name)):
             return None
         base = int(ctx.scheduler_state.get(NEXT_RUN_POS.name, 0.0))
         return {NEXT_RUN_POS.name: float(base + RUN_BANDS * BAND),

@@ -77,6 +77,33 @@ def watermark_blocks(total_gpu: int) -> int:
     return int(0.01 * total_gpu)
 
 
+@nb.njit(cache=True, nogil=True)
+def any_ignorable(waiting, total, computed, limit: int, total_gpu: int, block_size: int) -> bool:
+    """Whether v0 could ignore one of `waiting` when it reaches it (a steady step's test): new
+    tokens (total - computed; `computed` None: the whole sequence) over `limit`, or a sequence
+    more blocks than the pool above its watermark can ever hold (`can_allocate` NEVER). The
+    columns are whole-table views indexed by row id."""
+    room = total_gpu - watermark_blocks(total_gpu)
+    for r in waiting:
+        t = total[r]
+        new = t if computed is None else t - computed[r]
+        if new > limit or -(-t // block_size) > room:
+            return True
+    return False
+
+
+@nb.njit(cache=True, nogil=True)
+def steady_run_order(running, run_pos, computed, prefill_end) -> bool:
+    """Whether `running` is in v0's running order already (`v0_run_pos` non-decreasing) with none
+    in its prefill (computed below `v0_prefill_end`): v0-chunked-running's steady test, over
+    whole-table views indexed by row id."""
+    for i in range(running.size):
+        r = running[i]
+        if computed[r] < prefill_end[r] or (i and run_pos[r] < run_pos[running[i - 1]]):
+            return False
+    return True
+
+
 @nb.njit(cache=True)
 def v0_swapped(rows, computed, total, prefill_end, budget: int, seqs_used: int, max_seqs: int, total_gpu: int,
                ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk, hfree, hmeta, htable, hnblk, log):

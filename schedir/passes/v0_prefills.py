@@ -55,7 +55,9 @@ class V0Prefills(StepPass):
         taken and no waiting request is one v0 would ignore (those ahead of the first that
         stops the loop are ignored whatever stops it). Else None: the IR decides."""
         if ctx.waiting.size:
-            if ctx.running.size < ctx.max_seqs or self._ignored(ctx).any():
+            if ctx.running.size < ctx.max_seqs or K.any_ignorable(
+                    ctx.waiting, ctx.column_of("total"), None, min(ctx.max_model_len, ctx.token_budget),
+                    ctx.total_blocks, ctx.block_size):
                 return None
         return delay_clock(ctx)
 
