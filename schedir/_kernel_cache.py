@@ -26,7 +26,8 @@ _ROOT = Path(__file__).resolve().parent
 KERNEL_MODULES = (  # every module with a Numba kernel (tests/test_kernel_cache.py checks the list is whole)
     "ir/route_step.py", "lowering/batch_plan.py", "lowering/hashing.py", "lowering/host_pool.py",
     "lowering/kv_pool.py", "lowering/radix_cache.py", "lowering/radix_pool.py", "lowering/rows.py",
-    "passes/kernels.py", "passes/mlfq_levels.py", "passes/mlfq_order.py", "passes/mlfq_swap_in.py",
+    "passes/kernels.py", "passes/memory_aware_preemption.py", "passes/mlfq_account.py", "passes/mlfq_levels.py",
+    "passes/mlfq_order.py", "passes/mlfq_swap_in.py",
     "passes/orca_admit.py", "passes/order_slo.py", "passes/route_kernels.py", "passes/sglang_decode.py",
     "passes/sglang_order.py", "passes/v0_kernels.py", "passes/verify_step.py", "passes/vllm_kernels.py",
     "passes/vtc_account.py", "passes/vtc_order.py", "runtime/kernels.py", "runtime/window.py", "runtime/table.py",
