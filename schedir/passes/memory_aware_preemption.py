@@ -37,19 +37,27 @@ def _ran(computed: np.ndarray, seen: np.ndarray) -> np.ndarray:
 
 
 @numba.njit(cache=True, nogil=True)
-def steady_tracking(running: np.ndarray, computed: np.ndarray, seen: np.ndarray, last: np.ndarray,
-                    step: int) -> tuple[np.ndarray, np.ndarray]:
-    """`_track`'s writes for `running` (its `_ran` rule) from whole-table views indexed by row id:
-    (computed now, last run) per running request, in one pass instead of seven array operations."""
+def steady_tracking(running: np.ndarray, waiting: np.ndarray, computed: np.ndarray, prompt: np.ndarray,
+                    priority: np.ndarray, seen: np.ndarray, last: np.ndarray,
+                    step: int) -> tuple[bool, np.ndarray, np.ndarray]:
+    """A steady step's answer in one pass over whole-table views indexed by row id: (whether a
+    running decode is less urgent than the most urgent waiting request, so that the pass could
+    preempt; computed now and last run per running request: `_track`'s writes, its `_ran` rule)."""
     n = running.size
     now = np.empty(n, dtype=np.int64)
     last_run = np.empty(n, dtype=np.int64)
+    least_urgent = np.iinfo(np.int64).min
     for i in range(n):
         r = running[i]
         c, s = computed[r], seen[r]
         now[i] = c
         last_run[i] = step - 1 if (c > s and s >= 0) or (s < 0 and c > 0) else last[r]
-    return now, last_run
+        if c >= prompt[r] and priority[r] > least_urgent:
+            least_urgent = priority[r]
+    most_urgent = np.iinfo(np.int64).max
+    for r in waiting:
+        most_urgent = min(most_urgent, priority[r])
+    return least_urgent > most_urgent, now, last_run
 
 
 def blocks_for(tokens: np.ndarray, block_size: int) -> np.ndarray:
@@ -93,18 +101,15 @@ class MemoryAwarePreemption(StepPass):
         requests' growth (so no request is short). Else None: the IR decides."""
         running = ctx.running
         waiting = ctx.waiting
-        if waiting.size:
-            computed = ctx.column("computed", running)
-            priority = ctx.column("priority", running)
-            decoding = computed >= ctx.column("prompt", running)
-            if decoding.any() and priority[decoding].max() > ctx.column("priority", waiting).min():
-                bs = ctx.block_size
-                growth = np.maximum(blocks_for(ctx.column("total", running), bs) - ctx.column("blocks", running), 0)
-                need = int(blocks_for(ctx.column("total", waiting), bs).sum())
-                if need > ctx.free_blocks - int(growth.sum()):
-                    return None
-        now, last = steady_tracking(running, ctx.column_of("computed"), ctx.state_of(SEEN_COMPUTED.name),
-                                    ctx.state_of(LAST_RUN.name), ctx.step)
+        urgent, now, last = steady_tracking(running, waiting, ctx.column_of("computed"), ctx.column_of("prompt"),
+                                            ctx.column_of("priority"), ctx.state_of(SEEN_COMPUTED.name),
+                                            ctx.state_of(LAST_RUN.name), ctx.step)
+        if urgent:  # it could preempt: only if some waiting request is short of blocks
+            bs = ctx.block_size
+            growth = np.maximum(blocks_for(ctx.column("total", running), bs) - ctx.column("blocks", running), 0)
+            need = int(blocks_for(ctx.column("total", waiting), bs).sum())
+            if need > ctx.free_blocks - int(growth.sum()):
+                return None
         return {SEEN_COMPUTED.name: now, LAST_RUN.name: last}
 
     def run(self, step: Step) -> None:
