@@ -224,18 +224,24 @@ def test_load_cases_reads_the_directory() -> None:
     assert [p for p, _ in loaded] == REGRESSION_CASES
 
 
-def test_held_answers_fuzz_mode_compares_every_step(tmp_path: Path) -> None:
-    """`benchmarks/parity_fuzz.py --held`: sglang cases run with held steady answers and with
-    every pass asked every step agree (decisions, blocks and scheduler state after every step),
-    and a ratio held at a value instead of decayed is reported as divergent (exit 1)."""
+def _parity_fuzz_cli():  # noqa: ANN202
+    """benchmarks/parity_fuzz.py as a module (benchmarks are scripts, not a package)."""
     import importlib.util
-
-    from schedir.passes.sglang_decode import SglangDecode
 
     root = Path(__file__).resolve().parents[1]
     spec = importlib.util.spec_from_file_location("parity_fuzz_cli", root / "benchmarks" / "parity_fuzz.py")
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def test_held_answers_fuzz_mode_compares_every_step(tmp_path: Path) -> None:
+    """`benchmarks/parity_fuzz.py --held`: sglang cases run with held steady answers and with
+    every pass asked every step agree (decisions, blocks and scheduler state after every step),
+    and a ratio held at a value instead of decayed is reported as divergent (exit 1)."""
+    from schedir.passes.sglang_decode import SglangDecode
+
+    module = _parity_fuzz_cli()
     out = tmp_path / "held.json"
     assert module.main(["--held", "--cases", "3", "--size", "ci", "--presets", "sglang", "--json", str(out)]) == 0
     tally = json.loads(out.read_text())["presets"]["sglang"]
@@ -258,14 +264,9 @@ def test_steady_fuzz_mode_compares_every_step(tmp_path: Path) -> None:
     """`benchmarks/parity_fuzz.py --steady`: fastserve cases with steady steps and with every step
     through the IR agree (decisions, blocks, scheduler and request state after every step), and
     mlfq-account's service left unwritten in steady steps is reported as divergent (exit 1)."""
-    import importlib.util
-
     from schedir.passes.mlfq_account import MlfqAccount
 
-    root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("parity_fuzz_cli", root / "benchmarks" / "parity_fuzz.py")
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    module = _parity_fuzz_cli()
     out = tmp_path / "steady.json"
     assert module.main(["--steady", "--cases", "3", "--size", "ci", "--presets", "fastserve", "--json", str(out)]) == 0
     tally = json.loads(out.read_text())["presets"]["fastserve"]
