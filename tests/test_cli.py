@@ -117,6 +117,9 @@ def test_passes_show_which_declare_steady_steps(capsys):
     for writes in ("mlfq-account", "v0-running", "v0-chunked-running", "memory-aware-preemption"):
         assert "it says the state it writes then)" in sections[writes], writes
     assert "it says the state it writes then and the batch order" in sections["mlfq-order"]
+    for judged in ("mlfq-order", "mlfq-levels", "mlfq-swap-in", "admit-greedy"):  # fastserve's, with jobs parked
+        assert "swapped:     its steady answers hold with requests swapped out" in sections[judged], judged
+    assert "swapped:" not in sections["v0-swapped"]  # v0 swaps a request back whenever it fits
     for not_steady in ("route-round-robin", "route-cache-aware"):  # routing passes: no engine step
         assert "steady:" not in sections[not_steady], not_steady
     assert "running:     declared: in a running step (nobody admissible waiting) it decides the running queue alone" \

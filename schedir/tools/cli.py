@@ -88,6 +88,9 @@ def cmd_passes(out: TextIO) -> int:
                 says.append("the batch order")
             out.write("    steady:      declared: in a steady decode step it decides nothing or the steady decision"
                       + (f" (it says {' and '.join(says)})" if says else "") + "\n")
+            if cls.steady_swapped:
+                out.write("    swapped:     its steady answers hold with requests swapped out (a pipeline whose "
+                          "passes all say so takes steady steps then)\n")
             if cls.steady_reads is not None:
                 out.write("    held:        its steady answers are asked again only when the queues"
                           + (f", the request state or one of {', '.join(sorted(cls.steady_reads))}"
