@@ -111,8 +111,8 @@ def main(argv: list[str] | None = None) -> int:
           "x = / vllm's; IR = share of steps that ran their IR (the rest: steady steps)")
     print(f"{'preset':<18}" + "".join(f"{f'N={n}':>24}" for n in sizes))
     for p in presets:
-        cells = "".join(f"{results[(p, n)]:10.1f} {results[(p, n)] / results[('vllm', n)]:5.2f}x {share[(p, n)]:4.0%} IR"
-                        for n in sizes)
+        cells = "".join(f"{results[(p, n)]:10.1f} {results[(p, n)] / results[('vllm', n)]:5.2f}x "
+                        f"{share[(p, n)]:4.0%} IR" for n in sizes)
         print(f"{p:<18}{cells}")
     return 0
 

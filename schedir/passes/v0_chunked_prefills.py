@@ -11,17 +11,15 @@ from schedir.dialects.codes import Reason
 from schedir.dialects.req import PreemptOp, ScheduleOp
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step, pool_of, root_queue
+from schedir.ir.window import WindowContext
 from schedir.passes import v0_kernels as K
 from schedir.passes.v0_chunked import long_threshold, slot_budget
-from schedir.ir.window import WindowContext
 from schedir.passes.v0_prefills import delay_clock, emit_prefills
 from schedir.passes.v0_state import (
     BAND,
     LAST_LATENCY,
     NEXT_RUN_POS,
     PREFILL_END,
-    PREV_PROMPT,
-    PREV_TIME,
     RUN_BANDS,
     RUN_POS,
     SCHEDULER_STATE,
@@ -79,7 +77,7 @@ class V0ChunkedPrefills(StepPass):
             if K.any_ignorable(waiting, ctx.column_of("total"), ctx.column_of("computed"), ctx.max_model_len,
                                ctx.total_blocks, ctx.block_size):
                 return None
-        return delay_clock(ctx)
+        return delay_clock(ctx.scheduler_state, float(max(ctx.now_us, 0)))
 
     def run(self, step: Step) -> None:
         facts = step.facts
@@ -95,13 +93,11 @@ class V0ChunkedPrefills(StepPass):
                 reached += len(op)  # type: ignore[arg-type]
         left_running = (len(running) if running is not None else 0) - reached
         now = float(max(facts.now_us, 0))
-        state = step.states()
-        latency = state.get(LAST_LATENCY.name, 0.0)
-        if state.get(PREV_PROMPT.name, 0.0):
-            latency = now - state.get(PREV_TIME.name, 0.0)
+        clock = delay_clock(step.states(), now)
+        latency = clock[LAST_LATENCY.name]
         pending = step.pending(self.queue)
         if pending is None:
-            step.set_state(**{PREV_TIME.name: now, PREV_PROMPT.name: 0.0, LAST_LATENCY.name: latency})
+            step.set_state(**clock)
             return
         pool = pool_of(step)
         threshold = long_threshold(self.partial, self.long_threshold, facts.max_model_len)

@@ -55,8 +55,8 @@ class V0ChunkedRunning(StepPass):
         """What a steady step writes: the step's bands of places taken (`v0_next_run_pos`) and the
         decodes' places in the decode band, in running order; when the running queue is in v0's
         order already (`v0_run_pos`), each decode gets its token (a prefill slot's share is at
-        least budget // partial), none is in its prefill (`v0_prefill_end`), and the free blocks cover v0's worst case (one per decode,
-        v0-running's rule). Else None: the IR decides."""
+        least budget // partial), none is in its prefill (`v0_prefill_end`), and the free blocks
+        cover v0's worst case (one per decode, v0-running's rule). Else None: the IR decides."""
         running = ctx.running
         if ctx.free_blocks < running.size or self.partial > ctx.token_budget:
             return None

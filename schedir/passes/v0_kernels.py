@@ -78,18 +78,28 @@ def watermark_blocks(total_gpu: int) -> int:
 
 
 @nb.njit(cache=True, nogil=True)
-def any_ignorable(waiting, total, computed, limit: int, total_gpu: int, block_size: int) -> bool:
-    """Whether v0 could ignore one of `waiting` when it reaches it (a steady step's test): new
-    tokens (total - computed; `computed` None: the whole sequence) over `limit`, or a sequence
-    more blocks than the pool above its watermark can ever hold (`can_allocate` NEVER). The
-    columns are whole-table views indexed by row id."""
+def ignorable(waiting, total, computed, limit: int, total_gpu: int, block_size: int, first_only: bool):
+    """Which of `waiting` v0 ignores when it reaches them: new tokens (total - computed;
+    `computed` None: the whole sequence) over `limit`, or a sequence of more blocks than the
+    pool above its watermark can ever hold (`can_allocate` NEVER). The columns are whole-table
+    views indexed by row id. With `first_only` (a steady step's test) the walk stops at the first."""
     room = total_gpu - watermark_blocks(total_gpu)
-    for r in waiting:
+    out = np.zeros(waiting.size, dtype=np.bool_)
+    for i in range(waiting.size):
+        r = waiting[i]
         t = total[r]
         new = t if computed is None else t - computed[r]
         if new > limit or -(-t // block_size) > room:
-            return True
-    return False
+            out[i] = True
+            if first_only:
+                break
+    return out
+
+
+@nb.njit(cache=True, nogil=True)
+def any_ignorable(waiting, total, computed, limit: int, total_gpu: int, block_size: int) -> bool:
+    """Whether v0 could ignore one of `waiting` when it reaches it (`ignorable`'s rule)."""
+    return ignorable(waiting, total, computed, limit, total_gpu, block_size, True).any()
 
 
 @nb.njit(cache=True, nogil=True)

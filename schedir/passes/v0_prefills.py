@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -59,16 +60,14 @@ class V0Prefills(StepPass):
                     ctx.waiting, ctx.column_of("total"), None, min(ctx.max_model_len, ctx.token_budget),
                     ctx.total_blocks, ctx.block_size):
                 return None
-        return delay_clock(ctx)
+        return delay_clock(ctx.scheduler_state, float(max(ctx.now_us, 0)))
 
     @staticmethod
     def _ignored(ctx: WindowContext) -> np.ndarray:
         """Which waiting requests v0 ignores when it reaches them: longer than the prompt limit, or
-        needing more blocks than the pool above the watermark can ever give (`can_allocate` NEVER)."""
-        total = ctx.column("total", ctx.waiting)
-        limit = min(ctx.max_model_len, ctx.token_budget)
-        never = ctx.total_blocks - -(-total // ctx.block_size) < K.watermark_blocks(ctx.total_blocks)
-        return (total > limit) | never
+        needing more blocks than the pool above the watermark can ever give (`K.ignorable`)."""
+        return K.ignorable(ctx.waiting, ctx.column_of("total"), None, min(ctx.max_model_len, ctx.token_budget),
+                           ctx.total_blocks, ctx.block_size, False)
 
     def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
         """While max_seqs requests run, the loop ignores (rejects) every request it reaches that
@@ -94,12 +93,10 @@ class V0Prefills(StepPass):
         seqs = len(running) if running is not None else 0
         # `_passed_delay` runs once the loop starts, even over an empty queue (its clock moves)
         now = float(max(facts.now_us, 0))
-        state = step.states()
-        latency = state.get(LAST_LATENCY.name, 0.0)
-        if state.get(PREV_PROMPT.name, 0.0):
-            latency = now - state.get(PREV_TIME.name, 0.0)
+        clock = delay_clock(step.states(), now)
+        latency = clock[LAST_LATENCY.name]
         if pending is None:
-            step.set_state(**{PREV_TIME.name: now, PREV_PROMPT.name: 0.0, LAST_LATENCY.name: latency})
+            step.set_state(**clock)
             return
         pool = pool_of(step)
         ids = step.ids(pending)
@@ -112,11 +109,10 @@ class V0Prefills(StepPass):
         emit_prefills(step, pending, ids, out, admitted, now, latency)
 
 
-def delay_clock(ctx: WindowContext) -> dict[str, float]:
-    """What `_passed_delay` writes in a step that admits nobody: the clock, no prompt step, and
-    the last prompt step's latency when the step before scheduled prompts."""
-    state = ctx.scheduler_state
-    now = float(max(ctx.now_us, 0))
+def delay_clock(state: Mapping[str, float], now: float) -> dict[str, float]:
+    """What `_passed_delay` writes in a step that admits nobody (from the scheduler `state`, at
+    the step's clock `now`, µs): the clock, no prompt step, and the last prompt step's latency,
+    measured now when the step before scheduled prompts."""
     latency = float(state.get(LAST_LATENCY.name, 0.0))
     if state.get(PREV_PROMPT.name, 0.0):
         latency = now - float(state.get(PREV_TIME.name, 0.0))

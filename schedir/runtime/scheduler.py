@@ -474,7 +474,7 @@ class Scheduler:
                           total_blocks=pool.usable_blocks, max_model_len=cfg.max_model_len, policy=cfg.policy,
                           facts=self._initial_facts,
                           now_us=max(round(self.clock() * 1e6), 0) if self._reads_clock else -1,
-                          host_free_blocks=pool.host.num_free if self.swap_queue and pool.host is not None else -1)
+                          host_free_blocks=self._host_free())
         # a swapped request holds no device blocks: its `blocks` column counts those on the host tier
         host_blocks = pool.host.hnblk if self.swap_queue and pool.host is not None else None
         if self._state_rows.size:
@@ -524,8 +524,7 @@ class Scheduler:
                                  pool.num_free)
         return out
 
-    def _steady_step(self, step: int, waiting: np.ndarray, swapped_judged: bool = False,
-                     rows: np.ndarray | None = None) -> SchedulerOutput | None:
+    def _steady_step(self, step: int, waiting: np.ndarray, rows: np.ndarray | None = None) -> SchedulerOutput | None:
         """A steady decode step (see `StepPass.decodes_steadily`) lowered straight from the
         tables, or None (nothing changed) when this step is not one: every running request
         decodes one token and gets its blocks, as the pipeline's IR would decide, without the
@@ -535,7 +534,7 @@ class Scheduler:
         running requests are steady); a non-empty one is still steady for the vllm preset when
         `admissible_bound` proves nobody can be admitted (the vllm window's own rule, tested
         against the whole queue) and nobody is to be rejected. Nobody is swapped out, unless the
-        passes' steady answers judged the swapped queue (`swapped_judged`, `StepPass.steady_swapped`).
+        passes' steady answers judge the swapped queue (`StepPass.steady_swapped`).
         `rows`: the batch's order when a pass declares one (`steady_order`), else running order."""
         cfg = self.config
         pool = self.pool
@@ -544,15 +543,15 @@ class Scheduler:
         if waiting.size:
             if self._oversized_waiting or not self._vllm_rules() or self._admissible(waiting, True):
                 return None
-        if self.swapped.size and not swapped_judged:
+        if self.swapped.size and not self._steady_swapped:
             return None
         if self._ones.size < running.size:
             self._ones = np.ones(2 * running.size, dtype=np.int64)
         tokens = self._ones[: running.size].copy()  # (a copy of a slice: a third of np.ones' cost)
         rows = running if rows is None else rows
-        settled = steady_settle(rows, running, d, self._steady_budget, cfg.max_model_len, pool.ref, pool.bhash, pool.dup_next,
-                                pool.nxt, pool.prv, pool.meta, pool.cache, pool.table, pool.nblk, pool.ncached,
-                                pool.rhash, pool.nhash, tokens, self._front, self.waiting, cfg.block_size,
+        settled = steady_settle(rows, running, d, self._steady_budget, cfg.max_model_len, pool.ref, pool.bhash,
+                                pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache, pool.table, pool.nblk,
+                                pool.ncached, pool.rhash, pool.nhash, tokens, self._front, self.waiting, cfg.block_size,
                                 cfg.async_scheduling, cfg.batch_plan)
         if not settled[0]:
             return None
@@ -665,9 +664,6 @@ class Scheduler:
                 cfg.max_num_batched_tokens, cfg.block_size, cfg.max_model_len, oversized, scheduler_state,
                 self._request_state_of, self._column_of, {}, steady, self._state_of, self._table_column, now_us,
                 step)
-            ctx.swapped = self.swapped
-            ctx.host_free_blocks = pool.host.num_free if self.swap_queue and pool.host is not None else -1
-            return ctx
         ctx.running = self.running
         ctx.waiting = waiting
         ctx.free_blocks = pool.num_free
@@ -679,8 +675,14 @@ class Scheduler:
         ctx.now_us = now_us
         ctx.step = step
         ctx.swapped = self.swapped
-        ctx.host_free_blocks = pool.host.num_free if self.swap_queue and pool.host is not None else -1
+        ctx.host_free_blocks = self._host_free()
         return ctx
+
+    def _host_free(self) -> int:
+        """The host tier's free blocks as the step's `host_free_blocks` fact shows them (-1: no
+        swapped queue or no host tier)."""
+        host = self.pool.host if self.swap_queue else None
+        return host.num_free if host is not None else -1
 
     def _table_column(self, name: str) -> np.ndarray:
         """A queue column of every row, read-only (`WindowContext.column_of`)."""
@@ -732,7 +734,7 @@ class Scheduler:
             return None
         order = answer[2]
         if not self.radix:
-            out = self._steady_step(step, _EMPTY, swapped_judged=True, rows=None if order is None else running[order])
+            out = self._steady_step(step, _EMPTY, None if order is None else running[order])
         else:
             out = self._steady_radix(step, running if order is None else running[order])
         if out is not None:

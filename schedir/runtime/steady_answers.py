@@ -20,7 +20,6 @@ import numpy as np
 
 from schedir.ir.pass_base import StepPass
 from schedir.ir.state import Decay
-from schedir.ir.window import WindowContext
 
 
 class SteadyAnswers:
