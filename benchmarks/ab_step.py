@@ -1,14 +1,42 @@
 """A/B of two source trees' `schedule()` cost, interleaved so a drifting machine moves both alike.
 
-Why: on a shared machine the speed of one core drifts by 1.5x within minutes, so two runs of
-`preset_step.py` one after the other compare the machine, not the trees. Here one worker
-process per tree (each importing schedir from its own tree, `PYTHONPATH`) holds the same
-schedulers as `preset_step.py` (N decoding, N/2 waiting); the driver asks them in turn, round
-after round, for the median of a few steps of each preset, and prints per preset the median of
-those medians and the median of the per-round ratios B/A (the figure to read).
+Why: on a shared machine the speed of one core drifts by 1.5x within minutes (and jumps by up to
+2x between one millisecond and the next), so two runs of `preset_step.py` one after the other
+compare the machine, not the trees. Here one worker process per tree (each importing schedir
+and `preset_step` from its own tree, `PYTHONPATH`) holds the same schedulers as `preset_step.py`
+(N decoding, N/2 waiting); the driver asks them in turn for a few steps at a time, and prints
+per preset the median of their per-round medians and the median of the per-round ratios B/A
+(the figure to read), beside the A/A control A'/A (how far from 1.000 a ratio strays when
+nothing differs).
+
+How the bias is handled. An A/A run of one tree against itself once read 1.00 for `vllm` but
+0.77 for `sglang` (the worker asked second seemed favoured): each worker's per-round figure was
+a single burst of `--steps` steps, so a worker could land on the machine's slow or fast moments.
+Now:
+
+* Fine interleaving: a round's `--steps` steps of a preset are taken in chunks of `--chunk`
+  steps, the workers taking turns chunk by chunk, so within a round every worker samples the
+  same stretch of time and a jump in the machine's speed falls on all of them.
+* Alternating order: the order the workers take their turns in alternates chunk by chunk (A,B
+  then B,A; with the control, each rotation of A,B,A' then its reverse), so over the run each
+  worker goes first, second (and third) equally often and comes right after itself (warm
+  caches) equally often; a linear drift cancels within every pair of chunks.
+* One core: every worker is pinned to the same CPU (`--cpu`, default the last one this process
+  may use; `--cpu -1` leaves them to the OS), so no worker sits on a slower vCPU than another.
+  Every worker also gets the same PYTHONHASHSEED (0), so none lays its dicts out differently.
+
+Reading the A/A control (on by default; `--no-control` drops it). A second worker process of
+tree A, A', takes its turns exactly as A and B do, and the `A'/A` column is its median per-round
+ratio to A: the same measurement as B/A between two processes of one tree, so its distance from
+1.000 is this run's noise floor (and any bias left). Read B/A as a difference between the trees
+only where it stands clearly further from 1.000 than A'/A does: beside an A'/A of 0.97 a B/A of
+0.95 says nothing, one of 0.80 does. If A'/A is itself far from 1.000, the machine was too
+noisy: rerun with more rounds. The control costs a third worker (about two seconds to start)
+and half again the timed steps.
 
     git worktree add --detach /tmp/base HEAD~1
     python benchmarks/ab_step.py /tmp/base . --presets vllm,sglang --size 32 --rounds 10
+    python benchmarks/ab_step.py . . --presets vllm,sglang --size 32 --rounds 4   # A/A: every ratio near 1
 """
 
 from __future__ import annotations
@@ -22,9 +50,9 @@ from pathlib import Path
 import numpy as np
 
 
-def worker(presets: list[str], size: int, steps: int) -> None:
-    """Serve `preset` lines on stdin with the median µs of `steps` steps of it."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+def worker(tree: str, presets: list[str], size: int) -> None:
+    """Serve `preset n` lines on stdin with the µs of each of n more steps of that preset."""
+    sys.path.insert(0, str(Path(tree) / "benchmarks"))
     import preset_step as P  # noqa: PLC0415 (imported from this worker's tree)
 
     schedulers = {p: P._decoding_scheduler(p, size) for p in presets}
@@ -32,12 +60,32 @@ def worker(presets: list[str], size: int, steps: int) -> None:
         P._timed_steps(s, 30, [])  # Numba, caches, the steady state
     print("ready", flush=True)
     for line in sys.stdin:
-        name = line.strip()
-        if not name:
+        words = line.split()
+        if not words:
             break
         times: list[float] = []
-        P._timed_steps(schedulers[name], steps, times)
-        print(f"{float(np.median(times)) * 1e6:.3f}", flush=True)
+        P._timed_steps(schedulers[words[0]], int(words[1]), times)
+        print(" ".join(f"{t * 1e6:.3f}" for t in times), flush=True)
+
+
+def turn_orders(n: int) -> list[list[int]]:
+    """The orders the `n` workers take their turns in, chunk after chunk (cycled): each rotation
+    of 0..n-1 followed by its reverse, so every pair of chunks is a palindrome (a linear drift
+    falls on every worker alike) and over 2n chunks each worker takes each place, and follows
+    itself, equally often. For two workers: [0, 1], [1, 0], [1, 0], [0, 1]."""
+    orders = []
+    for k in range(n):
+        rot = [(k + j) % n for j in range(n)]
+        orders += [rot, rot[::-1]]
+    return orders
+
+
+def _pin_cpu(cpu: int | None) -> int | None:
+    """The CPU to pin every worker to: `cpu`, or the last one this process may use; None when
+    pinning is off (-1) or the platform cannot pin."""
+    if cpu == -1 or not hasattr(os, "sched_setaffinity"):
+        return None
+    return max(os.sched_getaffinity(0)) if cpu is None else cpu
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,50 +95,73 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--presets", default="vllm,sglang")
     ap.add_argument("--size", type=int, default=32, help="running requests (N)")
     ap.add_argument("--rounds", type=int, default=10)
-    ap.add_argument("--steps", type=int, default=40, help="steps per preset per round")
+    ap.add_argument("--steps", type=int, default=40, help="steps per preset per round (per worker)")
+    ap.add_argument("--chunk", type=int, default=5, help="steps a worker takes per turn")
+    ap.add_argument("--no-control", action="store_true",
+                    help="skip the A/A control (a second worker of tree A: the A'/A column)")
+    ap.add_argument("--cpu", type=int, default=None,
+                    help="the CPU every worker is pinned to (default: the last allowed; -1: no pinning)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     presets = [p for p in args.presets.split(",") if p]
     if args.worker:
-        worker(presets, args.size, args.steps)
+        worker(args.tree_a, presets, args.size)
         return 0
     trees = [str(Path(t).resolve()) for t in (args.tree_a, args.tree_b)]
     for t in trees:
         if not (Path(t) / "schedir").is_dir() or not (Path(t) / "benchmarks" / "preset_step.py").is_file():
             print(f"ab_step: {t} is not a schedir source tree (no schedir/ or benchmarks/preset_step.py)")
             return 2
+    worker_trees = trees if args.no_control else [*trees, trees[0]]  # 0: A, 1: B, 2: A' (the control)
+    cpu = _pin_cpu(args.cpu)
     workers = []
-    for t in trees:
-        env = dict(os.environ, PYTHONPATH=t)
-        cmd = [sys.executable, str(Path(t) / "benchmarks" / "ab_step.py"), t, t, "--worker",
-               "--presets", ",".join(presets), "--size", str(args.size), "--steps", str(args.steps)]
-        if not (Path(t) / "benchmarks" / "ab_step.py").is_file():  # a baseline older than this tool
-            cmd[1] = str(Path(__file__).resolve())
+    for t in worker_trees:  # this file's worker in every tree (the protocol is its own); schedir from the tree's
+        env = dict(os.environ, PYTHONPATH=t, PYTHONHASHSEED="0")
+        cmd = [sys.executable, str(Path(__file__).resolve()), t, t, "--worker",
+               "--presets", ",".join(presets), "--size", str(args.size)]
         w = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        if cpu is not None:
+            os.sched_setaffinity(w.pid, {cpu})  # before its warm-up: it warms up where it is timed
         if w.stdout.readline().strip() != "ready":  # type: ignore[union-attr]
             print(f"ab_step: the worker for {t} did not start (see its error above)")
             return 2
         workers.append(w)
-    medians: dict[tuple[int, str], list[float]] = {(i, p): [] for i in range(2) for p in presets}
-    for r in range(args.rounds):
+
+    def ask(i: int, preset: str, n: int) -> list[float]:
+        w = workers[i]
+        w.stdin.write(f"{preset} {n}\n")  # type: ignore[union-attr]
+        w.stdin.flush()  # type: ignore[union-attr]
+        return [float(x) for x in w.stdout.readline().split()]  # type: ignore[union-attr]
+
+    chunk = max(1, min(args.chunk, args.steps))
+    orders = turn_orders(len(workers))
+    turn = 0
+    medians: dict[tuple[int, str], list[float]] = {(i, p): [] for i in range(len(workers)) for p in presets}
+    for _ in range(args.rounds):
         for p in presets:
-            order = [0, 1] if r % 2 == 0 else [1, 0]  # who goes first alternates
-            for i in order:
-                w = workers[i]
-                w.stdin.write(p + "\n")  # type: ignore[union-attr]
-                w.stdin.flush()  # type: ignore[union-attr]
-                medians[(i, p)].append(float(w.stdout.readline()))  # type: ignore[union-attr]
+            times: list[list[float]] = [[] for _ in workers]
+            for start in range(0, args.steps, chunk):
+                for i in orders[turn % len(orders)]:
+                    times[i] += ask(i, p, min(chunk, args.steps - start))
+                turn += 1
+            for i, t in enumerate(times):
+                medians[(i, p)].append(float(np.median(t)))
     for w in workers:
         w.stdin.write("\n")  # type: ignore[union-attr]
         w.stdin.flush()  # type: ignore[union-attr]
         w.wait()
-    print(f"schedule() medians, µs, N={args.size} running + N/2 waiting, {args.rounds} interleaved rounds of "
-          f"{args.steps} steps")
+    pinned = "not pinned" if cpu is None else f"pinned to CPU {cpu}"
+    print(f"schedule() medians, µs, N={args.size} running + N/2 waiting, {args.rounds} rounds of {args.steps} "
+          f"steps taken {chunk} at a time in alternating order, workers {pinned}")
     print(f"A = {trees[0]}\nB = {trees[1]}")
-    print(f"{'preset':<20} {'A':>9} {'B':>9} {'B/A':>7}")
+    if not args.no_control:
+        print("A' = a second worker of A: A'/A is the A/A control, this run's noise floor for B/A")
+    control = "" if args.no_control else " " + "A'/A".rjust(7)
+    print(f"{'preset':<20} {'A':>9} {'B':>9} {'B/A':>7}{control}")
     for p in presets:
         a, b = np.array(medians[(0, p)]), np.array(medians[(1, p)])
-        print(f"{p:<20} {np.median(a):9.1f} {np.median(b):9.1f} {np.median(b / a):7.3f}")
+        cell = "" if args.no_control else f" {np.median(np.array(medians[(2, p)]) / a):7.3f}"
+        print(f"{p:<20} {np.median(a):9.1f} {np.median(b):9.1f} {np.median(b / a):7.3f}{cell}")
     return 0
 
 
