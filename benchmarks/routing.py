@@ -9,12 +9,13 @@ Part 1 (cost) builds a `cluster.route_step` over a synthetic fleet (queues, runn
 requests, a digest of the instances' cached prefix blocks) and a batch of arrivals with
 Mooncake-sized chains (24 blocks of 512 tokens), runs each router preset over it and reports
 the median µs per step and per routed request, at 8 and 64 instances and batches of 1, 8
-and 32 arrivals (issue 17's target: <= 20 µs per request at 64 instances), three ways,
+and 32 arrivals (issue 17's target: <= 20 µs per request at 64 instances), four ways,
 alternated step by step: a fresh IR per step (`build_route_step`, freed after), one recycled
-IR skeleton refilled per step (`RecycledRouteStep`), and the fleet simulator's path, the
-passes over the step's arrays (`RouteArrays`, `PassManager.run_view`: the same decisions,
-tested). The step holds a handful of columns whatever the number of requests in flight;
-per-request work is numpy/Numba.
+IR skeleton refilled per step (`RecycledRouteStep`), the passes over the step's arrays
+(`RouteArrays`, `PassManager.run_view`), and the fleet simulator's path, the pipeline lowered
+to one Numba kernel call a step (`schedir.lowering.route_program.RouteProgram`; the same
+decisions as the passes, tested). The step holds a handful of columns whatever the number of
+requests in flight; per-request work is numpy/Numba.
 
 Part 2 (compare) replays the Mooncake conversation trace at its own rate through 8
 simulated H100s serving Llama-3-8B (the vllm preset on each) behind each router, and prints
@@ -43,6 +44,7 @@ from schedir.ir.fastop import dispose
 from schedir.ir.pipeline import PassManager
 from schedir.ir.route_arrays import RouteArrays
 from schedir.ir.route_step import RecycledRouteStep, build_route_step
+from schedir.lowering.route_program import RouteProgram
 from schedir.sim.config import SimConfig
 from schedir.sim.fleet import FleetConfig, FleetSimulator
 from schedir.sim.fleet_report import fleet_comparison_table, instance_table
@@ -77,15 +79,17 @@ def synthetic_step(rng: np.random.Generator, m: int, k: int, step: int):
 def routing_cost(console: Console, reps: int) -> list[dict]:
     rows = []
     console.print("[bold]routing step cost[/] (median over steps; build + pipeline, no verify; fresh IR per "
-                  "step / recycled IR skeleton / arrays, the fleet's path)")
+                  "step / recycled IR skeleton / passes over arrays / lowered to one kernel, the fleet's path)")
     console.print(f"{'router':16s} {'instances':>9s} {'batch':>5s} {'fresh µs/step':>14s} {'µs/req':>7s} "
-                  f"{'recycled µs/step':>17s} {'µs/req':>7s} {'arrays µs/step':>15s} {'µs/req':>7s}")
+                  f"{'recycled µs/step':>17s} {'µs/req':>7s} {'arrays µs/step':>15s} {'µs/req':>7s} "
+                  f"{'lowered µs/step':>16s} {'µs/req':>7s}")
     for router in ROUTERS:
         manager = PassManager.parse(router)
+        program = RouteProgram.lower(manager)
         for m in (8, 64):
             for k in (1, 8, 32):
                 rng = np.random.default_rng(0)
-                times, recycled_times, array_times = [], [], []
+                times, recycled_times, array_times, lowered_times = [], [], [], []
                 skeleton = RecycledRouteStep()
                 for step in range(reps + 20):
                     fleet, arrivals, digest, prefix = synthetic_step(rng, m, k, step)
@@ -99,18 +103,23 @@ def routing_cost(console: Console, reps: int) -> list[dict]:
                     t3 = time.perf_counter()
                     manager.run_view(RouteArrays(step, step * 1000, fleet, arrivals, digest, prefix))
                     t4 = time.perf_counter()
+                    program.run(step, step * 1000, fleet, arrivals, digest, prefix).decisions()
+                    t5 = time.perf_counter()
                     if step >= 20:  # the first steps compile / load Numba kernels
                         times.append(t1 - t0)
                         recycled_times.append(t3 - t2)
                         array_times.append(t4 - t3)
+                        lowered_times.append(t5 - t4)
                 us = float(np.median(times)) * 1e6
                 rus = float(np.median(recycled_times)) * 1e6
                 aus = float(np.median(array_times)) * 1e6
+                lus = float(np.median(lowered_times)) * 1e6
                 rows.append({"router": router, "instances": m, "batch": k, "us_per_step": us,
                              "us_per_request": us / k, "recycled_us_per_step": rus, "recycled_us_per_request": rus / k,
-                             "arrays_us_per_step": aus, "arrays_us_per_request": aus / k})
+                             "arrays_us_per_step": aus, "arrays_us_per_request": aus / k,
+                             "lowered_us_per_step": lus, "lowered_us_per_request": lus / k})
                 console.print(f"{router:16s} {m:9d} {k:5d} {us:14.1f} {us / k:7.1f} {rus:17.1f} {rus / k:7.1f} "
-                              f"{aus:15.1f} {aus / k:7.1f}")
+                              f"{aus:15.1f} {aus / k:7.1f} {lus:16.1f} {lus / k:7.1f}")
     return rows
 
 

@@ -310,15 +310,20 @@ class FreshRouteSteps:
 
 
 @pytest.mark.parametrize("router", ["mooncake", "sglang-router", "mooncake-pd"])
-@pytest.mark.parametrize("builder", ["recycled", "fresh"])
+@pytest.mark.parametrize("builder", ["recycled", "fresh", "passes"])
 def test_routing_over_arrays_decides_as_the_ir(workload, router, builder, monkeypatch):
-    """The fleet routes over arrays (`RouteArrays`); over a recycled or a fresh step IR instead,
-    every request goes where it went, with the same results, replicas and copies."""
+    """The fleet routes by the router's lowered program (one kernel a step); pass by pass over
+    arrays, or over a recycled or a fresh step IR instead, every request goes where it went, with
+    the same results, replicas and copies."""
     from schedir.ir.route_step import RecycledRouteStep
 
     kw = {"prefill_instances": 1} if router == "mooncake-pd" else {}
-    recycled = run(workload, router, **kw)  # over arrays (the name from when the IR was recycled)
-    monkeypatch.setattr(FleetSimulator, "route_steps", RecycledRouteStep if builder == "recycled" else FreshRouteSteps)
+    recycled = run(workload, router, **kw)  # lowered (the name from when the IR was recycled)
+    if builder == "passes":
+        monkeypatch.setattr(FleetSimulator, "lowered", False)
+    else:
+        monkeypatch.setattr(FleetSimulator, "route_steps",
+                            RecycledRouteStep if builder == "recycled" else FreshRouteSteps)
     fresh = run(workload, router, **kw)
     np.testing.assert_array_equal(recycled.instance_of, fresh.instance_of)
     a, b = summarize(recycled.result), summarize(fresh.result)

@@ -297,3 +297,76 @@ def test_slo_miss_kernel_is_the_documented_prediction():
         got = slo_miss_kernel(prompt, hits, queued, running, role, ttft, tbt, slack, 512, rate, step_us,
                               per_running_us, int(Role.PREFILL), int(Role.DECODE))
         np.testing.assert_array_equal(got, want)
+
+
+LOWERED_ROUTERS = ["round-robin", "least-load", "mooncake", "sglang-router", "mooncake-pd",
+                   "replicate-hot-prefix{min-requests=1 overload-slack=0},route-cache-aware",
+                   "slo-early-reject{slack=0.5},route-least-load,topology-distance{inter-gbs=400}",
+                   "route-cache-balance{balance-abs-threshold=4},topology-distance"]
+
+
+@pytest.mark.parametrize("router", LOWERED_ROUTERS)
+def test_the_lowered_router_decides_as_its_passes(router):
+    """A routing pipeline lowered to one kernel (`RouteProgram`): step after step the decisions the
+    passes give over arrays (`run_view`), in the same order, with the same columns and operands;
+    its `to_module()` is the same IR text. Steps with and without a digest or prefix chains,
+    whole-chain and scattered digests, batches of 1 to 5, every decision kind."""
+    from schedir.ir.route_arrays import RouteArrays
+    from schedir.lowering.route_program import RouteProgram
+
+    rng = np.random.default_rng(23)
+    manager = PassManager.parse(router)
+    program = RouteProgram.lower(manager)
+    assert program.passes == tuple(p.name for p in manager.passes)
+    kinds = set()
+    for step in range(120):
+        f, a, digest, prefix = random_route_inputs(rng, step, router, arrivals_per_step=5,
+                                                   load=(30, 60) if step % 3 else (4, 10), whole_chains=step % 2 == 0)
+        digest = None if step % 7 == 6 else digest
+        prefix = None if step % 11 == 10 else prefix
+        view = RouteArrays(step, step * 1000, f, a, digest, prefix)
+        manager.run_view(view)
+        got = program.run(step, step * 1000, f, a, digest, prefix)
+        want = [(kind, operand, {n: v.tolist() for n, v in cols.items()}) for kind, operand, cols in view.records]
+        have = [(kind, operand, {n: v.tolist() for n, v in cols.items()}) for kind, operand, cols in got.records]
+        assert have == want, step
+        assert all(v.dtype == np.int64 for _, _, cols in got.records for v in cols.values())
+        assert print_ir(got.to_module()) == print_ir(view.to_module()), step
+        kinds |= {kind.name for kind, _, _ in got.records}
+    assert "cluster.route" in kinds
+    if router.startswith("mooncake") or router.startswith("slo"):
+        assert "cluster.reject" in kinds
+    if router == "mooncake-pd":
+        assert "cluster.transfer" in kinds
+    if "replicate" in router or "topology" in router:
+        assert "cluster.replicate" in kinds
+
+
+def test_a_pass_without_a_lowered_form_keeps_the_pipeline_pass_by_pass():
+    """A routing pass with a rule of its own (here a subclass that overrides `run`) does not inherit
+    its parent's kernel: the pipeline is not lowered, and the reason names the pass; an engine
+    pipeline is no routing program; a fleet without a column the program reads is refused by name."""
+    from dataclasses import dataclass
+    from types import SimpleNamespace
+
+    from schedir.lowering.route_program import NotLowered, RouteProgram, lower_router
+    from schedir.passes.route_round_robin import RouteRoundRobin
+
+    @dataclass(frozen=True)
+    class EveryoneToTheFirst(RouteRoundRobin):
+        def run(self, route) -> None:  # noqa: ANN001
+            rows = route.pending()
+            route.route(rows, np.zeros(rows.size, np.int64), Why.ROUND_ROBIN)
+
+    manager = SimpleNamespace(passes=[EveryoneToTheFirst()], check=lambda facts: frozenset({"routed"}))
+    assert lower_router(manager) is None
+    with pytest.raises(NotLowered, match="pass 'route-round-robin' has no lowered form"):
+        RouteProgram.lower(manager)
+    with pytest.raises(NotLowered, match="routing pipeline"):
+        RouteProgram.lower(PassManager.parse("vllm"))
+    program = RouteProgram.lower(PassManager.parse("least-load"))
+    with pytest.raises(ValueError, match="needs the fleet column 'queued_tokens'"):
+        program.run(0, 0, fleet(3), arrivals([1, 2]))
+    f = fleet(3, queued_tokens=[0, 0, 0], digest_blocks=[0, 0, 0])
+    out = program.run(0, 0, f, arrivals([1, 2]))
+    assert [(kind, cols["instance"].tolist()) for kind, cols in out.decisions()] == [(RouteOp, [0, 1])]

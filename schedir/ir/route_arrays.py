@@ -23,7 +23,8 @@ from schedir.ir.fastop import append_operand, insert_before, new_op
 from schedir.ir.route_step import RouteView, _facts_attr, _RouteFacts, build_route_step
 
 _I64 = np.dtype(np.int64)
-_FLEET, _ARRIVALS = "fleet", "arrivals"  # the sets a decision is over (its operand in the IR)
+FLEET_SET, ARRIVAL_SET = "fleet", "arrivals"  # the sets a decision is over (its operand in the IR)
+_FLEET, _ARRIVALS = FLEET_SET, ARRIVAL_SET
 
 
 def _int64(columns: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -53,6 +54,18 @@ class RouteArrays(RouteView):
         self._hits = None
         self._hits_key = -1
         self._chains = None
+
+    @classmethod
+    def decided(cls, step: int, now_us: int, fleet: Mapping[str, np.ndarray], arrivals: Mapping[str, np.ndarray],
+                digest: tuple[np.ndarray, np.ndarray] | None, prefix: tuple[np.ndarray, np.ndarray] | None,
+                records: list[tuple[type, object, dict[str, np.ndarray]]], facts: frozenset[str]) -> RouteArrays:
+        """A step some other run decided (`schedir.lowering.route_program`): its inputs as given (int64
+        columns; `to_module` converts any other) and its decisions, the facts after the pipeline."""
+        view = cls.__new__(cls)
+        view.step, view._now_us, view.fleet, view.arrivals = step, now_us, fleet, arrivals
+        view.digest, view.prefix, view.records, view._fact_set = digest, prefix, records, facts
+        view._hits, view._hits_key, view._chains = None, -1, None
+        return view
 
     # ------------------------------------------------------------ facts (the pass manager's protocol)
     @property
@@ -133,7 +146,8 @@ class RouteArrays(RouteView):
     def to_module(self) -> ModuleOp:
         """The step as IR: `build_route_step`'s module with these decisions appended, as the same
         pipeline run over it appends them (results of route ops yielded), and the facts."""
-        module = build_route_step(self.step, self._now_us, self.fleet, self.arrivals, self.digest, self.prefix)
+        module = build_route_step(self.step, self._now_us, _int64(self.fleet), _int64(self.arrivals), self.digest,
+                                  self.prefix)
         step_op: RouteStepOp = module.regions[0].block.first_op  # type: ignore[assignment]
         block = step_op.regions[0].block
         base = {}

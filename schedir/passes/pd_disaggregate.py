@@ -5,11 +5,54 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numba as nb
 import numpy as np
 
 from schedir.dialects.codes import Role, Why
 from schedir.ir.route_step import RouteView
+from schedir.lowering import route_state as rs
 from schedir.passes.route_kernels import LinkOptions, cache_aware_kernel
+
+_DISAGGREGATED = int(Why.DISAGGREGATED)
+
+
+@nb.njit(cache=True)
+def pd_disaggregate_lowered(F, A, P, S, o) -> None:  # noqa: ANN001
+    """`PdDisaggregate.run` inside the routing program; `o` = `link_options`, then hit-threshold,
+    overload-ratio, overload-slack."""
+    rows = rs.pending(S)
+    if rows.size == 0:
+        return
+    prefill_ok = rs.role_is(F, rs.ROLE_PREFILL)
+    decode_ok = rs.role_is(F, rs.ROLE_DECODE)
+    if not prefill_ok.any() or not decode_ok.any():
+        return
+    hits = S[2][rows]
+    prompt = A[rs.A_PROMPT][rows]
+    load = rs.load(F, S)
+    pre, _ = cache_aware_kernel(hits, prompt, load, prefill_ok, int(o[0]), o[7], o[8], o[9])
+    position = F[rs.F_POSITION]
+    dec = np.empty(rows.size, dtype=np.int64)
+    dload = load.copy()
+    hit = np.empty(rows.size, dtype=np.int64)
+    for k in range(rows.size):  # the least loaded decode instance, the prefill's position among equals
+        best, best_score = -1, 0
+        for j in range(dload.size):
+            if decode_ok[j]:
+                score = 2 * dload[j] + (1 if position[j] != position[pre[k]] else 0)
+                if best < 0 or score < best_score:
+                    best, best_score = j, score
+        dec[k] = best
+        dload[best] += 1
+        hit[k] = hits[k, pre[k]]
+    routed = rs.route(F, A, S, rows, pre, np.full(rows.size, _DISAGGREGATED, np.int64), dec, hit)
+    nbytes = prompt * int(o[1])
+    latency = np.empty(rows.size, dtype=np.int64)
+    for k in range(rows.size):
+        latency[k] = np.int64(np.ceil(rs.link_us(position[pre[k]], position[dec[k]], nbytes[k], o[2], o[3], o[4],
+                                                 o[5])))
+    fleet_ids = F[rs.F_ID]
+    rs.transfer(S, routed, A[rs.A_ID][rows], fleet_ids[pre], fleet_ids[dec], nbytes, latency)
 
 
 @dataclass(frozen=True)
@@ -30,6 +73,11 @@ class PdDisaggregate(LinkOptions):
     hit_threshold: float = 0.25
     overload_ratio: float = 1.5
     overload_slack: float = 8.0
+
+    lowered = staticmethod(pd_disaggregate_lowered)
+
+    def lowered_options(self) -> tuple[float, ...]:
+        return (*self.link_options(), self.hit_threshold, self.overload_ratio, self.overload_slack)
 
     def run(self, route: RouteView) -> None:
         rows = route.pending()

@@ -5,12 +5,34 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numba as nb
 import numpy as np
 
 from schedir.dialects.codes import Why
 from schedir.ir.route_pass import RoutePass
 from schedir.ir.route_step import RouteView, positions
+from schedir.lowering import route_state as rs
 from schedir.passes.route_kernels import cache_balance_kernel
+
+_CACHE, _LEAST_LOAD = int(Why.CACHE), int(Why.LEAST_LOAD)
+
+
+@nb.njit(cache=True)
+def cache_balance_lowered(F, A, P, S, o) -> None:  # noqa: ANN001
+    """`RouteCacheBalance.run` inside the routing program (the fleet's `digest_blocks` as the trees)."""
+    rows = rs.pending(S)
+    if rows.size == 0:
+        return
+    hits = S[2][rows]
+    pick, by_cache = cache_balance_kernel(hits, A[rs.A_PROMPT][rows], rs.load(F, S), F[rs.F_DIGEST_BLOCKS].copy(),
+                                          rs.role_is(F, rs.ROLE_BOTH), int(o[0]), o[1], o[2], o[3])
+    ok = np.flatnonzero(pick >= 0)
+    why = np.where(by_cache[ok] == 1, _CACHE, _LEAST_LOAD)
+    inst = pick[ok]
+    hit = np.empty(ok.size, dtype=np.int64)
+    for i in range(ok.size):
+        hit[i] = hits[ok[i], inst[i]]
+    rs.route(F, A, S, rows[ok], inst, why, inst, hit)
 
 
 @dataclass(frozen=True)
@@ -41,6 +63,11 @@ class RouteCacheBalance(RoutePass):
             raise ValueError(f"cache-threshold must lie in [0, 1], got {self.cache_threshold}")
         if self.block_tokens < 1:
             raise ValueError(f"block-tokens must be positive, got {self.block_tokens}")
+
+    lowered = staticmethod(cache_balance_lowered)
+
+    def lowered_options(self) -> tuple[float, ...]:
+        return (self.block_tokens, self.cache_threshold, self.balance_abs_threshold, self.balance_rel_threshold)
 
     def run(self, route: RouteView) -> None:
         rows = route.pending()

@@ -232,6 +232,12 @@ class LinkOptions(CostOptions):
     kv_bytes_per_token: int = LLAMA3_8B_KV_BYTES_PER_TOKEN
     block_tokens: int = 512  # tokens per prefix hash of `cluster.prefix` / `cluster.digest`
 
+    def link_options(self) -> tuple[float, ...]:
+        """The link model and the prefill rate as a lowered pass reads them (`o[0:7]`): block tokens,
+        KV bytes per token, intra / inter GB/s, intra / inter latency µs, prefill tokens per µs."""
+        return (self.block_tokens, self.kv_bytes_per_token, self.intra_gbs, self.inter_gbs, self.intra_latency_us,
+                self.inter_latency_us, self.rates()[0])
+
     def move_us(self, src_pos: np.ndarray, dst_pos: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
         """Microseconds to move `nbytes` of KV between instances at these positions."""
         return link_us(src_pos, dst_pos, nbytes, self.intra_gbs, self.inter_gbs, self.intra_latency_us,

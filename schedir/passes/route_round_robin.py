@@ -5,11 +5,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numba as nb
 import numpy as np
 
 from schedir.dialects.codes import Why
 from schedir.ir.route_pass import RoutePass
 from schedir.ir.route_step import RouteView
+from schedir.lowering import route_state as rs
+
+_WHY = int(Why.ROUND_ROBIN)
+
+
+@nb.njit(cache=True)
+def round_robin_lowered(F, A, P, S, o) -> None:  # noqa: ANN001
+    """`RouteRoundRobin.run` inside the routing program (`schedir.lowering.route_program`)."""
+    rows = rs.pending(S)
+    eligible = np.flatnonzero(rs.role_is(F, rs.ROLE_BOTH))
+    if rows.size == 0 or eligible.size == 0:
+        return
+    inst = eligible[A[rs.A_ID][rows] % eligible.size]
+    rs.route(F, A, S, rows, inst, np.full(rows.size, _WHY, np.int64), inst, rs.hits_at(S, rows, inst))
 
 
 @dataclass(frozen=True)
@@ -22,6 +37,11 @@ class RouteRoundRobin(RoutePass):
 
     name: ClassVar[str] = "route-round-robin"
     provides: ClassVar[frozenset[str]] = frozenset({"routed"})
+
+    lowered = staticmethod(round_robin_lowered)
+
+    def lowered_options(self) -> tuple[float, ...]:
+        return ()
 
     def run(self, route: RouteView) -> None:
         rows = route.pending()

@@ -5,11 +5,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numba as nb
 import numpy as np
 
 from schedir.dialects.codes import Role, Why
 from schedir.ir.route_step import RouteView
+from schedir.lowering import route_state as rs
 from schedir.passes.route_kernels import CostOptions, slo_miss_kernel
+
+_SLO, _PREFILL, _DECODE = int(Why.SLO), int(Role.PREFILL), int(Role.DECODE)
+
+
+@nb.njit(cache=True)
+def slo_early_reject_lowered(F, A, P, S, o) -> None:  # noqa: ANN001
+    """`SloEarlyReject.run` inside the routing program (the fleet's `queued_tokens`); `o` = (slack,
+    block tokens, the cost model's rates)."""
+    rows = rs.pending(S)
+    if rows.size == 0:
+        return
+    miss = slo_miss_kernel(A[rs.A_PROMPT][rows], S[2][rows], F[rs.F_QUEUED_TOKENS], F[rs.F_RUNNING], F[rs.F_ROLE],
+                           A[rs.A_TTFT][rows], A[rs.A_TBT][rows], o[0], int(o[1]), o[2], o[3], o[4], _PREFILL,
+                           _DECODE)
+    rs.reject(A, S, rows[miss], _SLO)
 
 
 @dataclass(frozen=True)
@@ -29,6 +46,11 @@ class SloEarlyReject(CostOptions):
 
     slack: float = 1.0
     block_tokens: int = 512
+
+    lowered = staticmethod(slo_early_reject_lowered)
+
+    def lowered_options(self) -> tuple[float, ...]:
+        return (float(self.slack), self.block_tokens, *self.rates())
 
     def run(self, route: RouteView) -> None:
         rows = route.pending()

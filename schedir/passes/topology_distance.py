@@ -5,12 +5,46 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numba as nb
 import numpy as np
 
 from schedir.dialects.cluster import ReplicateOp
 from schedir.dialects.codes import Why
 from schedir.ir.route_step import RouteView, positions
+from schedir.lowering import route_state as rs
 from schedir.passes.route_kernels import LinkOptions, pull_kernel
+
+_DISAGGREGATED = int(Why.DISAGGREGATED)
+
+
+@nb.njit(cache=True)
+def topology_distance_lowered(F, A, P, S, o) -> None:  # noqa: ANN001
+    """`TopologyDistance.run` inside the routing program; `o` = `LinkOptions.link_options`."""
+    rows, inst, whys = rs.routed_rows(S)
+    if rows.size == 0 or not S[6]:
+        return
+    hits = S[2][rows]
+    want, src, nbytes, gain = pull_kernel(hits, inst, whys == _DISAGGREGATED, F[rs.F_POSITION], int(o[0]),
+                                          int(o[1]), o[2], o[3], o[4], o[5], o[6])
+    if want.size == 0:
+        return
+    chain, starts = P[2], P[3]
+    last = np.empty(want.size, dtype=np.int64)
+    for j in range(want.size):
+        best = hits[want[j], 0]
+        for c in range(1, hits.shape[1]):
+            best = max(best, hits[want[j], c])
+        last[j] = chain[starts[rows[want[j]]] + best - 1]  # the hash ending the moved chain
+    dst = inst[want]
+    keep = np.zeros(want.size, dtype=np.bool_)  # one move per (chain, target), the first
+    for j in range(want.size):
+        keep[j] = True
+        for i in range(j):
+            if keep[i] and last[i] == last[j] and dst[i] == dst[j]:
+                keep[j] = False
+                break
+    at = np.flatnonzero(keep)
+    rs.replicate(F, P, S, last[at], src[at], dst[at], nbytes[at], np.rint(gain[at]).astype(np.int64))
 
 
 @dataclass(frozen=True)
@@ -28,6 +62,11 @@ class TopologyDistance(LinkOptions):
     name: ClassVar[str] = "topology-distance"
     requires: ClassVar[frozenset[str]] = frozenset({"routed"})
     provides: ClassVar[frozenset[str]] = frozenset({"kv-moves"})
+
+    lowered = staticmethod(topology_distance_lowered)
+
+    def lowered_options(self) -> tuple[float, ...]:
+        return self.link_options()
 
     def run(self, route: RouteView) -> None:
         routed_ids, inst_ids, _ = route.routed()

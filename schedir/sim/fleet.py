@@ -30,7 +30,7 @@ import itertools
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import attrs
@@ -43,6 +43,7 @@ from schedir.ir.errors import PipelineError
 from schedir.ir.pipeline import Instrumentation, PassManager
 from schedir.ir.route_arrays import ArrayRouteSteps, RouteArrays
 from schedir.ir.route_step import RouteStep, build_route_step, route_steps_of
+from schedir.lowering.route_program import lower_router
 from schedir.passes.route_kernels import LinkOptions
 from schedir.sim.config import SimConfig
 from schedir.sim.cost_model import CostModel
@@ -253,6 +254,9 @@ class FleetSimulator:
     # what builds each routing step: arrays the passes run over (`RouteArrays`), or its IR
     # (`RecycledRouteStep`, `build_route_step`: a module); the same decisions (tested)
     route_steps: type = ArrayRouteSteps
+    # over arrays, a pipeline whose every pass has a lowered form runs as one kernel call a step
+    # (`schedir.lowering.route_program`; the same decisions, tested); False: pass by pass
+    lowered: bool = True
 
     def __init__(self, engine: SimConfig, fleet: FleetConfig, backend: Backend = LocalInstances) -> None:
         self.engine_config = engine
@@ -269,6 +273,21 @@ class FleetSimulator:
         if fleet.prefill_instances and not any(p.name == "pd-disaggregate" for p in self.manager.passes):
             raise ValueError(f"--router {fleet.router!r}: with prefill and decode instances the router needs "
                              "pd-disaggregate (e.g. --router mooncake-pd)")
+
+    def _decide(self, manager: PassManager, built: object, dumped: bool,
+                step_no: int) -> list[tuple[type, Mapping[str, np.ndarray]]]:
+        """Run the router's passes over a step built as arrays or as IR; a dumped step is verified
+        and written after every pass (it replays with `schedir opt`)."""
+        if type(built) is RouteArrays:
+            manager.run_view(built)
+            return built.decisions()
+        if dumped:
+            fc = self.fleet_config
+            instrument = Instrumentation(dump_dir=fc.dump_dir, prefix=f"route-step-{step_no:05d}-")
+            PassManager.parse(fc.router, verify_each=True, instrument=instrument).run(built)  # type: ignore[arg-type]
+        else:
+            manager.run(built)  # type: ignore[arg-type]
+        return RouteStep(route_steps_of(built)[0]).decisions()  # type: ignore[arg-type]
 
     def run(self, workload: Workload, progress: Progress | None = None, progress_every: int = 500) -> FleetResult:
         cfg, fc = self.engine_config, self.fleet_config
@@ -325,6 +344,7 @@ class FleetSimulator:
                  "why": {}}
         manager = self.manager
         skeleton = self.route_steps()  # builds each arrival batch's routing step (arrays, or a recycled IR)
+        program = lower_router(manager) if self.lowered and self.route_steps is ArrayRouteSteps else None
         route_step_no = 1  # as the IR numbers it (engine steps count from 1 too)
         dumps = fc.dump_steps if isinstance(fc.dump_steps, str) else frozenset(fc.dump_steps)
         done = 0
@@ -340,10 +360,10 @@ class FleetSimulator:
             t0 = time.perf_counter()
             ids = np.asarray(batch, dtype=np.int64)
             live = np.flatnonzero(alive)
-            f = instances.facts(live)
-            fleet = {"id": live, "role": roles[live], "queued": f[:, 0], "running": f[:, 1],
-                     "free_blocks": f[:, 3], "total_blocks": f[:, 4], "position": position[live],
-                     "queued_tokens": f[:, 2],
+            f = np.ascontiguousarray(instances.facts(live).T)  # a contiguous row per fact
+            fleet = {"id": live, "role": roles[live], "queued": f[0], "running": f[1],
+                     "free_blocks": f[3], "total_blocks": f[4], "position": position[live],
+                     "queued_tokens": f[2],
                      "digest_blocks": np.array([len(index.lru[i]) for i in live.tolist()], np.int64)}
             k = ids.size
             arr = {"id": ids, "prompt": input_len[ids], "output": output_len[ids],
@@ -358,19 +378,15 @@ class FleetSimulator:
             keep = alive[digest[0]]
             pairs = (digest[0][keep], digest[1][keep])
             dumped = bool(dumps) and (dumps == "all" or route_step_no in dumps)
-            built = (build_route_step(route_step_no, round(at * 1e6), fleet, arr, pairs, (p_id, p_hash)) if dumped
-                     else skeleton.build(route_step_no, round(at * 1e6), fleet, arr, pairs, (p_id, p_hash)))
-            t1 = time.perf_counter()
-            if type(built) is RouteArrays:
-                manager.run_view(built)
-                decisions = built.decisions()
-            else:  # the step's IR; a dumped one verified and written after every pass (it replays with `schedir opt`)
-                if dumped:
-                    instrument = Instrumentation(dump_dir=fc.dump_dir, prefix=f"route-step-{route_step_no:05d}-")
-                    PassManager.parse(fc.router, verify_each=True, instrument=instrument).run(built)
-                else:
-                    manager.run(built)
-                decisions = RouteStep(route_steps_of(built)[0]).decisions()
+            if program is not None and not dumped:  # the pipeline lowered: one kernel call
+                t1 = time.perf_counter()
+                decisions = program.run(route_step_no, round(at * 1e6), fleet, arr, pairs, (p_id, p_hash)).decisions()
+            else:
+                built = (build_route_step(route_step_no, round(at * 1e6), fleet, arr, pairs, (p_id, p_hash))
+                         if dumped else skeleton.build(route_step_no, round(at * 1e6), fleet, arr, pairs,
+                                                       (p_id, p_hash)))
+                t1 = time.perf_counter()
+                decisions = self._decide(manager, built, dumped, route_step_no)
             route_step_no += 1
             stats["pipeline_wall_s"] += time.perf_counter() - t1  # type: ignore[operator]
             decided = np.zeros(0, dtype=np.int64)

@@ -1,0 +1,174 @@
+"""A routing pipeline lowered to one Numba kernel call per routing step.
+
+Running a routing pipeline pass by pass over arrays (`PassManager.run_view` over `RouteArrays`)
+costs 50-200 µs for one arrival on a 2-core machine, nearly all of it Python: each pass asks the
+view for the pending arrivals, the load, the prefix hits, then appends its decision, a few
+numpy calls each. Issue 17 asks <= 20 µs a request at 64 instances, the step's cost independent
+of the requests in flight. Here the pipeline is compiled the way a compiler lowers a program:
+each routing pass that has a lowered form (`lowered`, a Numba function beside its `run`, in the
+pass's own file, written rule for rule after it) becomes an opcode with its options as numbers,
+and one kernel (`run_program`) runs the opcodes in order over the step's arrays, sharing the
+step's state (`schedir.lowering.route_state`: pending arrivals, load, hits, the decision log).
+The decisions come back as the `RouteArrays` the pass-by-pass run gives, in the same order and
+with the same columns (tested over random steps for every router preset), so `to_module()`
+still writes the step's IR for dumps.
+
+A pipeline with a pass that has no lowered form is not lowered (`lower_router` says which); the
+fleet simulator then runs it pass by pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import attrs
+import numba as nb
+import numpy as np
+
+from schedir.dialects.cluster import RejectOp, ReplicateOp, RouteOp, TransferOp
+from schedir.ir.route_arrays import ARRIVAL_SET, FLEET_SET, RouteArrays
+from schedir.lowering import route_state as rs
+from schedir.passes.pd_disaggregate import pd_disaggregate_lowered
+from schedir.passes.replicate_hot_prefix import replicate_hot_prefix_lowered
+from schedir.passes.route_cache_aware import cache_aware_lowered
+from schedir.passes.route_cache_balance import cache_balance_lowered
+from schedir.passes.route_least_load import least_load_lowered
+from schedir.passes.route_round_robin import round_robin_lowered
+from schedir.passes.slo_early_reject import slo_early_reject_lowered
+from schedir.passes.topology_distance import topology_distance_lowered
+
+# the opcode of each lowered form is its place here (`run_program` dispatches on it)
+LOWERED = (round_robin_lowered, least_load_lowered, cache_aware_lowered, cache_balance_lowered,
+           slo_early_reject_lowered, replicate_hot_prefix_lowered, topology_distance_lowered,
+           pd_disaggregate_lowered)
+_I64 = np.dtype(np.int64)
+_ND = np.ndarray
+_EMPTY = np.zeros(0, dtype=np.int64)
+_KINDS = {rs.ROUTE: RouteOp, rs.REJECT: RejectOp, rs.REPLICATE: ReplicateOp, rs.TRANSFER: TransferOp}
+_NAMES = {rs.ROUTE: ("id", "instance", "decode", "hit_blocks", "why"), rs.REJECT: ("id", "why"),
+          rs.REPLICATE: ("hash", "src", "dst", "bytes", "benefit_us"),
+          rs.TRANSFER: ("id", "src", "dst", "bytes", "latency_us")}
+
+
+@nb.njit(cache=True)
+def run_program(F, A, p_ids: np.ndarray, p_hash: np.ndarray, d_ids: np.ndarray, d_hash: np.ndarray,
+                has_prefix: bool, codes: np.ndarray, options: np.ndarray):  # noqa: ANN001, ANN201
+    """Run the lowered passes `codes` (with `options[i]`) in order over one step; returns the
+    decision log as one array (one boxed result): column 0 holds the number of records r, columns
+    1..r the records (`schedir.lowering.route_state`, rows 0-3), then the cols they index."""
+    P = rs.pairs_of(F, A, p_ids, p_hash, d_ids, d_hash, has_prefix)
+    S = rs.new_state(F, A, P, codes.size)
+    for i in range(codes.size):
+        c = codes[i]
+        o = options[i]
+        if c == 0:
+            round_robin_lowered(F, A, P, S, o)
+        elif c == 1:
+            least_load_lowered(F, A, P, S, o)
+        elif c == 2:
+            cache_aware_lowered(F, A, P, S, o)
+        elif c == 3:
+            cache_balance_lowered(F, A, P, S, o)
+        elif c == 4:
+            slo_early_reject_lowered(F, A, P, S, o)
+        elif c == 5:
+            replicate_hot_prefix_lowered(F, A, P, S, o)
+        elif c == 6:
+            topology_distance_lowered(F, A, P, S, o)
+        elif c == 7:
+            pd_disaggregate_lowered(F, A, P, S, o)
+    counts = S[5]
+    r, c = counts[0], counts[1]
+    out = np.empty((rs.COLS, 1 + r + c), dtype=np.int64)
+    out[0, 0] = r
+    out[:4, 1:1 + r] = S[3][:, :r]
+    out[:, 1 + r:] = S[4][:, :c]
+    return out
+
+
+class NotLowered(ValueError):
+    """A pipeline with a pass that has no lowered form (the message names it)."""
+
+
+def _lowered_form(kind: type) -> object | None:
+    """The pass class's lowered form, when the class that writes its `run` also writes it (a
+    subclass with a rule of its own does not inherit its parent's kernel)."""
+    for cls in kind.__mro__:
+        if "run" in cls.__dict__:
+            kernel = cls.__dict__.get("lowered")
+            kernel = getattr(kernel, "__func__", kernel)
+            return kernel if any(kernel is k for k in LOWERED) else None
+    return None
+
+
+def _int64(v: object) -> np.ndarray:
+    return np.ascontiguousarray(v, dtype=np.int64)
+
+
+@attrs.frozen
+class RouteProgram:
+    """A routing pipeline as opcodes and options, run in one kernel call per step."""
+
+    passes: tuple[str, ...]  # the pipeline's pass names, in order
+    codes: np.ndarray  # int64 opcode per pass
+    options: np.ndarray  # float64[passes, width]: each pass's `lowered_options()`
+    facts: frozenset[str]  # the step's facts after the pipeline (as `run_view` leaves them)
+
+    @classmethod
+    def lower(cls, manager: object) -> RouteProgram:
+        """Lower a routing `PassManager`; `NotLowered` names the first pass without a lowered form."""
+        passes = list(manager.passes)  # type: ignore[attr-defined]
+        if not passes or any(getattr(p, "over", "") != "cluster.route_step" for p in passes):
+            raise NotLowered("only a routing pipeline (passes over cluster.route_step) lowers")
+        facts = manager.check(frozenset())  # type: ignore[attr-defined]
+        codes, rows = [], []
+        for p in passes:
+            kernel = _lowered_form(type(p))
+            if kernel is None:
+                raise NotLowered(f"pass '{p.name}' has no lowered form (it runs pass by pass)")
+            codes.append(next(i for i, k in enumerate(LOWERED) if k is kernel))
+            rows.append(tuple(float(v) for v in p.lowered_options()))
+        width = max([len(r) for r in rows] + [1])
+        options = np.zeros((len(rows), width), dtype=np.float64)
+        for i, r in enumerate(rows):
+            options[i, :len(r)] = r
+        return cls(tuple(p.name for p in passes), np.asarray(codes, dtype=np.int64), options, facts)
+
+    def run(self, step: int, now_us: int, fleet: Mapping[str, np.ndarray], arrivals: Mapping[str, np.ndarray],
+            digest: tuple[np.ndarray, np.ndarray] | None = None,
+            prefix: tuple[np.ndarray, np.ndarray] | None = None) -> RouteArrays:
+        """The step's decisions, as `PassManager.run_view` over `RouteArrays(...)` gives them."""
+        try:  # the columns as the kernel takes them: int64, contiguous (copied only where not)
+            F = tuple([v if type(v) is _ND and v.dtype is _I64 and v.flags.c_contiguous else _int64(v)
+                       for v in map(fleet.__getitem__, rs.FLEET_LAYOUT)])
+            A = tuple([v if type(v) is _ND and v.dtype is _I64 and v.flags.c_contiguous else _int64(v)
+                       for v in map(arrivals.__getitem__, rs.ARRIVAL_LAYOUT)])
+        except KeyError as e:
+            missing = e.args[0]
+            where = "fleet" if missing in rs.FLEET_LAYOUT and missing not in fleet else "arrival"
+            raise ValueError(f"the lowered router needs the {where} column '{missing}' (columns: "
+                             f"{', '.join(fleet if where == 'fleet' else arrivals)})") from None
+        d_ids, d_hash = (_EMPTY, _EMPTY) if digest is None else (np.asarray(digest[0], np.int64),
+                                                                 np.asarray(digest[1], np.int64))
+        p_ids, p_hash = (_EMPTY, _EMPTY) if prefix is None else (np.asarray(prefix[0], np.int64),
+                                                                 np.asarray(prefix[1], np.int64))
+        log = run_program(F, A, p_ids, p_hash, d_ids, d_hash, prefix is not None, self.codes, self.options)
+        out = []
+        r = int(log[0, 0])
+        cols = log[:, 1 + r:]
+        for kind, start, end, operand in log[:4, 1:1 + r].T.tolist():
+            names = _NAMES[kind]
+            block = cols[:len(names), start:end]
+            out.append((_KINDS[kind], operand if kind == rs.TRANSFER else
+                        (FLEET_SET if kind == rs.REPLICATE else ARRIVAL_SET),
+                        {name: block[j] for j, name in enumerate(names)}))
+        return RouteArrays.decided(step, now_us, fleet, arrivals, (d_ids, d_hash) if digest is not None else None,
+                                   (p_ids, p_hash) if prefix is not None else None, out, self.facts)
+
+
+def lower_router(manager: object) -> RouteProgram | None:
+    """The pipeline lowered, or None when a pass has no lowered form."""
+    try:
+        return RouteProgram.lower(manager)
+    except NotLowered:
+        return None

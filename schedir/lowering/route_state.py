@@ -1,0 +1,301 @@
+"""A routing step inside one Numba kernel: the layout and the `RouteView` rules, over arrays.
+
+A routing pipeline lowered to a program (`schedir.lowering.route_program`) runs every pass's
+lowered form inside one kernel call; this module is what those forms share, written once, as
+`RouteView` writes it once for the Python passes: which arrivals are still pending, each
+instance's load (plus what the step routed so far), the leading prefix blocks each instance
+holds (recomputed after a `cluster.replicate`), and appending decisions to a log that the
+program reads back as the step's decisions, in the order the passes made them.
+
+The step is three tuples: `F`, the fleet's columns (`FLEET_LAYOUT` order), `A`, the arrivals'
+(`ARRIVAL_LAYOUT`), and `P`, the prefix and digest pairs with the chains grouped by arrival;
+and the state `S` = (decided, extra load, hits, records, cols, counts, has_prefix):
+
+- `records[:, r]` = (kind, first col, end col, operand): a decision op, its rows in `cols`, and
+  for a `cluster.transfer` the record of the route it follows;
+- `cols[:, c]` holds one decided row: for a route (id, instance id, decode id, hit blocks, why,
+  arrival row, instance row, decode row); a reject (id, why); a replicate (hash, src id, dst id,
+  bytes, benefit µs, -, -, dst row); a transfer (id, src id, dst id, bytes, latency µs).
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from schedir.ir.route_step import _rows_of, prefix_hit_kernel
+
+# the fleet's and the arrivals' columns as the kernel takes them (F[i], A[i])
+FLEET_LAYOUT = ("id", "role", "queued", "running", "free_blocks", "total_blocks", "position", "queued_tokens",
+                "digest_blocks")
+ARRIVAL_LAYOUT = ("id", "prompt", "output", "ttft_slo_ms", "tbt_slo_ms")
+F_ID, F_ROLE, F_QUEUED, F_RUNNING, F_FREE, F_TOTAL, F_POSITION, F_QUEUED_TOKENS, F_DIGEST_BLOCKS = range(9)
+A_ID, A_PROMPT, A_OUTPUT, A_TTFT, A_TBT = range(5)
+
+# decision kinds of the log (records[0, r])
+ROUTE, REJECT, REPLICATE, TRANSFER = 0, 1, 2, 3
+COLS = 8  # rows of `cols`
+ROLE_BOTH, ROLE_PREFILL, ROLE_DECODE = 0, 1, 2  # schedir.dialects.codes.Role
+
+
+@nb.njit(cache=True)
+def new_state(F, A, P, passes: int):  # noqa: ANN001, ANN201
+    """The state of a step before its first pass: nobody decided, the hits of the digest."""
+    m = F[F_ID].size
+    k = A[A_ID].size
+    p_rows, p_hash, chain, starts, d_col, d_hash, has_prefix = P
+    hits = np.zeros((k, m), dtype=np.int64)
+    if has_prefix and k and m and p_rows.size:
+        hits = prefix_hit_kernel(k, m, p_rows, p_hash, d_col, d_hash)
+    decided = np.zeros(k, dtype=np.bool_)
+    extra = np.zeros(m, dtype=np.int64)
+    records = np.empty((4, 2 * passes + 4), dtype=np.int64)
+    cols = np.zeros((COLS, 4 * k + 8), dtype=np.int64)  # zeros: a reject's unused rows read as 0
+    counts = np.zeros(2, dtype=np.int64)  # records, cols used
+    return (decided, extra, hits, records, cols, counts, has_prefix)
+
+
+@nb.njit(cache=True)
+def pairs_of(F, A, p_ids: np.ndarray, p_hash: np.ndarray, d_ids: np.ndarray, d_hash: np.ndarray,
+             has_prefix: bool):  # noqa: ANN001, ANN201
+    """`P`: the pairs' rows (arrival rows, fleet rows; -1 where unknown) and the chains grouped
+    by arrival row (`RouteView.chains`)."""
+    k = A[A_ID].size
+    p_rows = _rows_of(A[A_ID], p_ids)
+    d_col = _rows_of(F[F_ID], d_ids)
+    rows = p_rows
+    chain = p_hash
+    for i in range(1, rows.size):
+        if rows[i] < rows[i - 1]:
+            order = np.argsort(rows, kind="mergesort")
+            rows, chain = rows[order], p_hash[order]
+            break
+    starts = np.zeros(k, dtype=np.int64)
+    for i in range(rows.size):
+        if rows[i] + 1 < k:
+            starts[rows[i] + 1] += 1
+    for r in range(1, k):
+        starts[r] += starts[r - 1]
+    return (p_rows, p_hash, chain, starts, d_col, d_hash, has_prefix)
+
+
+@nb.njit(cache=True)
+def pending(S) -> np.ndarray:  # noqa: ANN001
+    """Arrival rows no decision covers yet, in arrival order (`RouteView.pending`)."""
+    decided = S[0]
+    n = 0
+    for i in range(decided.size):
+        if not decided[i]:
+            n += 1
+    out = np.empty(n, dtype=np.int64)
+    n = 0
+    for i in range(decided.size):
+        if not decided[i]:
+            out[n] = i
+            n += 1
+    return out
+
+
+@nb.njit(cache=True)
+def load(F, S) -> np.ndarray:  # noqa: ANN001
+    """Requests queued and running per instance, plus those routed to it this step (`RouteView.load`)."""
+    return F[F_QUEUED] + F[F_RUNNING] + S[1]
+
+
+@nb.njit(cache=True)
+def role_is(F, role: int) -> np.ndarray:  # noqa: ANN001
+    return F[F_ROLE] == role
+
+
+@nb.njit(cache=True)
+def _open(S, kind: int, operand: int) -> int:  # noqa: ANN001
+    records, counts = S[3], S[5]
+    r = counts[0]
+    records[0, r] = kind
+    records[1, r] = counts[1]
+    records[3, r] = operand
+    return r
+
+
+@nb.njit(cache=True)
+def _close(S, r: int, n: int) -> None:  # noqa: ANN001
+    counts = S[5]
+    counts[1] += n
+    S[3][2, r] = counts[1]
+    counts[0] = r + 1
+
+
+@nb.njit(cache=True)
+def route(F, A, S, rows: np.ndarray, inst: np.ndarray, why: np.ndarray, dec: np.ndarray,
+          hit_blocks: np.ndarray) -> int:  # noqa: ANN001
+    """A `cluster.route` of arrival rows `rows` to fleet rows `inst` (decode on `dec`), with these
+    hits and whys; returns its record (-1: no rows, no op), which a transfer names."""
+    if rows.size == 0:
+        return -1
+    decided, extra, cols = S[0], S[1], S[4]
+    r = _open(S, ROUTE, -1)
+    at = S[5][1]
+    for i in range(rows.size):
+        c = at + i
+        cols[0, c] = A[A_ID][rows[i]]
+        cols[1, c] = F[F_ID][inst[i]]
+        cols[2, c] = F[F_ID][dec[i]]
+        cols[3, c] = hit_blocks[i]
+        cols[4, c] = why[i]
+        cols[5, c] = rows[i]
+        cols[6, c] = inst[i]
+        cols[7, c] = dec[i]
+        decided[rows[i]] = True
+        extra[inst[i]] += 1
+    _close(S, r, rows.size)
+    return r
+
+
+@nb.njit(cache=True)
+def hits_at(S, rows: np.ndarray, inst: np.ndarray) -> np.ndarray:  # noqa: ANN001
+    """The prefix blocks each row's instance holds (zeros without prefix chains, as `route`'s default)."""
+    out = np.zeros(rows.size, dtype=np.int64)
+    if S[6]:
+        hits = S[2]
+        for i in range(rows.size):
+            out[i] = hits[rows[i], inst[i]]
+    return out
+
+
+@nb.njit(cache=True)
+def reject(A, S, rows: np.ndarray, why: int) -> None:  # noqa: ANN001
+    """A `cluster.reject` of arrival rows `rows` with reason `why`."""
+    if rows.size == 0:
+        return
+    decided, cols = S[0], S[4]
+    r = _open(S, REJECT, -1)
+    at = S[5][1]
+    for i in range(rows.size):
+        cols[0, at + i] = A[A_ID][rows[i]]
+        cols[1, at + i] = why
+        decided[rows[i]] = True
+    _close(S, r, rows.size)
+
+
+@nb.njit(cache=True)
+def transfer(S, routed: int, ids: np.ndarray, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray,
+             latency_us: np.ndarray) -> None:  # noqa: ANN001
+    """A `cluster.transfer` (instance ids) following route record `routed`."""
+    if ids.size == 0:
+        return
+    cols = S[4]
+    r = _open(S, TRANSFER, routed)
+    at = S[5][1]
+    for i in range(ids.size):
+        cols[0, at + i] = ids[i]
+        cols[1, at + i] = src[i]
+        cols[2, at + i] = dst[i]
+        cols[3, at + i] = nbytes[i]
+        cols[4, at + i] = latency_us[i]
+    _close(S, r, ids.size)
+
+
+@nb.njit(cache=True)
+def replicate(F, P, S, hashes: np.ndarray, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray,
+              benefit_us: np.ndarray) -> None:  # noqa: ANN001
+    """A `cluster.replicate` of the chains ending at `hashes` from fleet rows `src` to `dst`;
+    the hits then count the copies (`RouteView.prefix_hits` after a move)."""
+    if hashes.size == 0:
+        return
+    cols = S[4]
+    r = _open(S, REPLICATE, -1)
+    at = S[5][1]
+    for i in range(hashes.size):
+        cols[0, at + i] = hashes[i]
+        cols[1, at + i] = F[F_ID][src[i]]
+        cols[2, at + i] = F[F_ID][dst[i]]
+        cols[3, at + i] = nbytes[i]
+        cols[4, at + i] = benefit_us[i]
+        cols[7, at + i] = dst[i]
+    _close(S, r, hashes.size)
+    _rehit(F, P, S)
+
+
+@nb.njit(cache=True)
+def _chain_len(p_rows: np.ndarray, p_hash: np.ndarray, h: int) -> tuple[int, int]:
+    """(first pair holding `h`, the length of its request's chain up to it); (-1, 1) if none."""
+    for i in range(p_hash.size):
+        if p_hash[i] == h:
+            n = 0
+            for j in range(i + 1):
+                if p_rows[j] == p_rows[i]:
+                    n += 1
+            return i, n
+    return -1, 1
+
+
+@nb.njit(cache=True)
+def _rehit(F, P, S) -> None:  # noqa: ANN001
+    """Hits again over the digest plus every chain replicated so far: a target holds each block
+    of the chain up to the moved hash (`schedir.ir.route_step._chain_to`: the first request whose
+    chain holds it)."""
+    p_rows, p_hash, _, _, d_col, d_hash, has_prefix = P
+    hits = S[2]
+    k, m = hits.shape
+    if not (has_prefix and k and m and p_rows.size):
+        return
+    records, cols, counts = S[3], S[4], S[5]
+    total = d_col.size
+    for r in range(counts[0]):
+        if records[0, r] == REPLICATE:
+            for c in range(records[1, r], records[2, r]):
+                total += _chain_len(p_rows, p_hash, cols[0, c])[1]
+    all_col = np.empty(total, dtype=np.int64)
+    all_hash = np.empty(total, dtype=np.int64)
+    all_col[:d_col.size] = d_col
+    all_hash[:d_col.size] = d_hash
+    n = d_col.size
+    for r in range(counts[0]):
+        if records[0, r] != REPLICATE:
+            continue
+        for c in range(records[1, r], records[2, r]):
+            h = cols[0, c]
+            i, length = _chain_len(p_rows, p_hash, h)
+            if i < 0:
+                all_col[n] = cols[7, c]
+                all_hash[n] = h
+                n += 1
+                continue
+            for j in range(i + 1):
+                if p_rows[j] == p_rows[i]:
+                    all_col[n] = cols[7, c]
+                    all_hash[n] = p_hash[j]
+                    n += 1
+    hits[:, :] = prefix_hit_kernel(k, m, p_rows, p_hash, all_col, all_hash)
+
+
+@nb.njit(cache=True)
+def link_us(src_pos: int, dst_pos: int, nbytes: int, intra_gbs: float, inter_gbs: float, intra_latency_us: float,
+            inter_latency_us: float) -> float:
+    """`schedir.passes.route_kernels.link_us` for one move (the same arithmetic, so the same float)."""
+    dist = abs(src_pos - dst_pos)
+    if dist == 0:
+        return intra_latency_us + np.float64(nbytes) / (intra_gbs * 1e3)
+    return inter_latency_us * max(dist, 1) + np.float64(nbytes) / (inter_gbs * 1e3)
+
+
+@nb.njit(cache=True)
+def routed_rows(S) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # noqa: ANN001
+    """(arrival rows, instance rows, whys) of every route so far, in order (`RouteView.routed`)."""
+    records, cols, counts = S[3], S[4], S[5]
+    n = 0
+    for r in range(counts[0]):
+        if records[0, r] == ROUTE:
+            n += records[2, r] - records[1, r]
+    rows = np.empty(n, dtype=np.int64)
+    inst = np.empty(n, dtype=np.int64)
+    why = np.empty(n, dtype=np.int64)
+    n = 0
+    for r in range(counts[0]):
+        if records[0, r] == ROUTE:
+            for c in range(records[1, r], records[2, r]):
+                rows[n] = cols[5, c]
+                inst[n] = cols[6, c]
+                why[n] = cols[4, c]
+                n += 1
+    return rows, inst, why
