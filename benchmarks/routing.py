@@ -9,13 +9,15 @@ Part 1 (cost) builds a `cluster.route_step` over a synthetic fleet (queues, runn
 requests, a digest of the instances' cached prefix blocks) and a batch of arrivals with
 Mooncake-sized chains (24 blocks of 512 tokens), runs each router preset over it and reports
 the median µs per step and per routed request, at 8 and 64 instances and batches of 1, 8
-and 32 arrivals (issue 17's target: <= 20 µs per request at 64 instances), four ways,
-alternated step by step: a fresh IR per step (`build_route_step`, freed after), one recycled
-IR skeleton refilled per step (`RecycledRouteStep`), the passes over the step's arrays
-(`RouteArrays`, `PassManager.run_view`), and the fleet simulator's path, the pipeline lowered
-to one Numba kernel call a step (`schedir.lowering.route_program.RouteProgram`; the same
-decisions as the passes, tested). The step holds a handful of columns whatever the number of
-requests in flight; per-request work is numpy/Numba.
+and 32 arrivals (issue 17's target: <= 20 µs per request at 64 instances), four ways, taking
+turns in blocks of 10 steps (each way routes 10 steps in a row, as a router process would, and
+the machine's slow moments fall on every way alike): a fresh IR per step (`build_route_step`,
+freed after, timed with it), one recycled IR skeleton refilled per step (`RecycledRouteStep`),
+the passes over the step's arrays (`RouteArrays`, `PassManager.run_view`), and the fleet
+simulator's path, the pipeline lowered to one Numba kernel call a step
+(`schedir.lowering.route_program.RouteProgram`; the same decisions as the passes, tested). The
+step holds a handful of columns whatever the number of requests in flight; per-request work is
+numpy/Numba.
 
 Part 2 (compare) replays the Mooncake conversation trace at its own rate through 8
 simulated H100s serving Llama-3-8B (the vllm preset on each) behind each router, and prints
@@ -54,6 +56,7 @@ from schedir.sim.workloads import load_trace
 TRACE = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "mooncake" / "conversation_trace.jsonl"
 ROUTERS = ("round-robin", "least-load", "mooncake", "sglang-router")
 CHAIN = 24  # prefix blocks per request (12k-token prompts, the trace's mean)
+BLOCK = 10  # steps each way routes in a row (as a router process would), the ways taking turns
 
 
 def synthetic_step(rng: np.random.Generator, m: int, k: int, step: int):
@@ -91,25 +94,31 @@ def routing_cost(console: Console, reps: int) -> list[dict]:
                 rng = np.random.default_rng(0)
                 times, recycled_times, array_times, lowered_times = [], [], [], []
                 skeleton = RecycledRouteStep()
-                for step in range(reps + 20):
-                    fleet, arrivals, digest, prefix = synthetic_step(rng, m, k, step)
-                    t0 = time.perf_counter()
+                steps = [synthetic_step(rng, m, k, step) for step in range(reps + BLOCK)]
+
+                def fresh(step: int, fleet, arrivals, digest, prefix) -> None:  # noqa: ANN001
                     module = build_route_step(step, step * 1000, fleet, arrivals, digest, prefix)
                     manager.run(module)
-                    t1 = time.perf_counter()
-                    dispose(module)
-                    t2 = time.perf_counter()
+                    dispose(module)  # freed after, as the fleet would
+
+                def recycled(step: int, fleet, arrivals, digest, prefix) -> None:  # noqa: ANN001
                     manager.run(skeleton.build(step, step * 1000, fleet, arrivals, digest, prefix))
-                    t3 = time.perf_counter()
+
+                def arrays(step: int, fleet, arrivals, digest, prefix) -> None:  # noqa: ANN001
                     manager.run_view(RouteArrays(step, step * 1000, fleet, arrivals, digest, prefix))
-                    t4 = time.perf_counter()
+
+                def lowered(step: int, fleet, arrivals, digest, prefix) -> None:  # noqa: ANN001
                     program.run(step, step * 1000, fleet, arrivals, digest, prefix).decisions()
-                    t5 = time.perf_counter()
-                    if step >= 20:  # the first steps compile / load Numba kernels
-                        times.append(t1 - t0)
-                        recycled_times.append(t3 - t2)
-                        array_times.append(t4 - t3)
-                        lowered_times.append(t5 - t4)
+
+                ways = ((fresh, times), (recycled, recycled_times), (arrays, array_times), (lowered, lowered_times))
+                for b, start in enumerate(range(0, reps + BLOCK, BLOCK)):
+                    order = ways[b % 4:] + ways[:b % 4]  # each way leads in turn
+                    for way, out in order:
+                        for step in range(start, start + BLOCK):
+                            t0 = time.perf_counter()
+                            way(step, *steps[step])
+                            if b:  # the first block compiles / loads Numba kernels
+                                out.append(time.perf_counter() - t0)
                 us = float(np.median(times)) * 1e6
                 rus = float(np.median(recycled_times)) * 1e6
                 aus = float(np.median(array_times)) * 1e6

@@ -45,6 +45,7 @@ _I64 = np.dtype(np.int64)
 _ND = np.ndarray
 _EMPTY = np.zeros(0, dtype=np.int64)
 _KINDS = {rs.ROUTE: RouteOp, rs.REJECT: RejectOp, rs.REPLICATE: ReplicateOp, rs.TRANSFER: TransferOp}
+_OPERANDS = {rs.ROUTE: ARRIVAL_SET, rs.REJECT: ARRIVAL_SET, rs.REPLICATE: FLEET_SET}  # a transfer: its route
 _NAMES = {rs.ROUTE: ("id", "instance", "decode", "hit_blocks", "why"), rs.REJECT: ("id", "why"),
           rs.REPLICATE: ("hash", "src", "dst", "bytes", "benefit_us"),
           rs.TRANSFER: ("id", "src", "dst", "bytes", "latency_us")}
@@ -155,13 +156,11 @@ class RouteProgram:
         log = run_program(F, A, p_ids, p_hash, d_ids, d_hash, prefix is not None, self.codes, self.options)
         out = []
         r = int(log[0, 0])
-        cols = log[:, 1 + r:]
-        for kind, start, end, operand in log[:4, 1:1 + r].T.tolist():
+        at = 1 + r
+        for kind, start, end, operand in log[:4, 1:at].T.tolist():
             names = _NAMES[kind]
-            block = cols[:len(names), start:end]
-            out.append((_KINDS[kind], operand if kind == rs.TRANSFER else
-                        (FLEET_SET if kind == rs.REPLICATE else ARRIVAL_SET),
-                        {name: block[j] for j, name in enumerate(names)}))
+            out.append((_KINDS[kind], _OPERANDS.get(kind, operand),
+                        dict(zip(names, log[:len(names), at + start:at + end], strict=True))))
         return RouteArrays.decided(step, now_us, fleet, arrivals, (d_ids, d_hash) if digest is not None else None,
                                    (p_ids, p_hash) if prefix is not None else None, out, self.facts)
 

@@ -56,13 +56,28 @@ def new_state(F, A, P, passes: int):  # noqa: ANN001, ANN201
 
 
 @nb.njit(cache=True)
+def rows_in(source: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """`schedir.ir.route_step._rows_of` (the row of each id, -1 where absent), without its sort
+    when `source` is ascending already (a fleet's and a batch's ids usually are)."""
+    for i in range(1, source.size):
+        if source[i] <= source[i - 1]:
+            return _rows_of(source, query)
+    out = np.full(query.size, -1, dtype=np.int64)
+    for i in range(query.size):
+        j = np.searchsorted(source, query[i])
+        if j < source.size and source[j] == query[i]:
+            out[i] = j
+    return out
+
+
+@nb.njit(cache=True)
 def pairs_of(F, A, p_ids: np.ndarray, p_hash: np.ndarray, d_ids: np.ndarray, d_hash: np.ndarray,
              has_prefix: bool):  # noqa: ANN001, ANN201
     """`P`: the pairs' rows (arrival rows, fleet rows; -1 where unknown) and the chains grouped
     by arrival row (`RouteView.chains`)."""
     k = A[A_ID].size
-    p_rows = _rows_of(A[A_ID], p_ids)
-    d_col = _rows_of(F[F_ID], d_ids)
+    p_rows = rows_in(A[A_ID], p_ids)
+    d_col = rows_in(F[F_ID], d_ids)
     rows = p_rows
     chain = p_hash
     for i in range(1, rows.size):
