@@ -263,8 +263,9 @@ def test_held_answers_fuzz_mode_compares_every_step(tmp_path: Path) -> None:
 def test_steady_fuzz_mode_compares_every_step(tmp_path: Path) -> None:
     """`benchmarks/parity_fuzz.py --steady`: fastserve cases with steady steps and with every step
     through the IR agree (decisions, blocks, scheduler and request state after every step), and
-    mlfq-account's service left unwritten in steady steps is reported as divergent (exit 1)."""
-    from schedir.passes.mlfq_account import MlfqAccount
+    mlfq-account's service left unwritten in steady steps (the lowered answer's rows dropped) is
+    reported as divergent (exit 1)."""
+    from schedir.lowering.steady_program import SteadyProgram
 
     module = _parity_fuzz_cli()
     out = tmp_path / "steady.json"
@@ -272,9 +273,14 @@ def test_steady_fuzz_mode_compares_every_step(tmp_path: Path) -> None:
     tally = json.loads(out.read_text())["presets"]["fastserve"]
     assert tally["cases"] == 3 and not tally["divergent"] and tally["shortcut_on"] > 10 and tally["shortcut_off"] == 0
 
-    real = MlfqAccount.steady_state
-    MlfqAccount.steady_state = lambda self, ctx: {}  # type: ignore[method-assign]
+    real = SteadyProgram.answer
+
+    def unwritten(self, *inputs):  # type: ignore[no-untyped-def]
+        got = real(self, *inputs)
+        return got and (got[0], ())
+
+    SteadyProgram.answer = unwritten  # type: ignore[method-assign]
     try:
         assert module.main(["--steady", "--cases", "3", "--size", "ci", "--presets", "fastserve"]) == 1
     finally:
-        MlfqAccount.steady_state = real  # type: ignore[method-assign]
+        SteadyProgram.answer = real  # type: ignore[method-assign]

@@ -50,7 +50,7 @@ def replay(steady: bool, *, pipeline: str = "vllm", seed: int, num_blocks: int, 
            caching: bool = True, policy: str = "fcfs", depth: int = 1, max_seqs: int = 6, n: int = 60,
            long_prefill: int = 0, async_mode: bool = False, budget: int = 48,
            tenants: int = 0, spread: int = 300, prompt_len: int = 30,
-           memo: bool = True, cpu_blocks: int = 0) -> tuple[list[tuple], int, int]:
+           memo: bool = True, cpu_blocks: int = 0, lowered: bool = True) -> tuple[list[tuple], int, int]:
     """Run one random trace (shared prefixes, aborts, arrivals over `spread` ticks); returns every
     step's output and state, how many steps were steady decode steps and how many running steps
     (both lowered without their IR)."""
@@ -63,6 +63,7 @@ def replay(steady: bool, *, pipeline: str = "vllm", seed: int, num_blocks: int, 
     if not steady:
         sched._steady_pipeline = False
     sched._answers.reuse = memo
+    sched._answers.lowered = lowered  # False: every steady answer asked in Python
     rng = np.random.default_rng(seed)
     prefixes = [rng.integers(0, 50, 40).tolist() for _ in range(3)]
     arrivals = sorted(int(rng.integers(0, spread)) for _ in range(n))
@@ -199,6 +200,42 @@ def test_steady_steps_decide_as_the_ir(case):
         assert a == b, f"record {i} differs"
 
 
+@pytest.mark.parametrize("case", [c for c in CASES if c["seed"] in (81, 82, 83)], ids=["seed81", "seed82", "seed83"])
+def test_lowered_steady_answers_decide_as_asked(case):
+    """FastServe's steady answers lowered to one kernel call (`SteadyProgram`): every step's output
+    and state as when each pass is asked in Python."""
+    lowered, taken, _ = replay(True, **case)
+    asked, taken_asked, _ = replay(True, lowered=False, **case)
+    assert taken == taken_asked and taken > 10
+    assert lowered == asked
+
+
+def test_which_steady_answers_lower():
+    """The FastServe passes' answers lower (the default answers stay in Python); a pipeline with a
+    stateful pass that has no lowered form does not; nor does a subclass that writes an answer of
+    its own without a kernel of its own."""
+    from dataclasses import dataclass
+
+    from schedir.lowering.steady_layout import SteadyLayout
+    from schedir.lowering.steady_program import SteadyProgram
+    from schedir.passes.mlfq_order import MlfqOrder
+
+    sched = Scheduler(SchedulerConfig(pipeline="fastserve", num_cpu_blocks=16))
+    program = sched._answers.program
+    assert program is not None and program.writes == ("mlfq_decode", "mlfq_last_run")
+    assert [p.name for p in program.asked] == ["reject-oversized", "schedule-running", "admit-greedy", "verify-step"]
+    assert Scheduler(SchedulerConfig(pipeline="vllm-v0", enable_prefix_caching=False))._answers.program is None
+    assert Scheduler(SchedulerConfig(pipeline="vllm"))._answers.program is None  # no stateful pass
+
+    @dataclass(frozen=True)
+    class NeverReorders(MlfqOrder):
+        def steady_order(self, ctx):  # type: ignore[no-untyped-def]
+            return None
+
+    layout = SteadyLayout({"prompt": 0, "arrival": 1, "total": 2}, {})
+    assert SteadyProgram.lower([NeverReorders()], layout) is None
+
+
 @pytest.mark.parametrize("case", RUNNING, ids=[f"seed{c['seed']}" for c in RUNNING])
 def test_running_steps_decide_as_the_ir(case):
     """vllm-schedule-running decides a step with nobody admissible waiting alone (its kernel on the
@@ -270,7 +307,8 @@ def test_steady_steps_with_a_waiting_queue_admission_cannot_reach(cfg):
 
 @pytest.mark.parametrize("mutation", ["running order", "no decay", "admission ignores its gate", "no vtc charge",
                                       "no vtc lift", "nobody hopeless", "no last run", "nobody to preempt",
-                                      "v0 preempts nobody", "no v0 places", "mlfq running order"])
+                                      "v0 preempts nobody", "no v0 places", "mlfq running order",
+                                      "lowered running order", "lowered no last run"])
 def test_steady_steps_need_what_their_passes_declare(mutation, monkeypatch):
     """The sglang, vtc, seed and v0 cases fail when a declaration is wrong: the batch decoded in
     running order instead of join order, the ratio not decayed, admission declared steady when its
@@ -322,6 +360,24 @@ def test_steady_steps_need_what_their_passes_declare(mutation, monkeypatch):
         from schedir.passes.mlfq_order import MlfqOrder
 
         monkeypatch.setattr(MlfqOrder, "steady_order", lambda self, ctx: None)
+        fastserve = [c for c in CASES if c["seed"] in (81, 82, 83)]
+        assert any(replay(True, lowered=False, **case)[0] != replay(False, **case)[0] for case in fastserve), mutation
+        return
+    if mutation.startswith("lowered"):  # the steady program's answer (schedir.lowering.steady_program)
+        from schedir.lowering.steady_program import SteadyProgram
+
+        answered = SteadyProgram.answer
+
+        def mutated_answer(self, *inputs):  # type: ignore[no-untyped-def]
+            got = answered(self, *inputs)
+            if got is None:
+                return None
+            order, rows = got
+            if mutation == "lowered running order":
+                return None, rows
+            return order, tuple((name, values) for name, values in rows if name != "mlfq_last_run")
+
+        monkeypatch.setattr(SteadyProgram, "answer", mutated_answer)
         fastserve = [c for c in CASES if c["seed"] in (81, 82, 83)]
         assert any(replay(True, **case)[0] != replay(False, **case)[0] for case in fastserve), mutation
         return
@@ -386,10 +442,10 @@ def test_holding_needs_unchanged_queues(monkeypatch):
 
     real = SteadyAnswers.answer
 
-    def blind(self, running, waiting, writes, state, ctx_of):  # type: ignore[no-untyped-def]
+    def blind(self, running, waiting, writes, state, ctx_of, inputs_of=None):  # type: ignore[no-untyped-def]
         if self.held is not None:
             self.held = (running, waiting, writes, *self.held[3:])
-        return real(self, running, waiting, writes, state, ctx_of)
+        return real(self, running, waiting, writes, state, ctx_of, inputs_of)
 
     monkeypatch.setattr(SteadyAnswers, "answer", blind)
     assert any(replay(True, **case)[0] != replay(False, **case)[0] for case in SGLANG)

@@ -72,6 +72,18 @@ class StepPass(ModulePass):
     # queue in a steady step, or its `steady_state` judges `ctx.swapped`; a pipeline takes steady
     # steps while requests are swapped out only when every pass says so (FastServe parks jobs there)
     steady_swapped: ClassVar[bool] = False
+    # its steady answer lowered: a Numba function beside `steady_state` / `steady_order`, written
+    # rule for rule after them, that the runtime runs with the pipeline's other lowered answers in
+    # one kernel call per steady step (`schedir.lowering.steady_program`); None: asked in Python
+    steady_lowered: ClassVar[object] = None
+    # the declared request state its lowered answer writes for the batch's rows, in order
+    steady_lowered_writes: ClassVar[tuple[str, ...]] = ()
+
+    def steady_lowered_options(self, layout: object) -> tuple[float, ...]:
+        """Its options and where its lowered answer finds what it reads, as numbers: `layout`
+        (`schedir.lowering.steady_layout.SteadyLayout`) names the table's rows (`column(name)`,
+        `state(name)`)."""
+        return ()
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for step_op in steps_of(op):

@@ -11,6 +11,7 @@ import numpy as np
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
 from schedir.ir.window import WindowContext
+from schedir.lowering.steady_layout import ANSWERED, SC_STEP
 from schedir.passes.mlfq_state import LAST_RUN, MLFQ_STATE, SERVED_DECODE, SERVED_PREFILL
 
 
@@ -21,6 +22,17 @@ def _served_one(rows: np.ndarray, decode: np.ndarray, step: int) -> tuple[np.nda
     for i in range(rows.size):
         served[i] = decode[rows[i]] + 1
     return served, np.full(rows.size, step, dtype=np.int64)
+
+
+@numba.njit(cache=True, nogil=True)
+def account_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, order, rows, w) -> int:  # noqa: ANN001
+    """`MlfqAccount.steady_state` in the steady program: the batch's rows' decode service and
+    last run, into `rows[w]` and `rows[w + 1]`."""
+    decode = ST[int(o[0])]
+    for i in range(running.size):
+        rows[w, i] = decode[running[i]] + 1
+        rows[w + 1, i] = sc[SC_STEP]
+    return ANSWERED
 
 
 @dataclass(frozen=True)
@@ -40,6 +52,12 @@ class MlfqAccount(StepPass):
     # steady decode steps: each running request is served one decode token (`steady_state`)
     steady_when: ClassVar[dict[str, str]] = {}
     steady_swapped: ClassVar[bool] = True  # it accounts what ran: swapped jobs did not
+
+    steady_lowered = staticmethod(account_steady_lowered)
+    steady_lowered_writes = (SERVED_DECODE.name, LAST_RUN.name)
+
+    def steady_lowered_options(self, layout) -> tuple[float, ...]:  # noqa: ANN001
+        return (layout.state(SERVED_DECODE.name),)
 
     def steady_state(self, ctx: WindowContext) -> dict[str, np.ndarray]:
         """The batch's rows: one more decode token served, last run this step."""

@@ -11,6 +11,7 @@ import numpy as np
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
 from schedir.ir.window import WindowContext
+from schedir.lowering.steady_layout import ANSWERED, ASK_IR, SC_STEP
 from schedir.passes.mlfq_state import LAST_RUN, LEVEL, LEVEL_START, MLFQ_STATE, SERVED_DECODE, SERVED_PREFILL
 
 
@@ -85,6 +86,15 @@ def levels_hold(running: np.ndarray, waiting: np.ndarray, swapped: np.ndarray, l
                       prefill_cost, starve_steps))
 
 
+@numba.njit(cache=True, nogil=True)
+def levels_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, order, rows, w) -> int:  # noqa: ANN001
+    """`MlfqLevels.steady_state` in the steady program (`schedir.lowering.steady_program`)."""
+    held = levels_hold(running, waiting, swapped, ST[int(o[0])], ST[int(o[1])], ST[int(o[2])], D[int(o[3])],
+                       ST[int(o[4])], ST[int(o[5])], sc[SC_STEP], int(o[6]), int(o[7]), int(o[8]), int(o[9]),
+                       int(o[10]))
+    return ANSWERED if held else ASK_IR
+
+
 @dataclass(frozen=True)
 class MlfqLevels(StepPass):
     """Place, demote and promote every request among FastServe's MLFQ levels (state only).
@@ -121,6 +131,13 @@ class MlfqLevels(StepPass):
                            state_of(SERVED_DECODE.name), ctx.step, self.quantum, self.quantum_ratio, self.levels,
                            self.prefill_cost, self.starve_steps)
         return {} if held else None
+
+    steady_lowered = staticmethod(levels_steady_lowered)
+
+    def steady_lowered_options(self, layout) -> tuple[float, ...]:  # noqa: ANN001
+        return (layout.state(LEVEL.name), layout.state(LEVEL_START.name), layout.state(LAST_RUN.name),
+                layout.column("prompt"), layout.state(SERVED_PREFILL.name), layout.state(SERVED_DECODE.name),
+                self.quantum, self.quantum_ratio, self.levels, self.prefill_cost, self.starve_steps)
 
     def __post_init__(self) -> None:
         for name in ("quantum", "levels", "prefill_cost", "starve_steps"):

@@ -12,6 +12,8 @@ from xdsl.ir import SSAValue
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
 from schedir.ir.window import WindowContext
+from schedir.lowering.steady_layout import ANSWERED, ASK_IR, ORDERED, SC_BLOCK_SIZE, SC_FREE_BLOCKS, SC_HOST_FREE, \
+    SC_MAX_SEQS
 from schedir.passes.mlfq_state import LEVEL, MLFQ_STATE, SERVED_DECODE, SERVED_PREFILL
 
 
@@ -129,6 +131,31 @@ def steady_pick(running: np.ndarray, run_blocks: np.ndarray, swapped: np.ndarray
     return order, not fate.any()
 
 
+@numba.njit(cache=True, nogil=True)
+def order_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, order, rows, w) -> int:  # noqa: ANN001
+    """`MlfqOrder.steady_state` and `steady_order` in the steady program: `steady_pick` over the
+    same queues; the batch order written when it is not running order."""
+    swap = o[5] == 1
+    nr = running.size
+    blocks = np.empty(nr, dtype=np.int64)
+    for i in range(nr):
+        blocks[i] = NB[running[i]]
+    picked, ok = steady_pick(running, blocks, swapped if swap else _NONE, waiting, ST[int(o[0])], D[int(o[1])],
+                             D[int(o[2])], ST[int(o[3])], ST[int(o[4])], sc[SC_MAX_SEQS], sc[SC_FREE_BLOCKS],
+                             sc[SC_BLOCK_SIZE], sc[SC_HOST_FREE] if swap else -1)
+    if not ok:
+        return ASK_IR
+    same = True
+    for i in range(nr):
+        if picked[i] != i:
+            same = False
+            break
+    if same:
+        return ANSWERED
+    order[:] = picked
+    return ORDERED
+
+
 @dataclass(frozen=True)
 class MlfqOrder(StepPass):
     """Order the queues by MLFQ level, then arrival; running jobs of a lower level give way to
@@ -170,6 +197,13 @@ class MlfqOrder(StepPass):
     # steady decode steps: over the waiting and running queues, when nobody gives way (`steady_state`)
     steady_when: ClassVar[dict[str, str]] = {"queue": "waiting", "running": "running", "swapped": "swapped"}
     steady_swapped: ClassVar[bool] = True  # its answer judges the swapped jobs too
+
+    steady_lowered = staticmethod(order_steady_lowered)
+
+    def steady_lowered_options(self, layout) -> tuple[float, ...]:  # noqa: ANN001
+        return (layout.state(LEVEL.name), layout.column("arrival"), layout.column("total"),
+                layout.state(SERVED_PREFILL.name), layout.state(SERVED_DECODE.name),
+                1.0 if self.preemption == "swap" else 0.0)
 
     def steady_order(self, ctx: WindowContext) -> np.ndarray | None:
         """The batch in (level, arrival) order, as `run` sorts the running queue (None: already so)."""

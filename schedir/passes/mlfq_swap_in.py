@@ -13,6 +13,7 @@ from schedir.dialects.mem import AllocOp, SwapInOp
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
 from schedir.ir.window import WindowContext
+from schedir.lowering.steady_layout import ANSWERED, ASK_IR, SC_MAX_SEQS
 from schedir.passes.admit_greedy import running_not_scheduled
 from schedir.passes.mlfq_state import LEVEL, MLFQ_STATE
 
@@ -67,6 +68,12 @@ def mlfq_resume(is_swapped: np.ndarray, computed: np.ndarray, total: np.ndarray,
     return out
 
 
+@numba.njit(cache=True, nogil=True)
+def swap_in_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, order, rows, w) -> int:  # noqa: ANN001
+    """`MlfqSwapIn.steady_state` in the steady program."""
+    return ANSWERED if swapped.size == 0 or running.size >= sc[SC_MAX_SEQS] else ASK_IR
+
+
 @dataclass(frozen=True)
 class MlfqSwapIn(StepPass):
     """Bring swapped jobs back in their MLFQ turn, ahead of the waiting jobs they outrank.
@@ -93,6 +100,8 @@ class MlfqSwapIn(StepPass):
     # steady decode steps: nothing is swapped out then, so it brings nobody back
     steady_when: ClassVar[dict[str, str]] = {"queue": "waiting", "running": "running", "swapped": "swapped"}
     steady_swapped: ClassVar[bool] = True  # its answer judges the swapped jobs
+
+    steady_lowered = staticmethod(swap_in_steady_lowered)
 
     def steady_state(self, ctx: WindowContext) -> dict[str, float] | None:
         """Nothing written, when it brings nobody back: nobody is swapped out, or every seat is

@@ -67,6 +67,8 @@ from schedir.runtime.kernels import (
 )
 from schedir.runtime.metrics import RuntimeMetrics
 from schedir.runtime.output import SchedulerOutput
+from schedir.lowering.steady_layout import SteadyLayout
+from schedir.lowering.steady_program import SteadyProgram
 from schedir.runtime.steady_answers import SteadyAnswers
 from schedir.runtime.window import admissible_bound, fcfs_head, vllm_passes
 
@@ -250,9 +252,13 @@ class Scheduler:
                                       if type(p).steady_order is not StepPass.steady_order)
         # ... holding their answers over a run of steps when they declare what they read (StepPass.steady_reads)
         reuse = getattr(self, "_answers", None) is None or self._answers.reuse
+        lowered = getattr(self, "_answers", None) is None or self._answers.lowered
+        program = (SteadyProgram.lower(self._steady_declared, SteadyLayout(_COLUMN_INDEX, dict(self.table.state_index)))
+                   if self._steady_declared and not radix else None)
         self._answers = SteadyAnswers(self._steady_declared, self._steady_orderers, self.scheduler_state,
-                                      manager.state.request_names)
+                                      manager.state.request_names, program)
         self._answers.reuse = reuse
+        self._answers.lowered = lowered
         self._steady_pipeline = self._steady_pipeline and (not radix or declared)
         # running steps (nobody admissible waiting) are decided by the one pass that decides them
         # alone when every other pass declares it decides nothing then (StepPass.decides_running_steps);
@@ -729,7 +735,7 @@ class Scheduler:
         if not running.size or (self.swapped.size and not self._steady_swapped):
             return None
         answer = self._answers.answer(running, self.waiting, self._request_state_writes, self.scheduler_state,
-                                      self._steady_context)
+                                      self._steady_context, self._steady_inputs)
         if answer is None:
             return None
         order = answer[2]
@@ -751,6 +757,15 @@ class Scheduler:
         # the clock as the step's now_us fact would read it (a simulator's: the same instant)
         now_us = max(round(self.clock() * 1e6), 0) if self._reads_clock else -1
         return self._window_context(self.waiting, True, state, now_us, self._step)
+
+    def _steady_inputs(self) -> tuple:
+        """The tables and facts the lowered steady answers read (`schedir.lowering.steady_layout`)."""
+        cfg = self.config
+        now_us = max(round(self.clock() * 1e6), 0) if self._reads_clock else -1
+        sc = np.array((self._step, cfg.max_num_seqs, self.pool.num_free, cfg.block_size, self._host_free(), now_us,
+                       cfg.max_num_batched_tokens, cfg.max_model_len), dtype=np.int64)
+        table = self.table
+        return table.data, table.state, self.pool.nblk, self.running, self.waiting, self.swapped, sc
 
     def _steady_radix(self, step: int, rows: np.ndarray) -> SchedulerOutput | None:
         """`_steady_step` on the radix pool: each of `rows` (the batch, in its order) gets one more

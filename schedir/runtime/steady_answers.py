@@ -20,6 +20,9 @@ import numpy as np
 
 from schedir.ir.pass_base import StepPass
 from schedir.ir.state import Decay
+from schedir.lowering.steady_program import SteadyProgram
+
+_NO_CONSTANTS: dict = {}  # read only
 
 
 class SteadyAnswers:
@@ -30,8 +33,12 @@ class SteadyAnswers:
     from being taken by a new one."""
 
     def __init__(self, passes: Sequence[StepPass], orderers: Sequence[StepPass],
-                 scheduler_state: Mapping[str, float | np.ndarray], request_names: Sequence[str] = ()) -> None:
+                 scheduler_state: Mapping[str, float | np.ndarray], request_names: Sequence[str] = (),
+                 program: SteadyProgram | None = None) -> None:
         self.passes = tuple(passes)
+        # the answers lowered to one kernel call (`schedir.lowering.steady_program`), when they all lower
+        self.program = program
+        self.lowered = True  # off: every pass asked in Python (the tests' reference)
         self.request_names = frozenset(request_names)  # declared request state: written per batch row
         self.orderers = tuple(orderers)
         reads = [p.steady_reads for p in self.passes]
@@ -48,10 +55,10 @@ class SteadyAnswers:
         self.asked = 0  # steps whose passes were asked (the others took held answers)
 
     def answer(self, running: np.ndarray, waiting: np.ndarray, request_state_writes: int,
-               scheduler_state: Mapping[str, float | np.ndarray], ctx_of) -> tuple | None:  # noqa: ANN001
+               scheduler_state: Mapping[str, float | np.ndarray], ctx_of, inputs_of=None) -> tuple | None:  # noqa: ANN001
         """This step's (constants, transitions, order, request-state rows), or None when a pass would decide it
         otherwise; `ctx_of(state)` builds the passes' `WindowContext` over a state dict when
-        they must be asked."""
+        they must be asked, `inputs_of()` the lowered program's tables (`SteadyProgram.answer`)."""
         held = self.held
         if held is not None:
             if (held[0] is running and held[1] is waiting and held[2] == request_state_writes
@@ -59,6 +66,10 @@ class SteadyAnswers:
                 return held[4]
             self.held = None
         self.asked += 1
+        program = self.program
+        if program is not None and self.lowered and inputs_of is not None:
+            return self._lowered(program, running, waiting, request_state_writes, scheduler_state, ctx_of,
+                                 inputs_of)
         state = dict(scheduler_state)  # as each pass leaves it for the next
         ctx = ctx_of(state)
         constants: dict = {}
@@ -93,6 +104,24 @@ class SteadyAnswers:
         if self.holds and self.reuse and not rows:  # row values are written, so the next step asks again
             self.held = (running, waiting, request_state_writes,
                          self.read_values(scheduler_state), answer)
+        return answer
+
+    def _lowered(self, program: SteadyProgram, running: np.ndarray, waiting: np.ndarray, request_state_writes: int,
+                 scheduler_state: Mapping[str, float | np.ndarray], ctx_of, inputs_of) -> tuple | None:  # noqa: ANN001
+        """`answer` with the lowered passes asked in one kernel call, the default ones in Python
+        (they write nothing: `{}` or None, from their waiting window; `{}` when nobody waits)."""
+        if waiting.size and program.asked:
+            ctx = ctx_of(dict(scheduler_state))
+            for p in program.asked:
+                if p.steady_state(ctx) is None:
+                    return None
+        got = program.answer(*inputs_of())
+        if got is None:
+            return None
+        order, rows = got
+        answer = (_NO_CONSTANTS, (), order, rows)
+        if self.holds and self.reuse and not rows:
+            self.held = (running, waiting, request_state_writes, self.read_values(scheduler_state), answer)
         return answer
 
     @staticmethod

@@ -1,0 +1,43 @@
+"""What a lowered steady answer reads, laid out for one kernel call (`schedir.lowering.steady_program`).
+
+A pass's `steady_state` reads the runtime's state through a `WindowContext`: the queues, a few
+facts, whole-table views of queue columns and declared request state. Its lowered form reads
+the same things as arrays: `D`, the request table's data (a row per queue column, a column
+per request row), `ST`, its declared request state (a row per name), `NB`, each request's KV
+blocks, the three queues, and `sc`, the step's facts (`SC_*` below). Which row of `D` or `ST`
+holds what the pass reads is fixed when the program is built (`SteadyLayout`) and handed to the
+pass as numbers, with its options.
+
+A lowered answer has one signature, `f(D, ST, NB, running, waiting, swapped, sc, o, order,
+rows, w) -> int`: -1 when `steady_state` would answer None (the IR decides the step), 0 when
+it answers with no batch order, 1 when it wrote the batch order (positions in `running`) into
+`order`; a pass that writes request state for the batch's rows writes them into `rows[w]`,
+`rows[w + 1]`, ... in the order of its `steady_lowered_writes`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import attrs
+
+# the step's facts in `sc`
+SC_STEP, SC_MAX_SEQS, SC_FREE_BLOCKS, SC_BLOCK_SIZE, SC_HOST_FREE, SC_NOW_US, SC_TOKEN_BUDGET, SC_MAX_MODEL_LEN = \
+    range(8)
+SC_SIZE = 8
+ASK_IR, ANSWERED, ORDERED = -1, 0, 1  # what a lowered answer returns
+
+
+@attrs.frozen
+class SteadyLayout:
+    """Where the table keeps what a lowered answer reads: a queue column's row of `D`, a declared
+    request state's row of `ST`."""
+
+    columns: Mapping[str, int]
+    states: Mapping[str, int]
+
+    def column(self, name: str) -> int:
+        return self.columns[name]
+
+    def state(self, name: str) -> int:
+        return self.states[name]

@@ -1,0 +1,133 @@
+"""A pipeline's steady answers lowered to one Numba kernel call per steady decode step.
+
+Before a steady decode step the runtime asks each pass of a stateful pipeline what it writes
+(`StepPass.steady_state`) and in which order the batch decodes (`steady_order`): in Python, a
+`WindowContext` read and a kernel call per pass, 25-30 µs of FastServe's ~60 µs step on a
+2-core machine where `vllm`'s whole step is ~15. Here the answers are compiled the way the
+routing pipeline is (`schedir.lowering.route_program`): each pass whose answer has a lowered
+form (`StepPass.steady_lowered`, a Numba function beside `steady_state` in the pass's own file,
+written rule for rule after it) becomes an opcode with its options and table rows as numbers
+(`steady_lowered_options`), and one kernel (`run_steady`) asks them in pipeline order over the
+runtime's tables (`schedir.lowering.steady_layout`). The passes that keep the default answer
+(`{}` when their waiting window is empty) are still asked in Python; they read no table.
+
+A pipeline is lowered only when every pass that writes its own steady answer has a lowered form
+(written by the same class that writes the answer: a subclass with a rule of its own does not
+inherit its parent's kernel) and none writes scheduler state (constants, transitions: those are
+asked in Python). The answers are the same as asking the passes (tested step by step; `python
+benchmarks/parity_fuzz.py --steady` checks the steady steps against the IR).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+import numba as nb
+import numpy as np
+
+from schedir.ir.pass_base import StepPass
+from schedir.lowering.steady_layout import ASK_IR, ORDERED, SteadyLayout
+from schedir.passes.mlfq_account import account_steady_lowered
+from schedir.passes.mlfq_levels import levels_steady_lowered
+from schedir.passes.mlfq_order import order_steady_lowered
+from schedir.passes.mlfq_swap_in import swap_in_steady_lowered
+
+# the opcode of each lowered answer is its place here (`run_steady` dispatches on it)
+LOWERED = (levels_steady_lowered, order_steady_lowered, swap_in_steady_lowered, account_steady_lowered)
+
+
+@nb.njit(cache=True, nogil=True)
+def run_steady(codes: np.ndarray, options: np.ndarray, first_write: np.ndarray, writes: int, D: np.ndarray,
+               ST: np.ndarray, NB: np.ndarray, running: np.ndarray, waiting: np.ndarray, swapped: np.ndarray,
+               sc: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Ask the lowered answers `codes` in pipeline order; returns (flags, order, rows): flags[0]
+    0 when one would let the IR decide, flags[1] 1 when a pass ordered the batch (the first
+    that did: `order`), `rows` the request state written for the batch's rows."""
+    nr = running.size
+    flags = np.zeros(2, dtype=np.int64)
+    order = np.empty(nr, dtype=np.int64)
+    scratch = np.empty(nr, dtype=np.int64)
+    rows = np.empty((writes, nr), dtype=np.int64)
+    for i in range(codes.size):
+        c = codes[i]
+        o = options[i]
+        w = first_write[i]
+        into = order if flags[1] == 0 else scratch  # the first pass that orders the batch decides
+        if c == 0:
+            r = levels_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w)
+        elif c == 1:
+            r = order_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w)
+        elif c == 2:
+            r = swap_in_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w)
+        else:
+            r = account_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w)
+        if r == ASK_IR:
+            return flags, order, rows
+        if r == ORDERED:
+            flags[1] = 1
+    flags[0] = 1
+    return flags, order, rows
+
+
+def _definer(kind: type, attr: str) -> type:
+    return next(c for c in kind.__mro__ if attr in c.__dict__)
+
+
+def lowered_form(kind: type) -> object | None:
+    """The pass class's lowered steady answer: its kernel, `StepPass` itself for a class that keeps
+    the default answers (asked in Python), or None (it has an answer of its own and no kernel
+    written with it)."""
+    state_cls, order_cls = _definer(kind, "steady_state"), _definer(kind, "steady_order")
+    if state_cls is StepPass and order_cls is StepPass:
+        return StepPass
+    lowered_cls = _definer(kind, "steady_lowered")
+    if lowered_cls is StepPass or not (issubclass(lowered_cls, state_cls) and issubclass(lowered_cls, order_cls)):
+        return None
+    kernel = lowered_cls.__dict__["steady_lowered"]
+    kernel = getattr(kernel, "__func__", kernel)
+    return kernel if any(kernel is k for k in LOWERED) else None
+
+
+@attrs.frozen
+class SteadyProgram:
+    """A pipeline's lowered steady answers: opcodes, options, and the passes still asked in Python."""
+
+    codes: np.ndarray  # int64 opcode per lowered pass, in pipeline order
+    options: np.ndarray  # float64[passes, width]: each one's `steady_lowered_options(layout)`
+    first_write: np.ndarray  # int64: each one's first row of the written request state
+    writes: tuple[str, ...]  # the request state written for the batch's rows, in pipeline order
+    asked: tuple[StepPass, ...]  # the passes keeping the default answer (asked in Python)
+
+    @classmethod
+    def lower(cls, passes: Sequence[StepPass], layout: SteadyLayout) -> SteadyProgram | None:
+        """The passes' answers lowered, or None when one has no lowered form (or none has one)."""
+        codes, rows, first, writes, asked = [], [], [], [], []
+        for p in passes:
+            kernel = lowered_form(type(p))
+            if kernel is None:
+                return None
+            if kernel is StepPass:
+                asked.append(p)
+                continue
+            codes.append(next(i for i, k in enumerate(LOWERED) if k is kernel))
+            rows.append(tuple(float(v) for v in p.steady_lowered_options(layout)))
+            first.append(len(writes))
+            writes.extend(p.steady_lowered_writes)
+        if not codes or len(set(writes)) < len(writes):
+            return None
+        width = max(len(r) for r in rows) or 1
+        options = np.zeros((len(rows), width), dtype=np.float64)
+        for i, r in enumerate(rows):
+            options[i, :len(r)] = r
+        return cls(np.asarray(codes, dtype=np.int64), options, np.asarray(first, dtype=np.int64), tuple(writes),
+                   tuple(asked))
+
+    def answer(self, D: np.ndarray, ST: np.ndarray, NB: np.ndarray, running: np.ndarray, waiting: np.ndarray,
+               swapped: np.ndarray, sc: np.ndarray) -> tuple[np.ndarray | None, tuple] | None:
+        """(batch order or None, request-state rows as (name, values) pairs), or None: the IR decides."""
+        flags, order, rows = run_steady(self.codes, self.options, self.first_write, len(self.writes), D, ST, NB,
+                                        running, waiting, swapped, sc)
+        if not flags[0]:
+            return None
+        return (order if flags[1] else None), tuple(zip(self.writes, rows, strict=True))
