@@ -4,14 +4,12 @@ A pass's `steady_state` reads the runtime's state through a `WindowContext`: the
 facts, whole-table views of queue columns and declared request state. Its lowered form reads
 the same things as arrays: `D`, the request table's data (a row per queue column, a column
 per request row), `ST`, its declared request state (a row per name), `NB`, each request's KV
-blocks, the three queues, `sc`, the step's facts (`SC_*` below), and `SS`, the pipeline's
-scheduler state as numbers (a slot per declared name), which a pass may write for the passes
-after it (marking `wrote[slot]`): the runtime writes those values once the step is taken. Which row of `D` or `ST`
+blocks, the three queues, and `sc`, the step's facts (`SC_*` below). Which row of `D` or `ST`
 holds what the pass reads is fixed when the program is built (`SteadyLayout`) and handed to the
 pass as numbers, with its options.
 
-A lowered answer has one signature, `f(D, ST, NB, running, waiting, swapped, sc, SS, wrote, o,
-order, rows, w) -> int`: -1 when `steady_state` would answer None (the IR decides the step), 0 when
+A lowered answer has one signature, `f(D, ST, NB, running, waiting, swapped, sc, o, order,
+rows, w) -> int`: -1 when `steady_state` would answer None (the IR decides the step), 0 when
 it answers with no batch order, 1 when it wrote the batch order (positions in `running`) into
 `order`; a pass that writes request state for the batch's rows writes them into `rows[w]`,
 `rows[w + 1]`, ... in the order of its `steady_lowered_writes`.
@@ -24,23 +22,19 @@ from collections.abc import Mapping
 import attrs
 
 # the step's facts in `sc`
-(SC_STEP, SC_MAX_SEQS, SC_FREE_BLOCKS, SC_BLOCK_SIZE, SC_HOST_FREE, SC_NOW_US, SC_TOKEN_BUDGET, SC_MAX_MODEL_LEN,
- SC_TOTAL_BLOCKS) = range(9)
-SC_SIZE = 9
+SC_STEP, SC_MAX_SEQS, SC_FREE_BLOCKS, SC_BLOCK_SIZE, SC_HOST_FREE, SC_NOW_US, SC_TOKEN_BUDGET, SC_MAX_MODEL_LEN = \
+    range(8)
+SC_SIZE = 8
 ASK_IR, ANSWERED, ORDERED = -1, 0, 1  # what a lowered answer returns
 
 
 @attrs.frozen
 class SteadyLayout:
-    """Where the runtime keeps what a lowered answer reads: a queue column's row of `D`, a declared
-    request state's row of `ST`, a scheduler state's slot of `SS`."""
+    """Where the table keeps what a lowered answer reads: a queue column's row of `D`, a declared
+    request state's row of `ST`."""
 
     columns: Mapping[str, int]
     states: Mapping[str, int]
-    scalars: Mapping[str, int] = attrs.field(factory=dict)
-
-    def scalar(self, name: str) -> int:
-        return self.scalars[name]
 
     def column(self, name: str) -> int:
         return self.columns[name]

@@ -16,14 +16,12 @@ A pipeline is lowered only when every pass that writes its own steady answer has
 inherit its parent's kernel) and none writes scheduler state (constants, transitions: those are
 asked in Python). The answers are the same as asking the passes (tested step by step; `python
 benchmarks/parity_fuzz.py --steady` checks the steady steps against the IR). Lowered: FastServe's
-`mlfq-*` passes, the seed's `memory-aware-preemption` (`with-all-passes`) and vLLM v0's passes
-(`vllm-v0`, `vllm-v0-swap`, `vllm-v0-chunked`); asked in Python: the sglang and vtc passes, whose
-answers are transitions of scheduler state, and `order-slo`.
+`mlfq-*` passes and the seed's `memory-aware-preemption` (`with-all-passes`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import attrs
 import numba as nb
@@ -36,25 +34,19 @@ from schedir.passes.mlfq_account import account_steady_lowered
 from schedir.passes.mlfq_levels import levels_steady_lowered
 from schedir.passes.mlfq_order import order_steady_lowered
 from schedir.passes.mlfq_swap_in import swap_in_steady_lowered
-from schedir.passes.v0_chunked_prefills import chunked_prefills_steady_lowered
-from schedir.passes.v0_chunked_running import chunked_running_steady_lowered
-from schedir.passes.v0_prefills import prefills_steady_lowered
-from schedir.passes.v0_running import running_steady_lowered
 
 # the opcode of each lowered answer is its place here (`run_steady` dispatches on it)
 LOWERED = (levels_steady_lowered, order_steady_lowered, swap_in_steady_lowered, account_steady_lowered,
-           map_steady_lowered, prefills_steady_lowered, running_steady_lowered, chunked_prefills_steady_lowered,
-           chunked_running_steady_lowered)
+           map_steady_lowered)
 
 
 @nb.njit(cache=True, nogil=True)
 def run_steady(codes: np.ndarray, options: np.ndarray, first_write: np.ndarray, writes: int, D: np.ndarray,
                ST: np.ndarray, NB: np.ndarray, running: np.ndarray, waiting: np.ndarray, swapped: np.ndarray,
-               sc: np.ndarray, SS: np.ndarray, wrote: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+               sc: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Ask the lowered answers `codes` in pipeline order; returns (flags, order, rows): flags[0]
     0 when one would let the IR decide, flags[1] 1 when a pass ordered the batch (the first
-    that did: `order`), `rows` the request state written for the batch's rows; the scheduler
-    state written is in `SS` where `wrote` is set."""
+    that did: `order`), `rows` the request state written for the batch's rows."""
     nr = running.size
     flags = np.zeros(2, dtype=np.int64)
     order = np.empty(nr, dtype=np.int64)
@@ -66,25 +58,15 @@ def run_steady(codes: np.ndarray, options: np.ndarray, first_write: np.ndarray, 
         w = first_write[i]
         into = order if flags[1] == 0 else scratch  # the first pass that orders the batch decides
         if c == 0:
-            r = levels_steady_lowered(D, ST, NB, running, waiting, swapped, sc, SS, wrote, o, into, rows, w)
+            r = levels_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w)
         elif c == 1:
-            r = order_steady_lowered(D, ST, NB, running, waiting, swapped, sc, SS, wrote, o, into, rows, w)
+            r = order_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w)
         elif c == 2:
-            r = swap_in_steady_lowered(D, ST, NB, running, waiting, swapped, sc, SS, wrote, o, into, rows, w)
+            r = swap_in_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w)
         elif c == 3:
-            r = account_steady_lowered(D, ST, NB, running, waiting, swapped, sc, SS, wrote, o, into, rows, w)
-        elif c == 4:
-            r = map_steady_lowered(D, ST, NB, running, waiting, swapped, sc, SS, wrote, o, into, rows, w)
-        elif c == 5:
-            r = prefills_steady_lowered(D, ST, NB, running, waiting, swapped, sc, SS, wrote, o, into, rows, w)
-        elif c == 6:
-            r = running_steady_lowered(D, ST, NB, running, waiting, swapped, sc, SS, wrote, o, into, rows, w)
-        elif c == 7:
-            r = chunked_prefills_steady_lowered(D, ST, NB, running, waiting, swapped, sc, SS, wrote, o, into, rows,
-                                                w)
+            r = account_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w)
         else:
-            r = chunked_running_steady_lowered(D, ST, NB, running, waiting, swapped, sc, SS, wrote, o, into, rows,
-                                               w)
+            r = map_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w)
         if r == ASK_IR:
             return flags, order, rows
         if r == ORDERED:
@@ -121,29 +103,20 @@ class SteadyProgram:
     first_write: np.ndarray  # int64: each one's first row of the written request state
     writes: tuple[str, ...]  # the request state written for the batch's rows, in pipeline order
     asked: tuple[StepPass, ...]  # the passes keeping the default answer (asked in Python)
-    scalars: tuple[str, ...] = ()  # the scheduler state in `SS`, slot by slot
 
     @classmethod
     def lower(cls, passes: Sequence[StepPass], layout: SteadyLayout) -> SteadyProgram | None:
-        """The passes' answers lowered, or None when one has no lowered form (or none has one), one
-        reads what the layout lacks (scheduler state that is not a number), or a pass keeping the
-        default answer declares scheduler state (its window might read what a lowered pass writes
-        before it, which the Python answers would see)."""
+        """The passes' answers lowered, or None when one has no lowered form (or none has one)."""
         codes, rows, first, writes, asked = [], [], [], [], []
         for p in passes:
             kernel = lowered_form(type(p))
             if kernel is None:
                 return None
             if kernel is StepPass:
-                if getattr(p, "scheduler_state", ()):
-                    return None
                 asked.append(p)
                 continue
             codes.append(next(i for i, k in enumerate(LOWERED) if k is kernel))
-            try:
-                rows.append(tuple(float(v) for v in p.steady_lowered_options(layout)))
-            except KeyError:
-                return None
+            rows.append(tuple(float(v) for v in p.steady_lowered_options(layout)))
             first.append(len(writes))
             writes.extend(p.steady_lowered_writes)
         if not codes or len(set(writes)) < len(writes):
@@ -152,24 +125,14 @@ class SteadyProgram:
         options = np.zeros((len(rows), width), dtype=np.float64)
         for i, r in enumerate(rows):
             options[i, :len(r)] = r
-        scalars = tuple(sorted(layout.scalars, key=layout.scalars.__getitem__))
         return cls(np.asarray(codes, dtype=np.int64), options, np.asarray(first, dtype=np.int64), tuple(writes),
-                   tuple(asked), scalars)
+                   tuple(asked))
 
     def answer(self, D: np.ndarray, ST: np.ndarray, NB: np.ndarray, running: np.ndarray, waiting: np.ndarray,
-               swapped: np.ndarray, sc: np.ndarray,
-               scheduler_state: Mapping[str, float | np.ndarray]) -> tuple[dict, np.ndarray | None, tuple] | None:
-        """(scheduler state written, batch order or None, request-state rows as (name, values)
-        pairs), or None: the IR decides."""
-        names = self.scalars
-        SS = np.array([scheduler_state.get(n, 0.0) for n in names], dtype=np.float64) if names else _NO_SCALARS
-        wrote = np.zeros(len(names), dtype=np.int64)
+               swapped: np.ndarray, sc: np.ndarray) -> tuple[np.ndarray | None, tuple] | None:
+        """(batch order or None, request-state rows as (name, values) pairs), or None: the IR decides."""
         flags, order, rows = run_steady(self.codes, self.options, self.first_write, len(self.writes), D, ST, NB,
-                                        running, waiting, swapped, sc, SS, wrote)
+                                        running, waiting, swapped, sc)
         if not flags[0]:
             return None
-        constants = {names[i]: float(SS[i]) for i in np.flatnonzero(wrote).tolist()} if names else {}
-        return constants, (order if flags[1] else None), tuple(zip(self.writes, rows, strict=True))
-
-
-_NO_SCALARS = np.zeros(0, dtype=np.float64)
+        return (order if flags[1] else None), tuple(zip(self.writes, rows, strict=True))

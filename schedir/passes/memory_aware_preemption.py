@@ -66,7 +66,7 @@ def blocks_for(tokens: np.ndarray, block_size: int) -> np.ndarray:
 
 
 @numba.njit(cache=True, nogil=True)
-def map_steady_lowered(D, ST, NB, running, waiting, swapped, sc, SS, wrote, o, order, rows, w) -> int:  # noqa: ANN001
+def map_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, order, rows, w) -> int:  # noqa: ANN001
     """`MemoryAwarePreemption.steady_state` in the steady program (`schedir.lowering.steady_program`):
     the batch's computed tokens and last run into `rows[w]`, `rows[w + 1]`."""
     urgent, now, last = steady_tracking(running, waiting, D[int(o[0])], D[int(o[1])], D[int(o[2])], ST[int(o[4])],

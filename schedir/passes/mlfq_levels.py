@@ -87,7 +87,7 @@ def levels_hold(running: np.ndarray, waiting: np.ndarray, swapped: np.ndarray, l
 
 
 @numba.njit(cache=True, nogil=True)
-def levels_steady_lowered(D, ST, NB, running, waiting, swapped, sc, SS, wrote, o, order, rows, w) -> int:  # noqa: ANN001
+def levels_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, order, rows, w) -> int:  # noqa: ANN001
     """`MlfqLevels.steady_state` in the steady program (`schedir.lowering.steady_program`)."""
     held = levels_hold(running, waiting, swapped, ST[int(o[0])], ST[int(o[1])], ST[int(o[2])], D[int(o[3])],
                        ST[int(o[4])], ST[int(o[5])], sc[SC_STEP], int(o[6]), int(o[7]), int(o[8]), int(o[9]),

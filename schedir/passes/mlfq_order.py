@@ -132,7 +132,7 @@ def steady_pick(running: np.ndarray, run_blocks: np.ndarray, swapped: np.ndarray
 
 
 @numba.njit(cache=True, nogil=True)
-def order_steady_lowered(D, ST, NB, running, waiting, swapped, sc, SS, wrote, o, order, rows, w) -> int:  # noqa: ANN001
+def order_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, order, rows, w) -> int:  # noqa: ANN001
     """`MlfqOrder.steady_state` and `steady_order` in the steady program: `steady_pick` over the
     same queues; the batch order written when it is not running order."""
     swap = o[5] == 1

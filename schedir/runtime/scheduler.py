@@ -253,9 +253,8 @@ class Scheduler:
         # ... holding their answers over a run of steps when they declare what they read (StepPass.steady_reads)
         reuse = getattr(self, "_answers", None) is None or self._answers.reuse
         lowered = getattr(self, "_answers", None) is None or self._answers.lowered
-        numbers = [n for n in self._state_names if not isinstance(self.scheduler_state.get(n, 0.0), np.ndarray)]
-        layout = SteadyLayout(_COLUMN_INDEX, dict(self.table.state_index), {n: i for i, n in enumerate(numbers)})
-        program = SteadyProgram.lower(self._steady_declared, layout) if self._steady_declared and not radix else None
+        program = (SteadyProgram.lower(self._steady_declared, SteadyLayout(_COLUMN_INDEX, dict(self.table.state_index)))
+                   if self._steady_declared and not radix else None)
         self._answers = SteadyAnswers(self._steady_declared, self._steady_orderers, self.scheduler_state,
                                       manager.state.request_names, program)
         self._answers.reuse = reuse
@@ -763,9 +762,8 @@ class Scheduler:
         """The tables and facts the lowered steady answers read (`schedir.lowering.steady_layout`)."""
         cfg = self.config
         now_us = max(round(self.clock() * 1e6), 0) if self._reads_clock else -1
-        pool = self.pool
-        sc = np.array((self._step, cfg.max_num_seqs, pool.num_free, cfg.block_size, self._host_free(), now_us,
-                       cfg.max_num_batched_tokens, cfg.max_model_len, pool.usable_blocks), dtype=np.int64)
+        sc = np.array((self._step, cfg.max_num_seqs, self.pool.num_free, cfg.block_size, self._host_free(), now_us,
+                       cfg.max_num_batched_tokens, cfg.max_model_len), dtype=np.int64)
         table = self.table
         return table.data, table.state, self.pool.nblk, self.running, self.waiting, self.swapped, sc
 

@@ -22,6 +22,8 @@ from schedir.ir.pass_base import StepPass
 from schedir.ir.state import Decay
 from schedir.lowering.steady_program import SteadyProgram
 
+_NO_CONSTANTS: dict = {}  # read only
+
 
 class SteadyAnswers:
     """The answers of one pipeline's declared passes, as one step's writes (constants set, then
@@ -113,11 +115,11 @@ class SteadyAnswers:
             for p in program.asked:
                 if p.steady_state(ctx) is None:
                     return None
-        got = program.answer(*inputs_of(), scheduler_state)
+        got = program.answer(*inputs_of())
         if got is None:
             return None
-        constants, order, rows = got
-        answer = (constants, (), order, rows)
+        order, rows = got
+        answer = (_NO_CONSTANTS, (), order, rows)
         if self.holds and self.reuse and not rows:
             self.held = (running, waiting, request_state_writes, self.read_values(scheduler_state), answer)
         return answer
