@@ -15,8 +15,7 @@ A pipeline is lowered only when every pass that writes its own steady answer has
 (written by the same class that writes the answer: a subclass with a rule of its own does not
 inherit its parent's kernel) and none writes scheduler state (constants, transitions: those are
 asked in Python). The answers are the same as asking the passes (tested step by step; `python
-benchmarks/parity_fuzz.py --steady` checks the steady steps against the IR). Lowered: FastServe's
-`mlfq-*` passes and the seed's `memory-aware-preemption` (`with-all-passes`).
+benchmarks/parity_fuzz.py --steady` checks the steady steps against the IR).
 """
 
 from __future__ import annotations
@@ -29,15 +28,13 @@ import numpy as np
 
 from schedir.ir.pass_base import StepPass
 from schedir.lowering.steady_layout import ASK_IR, ORDERED, SteadyLayout
-from schedir.passes.memory_aware_preemption import map_steady_lowered
 from schedir.passes.mlfq_account import account_steady_lowered
 from schedir.passes.mlfq_levels import levels_steady_lowered
 from schedir.passes.mlfq_order import order_steady_lowered
 from schedir.passes.mlfq_swap_in import swap_in_steady_lowered
 
 # the opcode of each lowered answer is its place here (`run_steady` dispatches on it)
-LOWERED = (levels_steady_lowered, order_steady_lowered, swap_in_steady_lowered, account_steady_lowered,
-           map_steady_lowered)
+LOWERED = (levels_steady_lowered, order_steady_lowered, swap_in_steady_lowered, account_steady_lowered)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -63,10 +60,8 @@ def run_steady(codes: np.ndarray, options: np.ndarray, first_write: np.ndarray, 
             r = order_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w)
         elif c == 2:
             r = swap_in_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w)
-        elif c == 3:
-            r = account_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w)
         else:
-            r = map_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w)
+            r = account_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w)
         if r == ASK_IR:
             return flags, order, rows
         if r == ORDERED:

@@ -13,7 +13,6 @@ from schedir.ir.pass_base import StepPass
 from schedir.ir.state import RequestState
 from schedir.ir.step import Step
 from schedir.ir.window import WindowContext
-from schedir.lowering.steady_layout import ANSWERED, ASK_IR, SC_BLOCK_SIZE, SC_FREE_BLOCKS, SC_STEP
 
 SEEN_COMPUTED = RequestState("map_seen_computed", default=-1,
                              doc="computed tokens when memory-aware-preemption last looked (-1: never)")
@@ -65,28 +64,6 @@ def blocks_for(tokens: np.ndarray, block_size: int) -> np.ndarray:
     return -(-tokens // block_size)
 
 
-@numba.njit(cache=True, nogil=True)
-def map_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, order, rows, w) -> int:  # noqa: ANN001
-    """`MemoryAwarePreemption.steady_state` in the steady program (`schedir.lowering.steady_program`):
-    the batch's computed tokens and last run into `rows[w]`, `rows[w + 1]`."""
-    urgent, now, last = steady_tracking(running, waiting, D[int(o[0])], D[int(o[1])], D[int(o[2])], ST[int(o[4])],
-                                        ST[int(o[5])], sc[SC_STEP])
-    if urgent:  # it could preempt: only if some waiting request is short of blocks
-        bs = sc[SC_BLOCK_SIZE]
-        total = D[int(o[3])]
-        growth = 0
-        for r in running:
-            growth += max(-(-total[r] // bs) - np.int64(NB[r]), 0)
-        need = 0
-        for r in waiting:
-            need += -(-total[r] // bs)
-        if need > sc[SC_FREE_BLOCKS] - growth:
-            return ASK_IR
-    rows[w] = now
-    rows[w + 1] = last
-    return ANSWERED
-
-
 @dataclass(frozen=True)
 class MemoryAwarePreemption(StepPass):
     """When an urgent waiting prefill cannot get blocks, preempt (recompute) less urgent decodes.
@@ -116,13 +93,6 @@ class MemoryAwarePreemption(StepPass):
     victim: str = "lowest-priority"
     queue: str = "waiting"
     running: str = "running"
-
-    steady_lowered = staticmethod(map_steady_lowered)
-    steady_lowered_writes = (SEEN_COMPUTED.name, LAST_RUN.name)
-
-    def steady_lowered_options(self, layout) -> tuple[float, ...]:  # noqa: ANN001
-        return (layout.column("computed"), layout.column("prompt"), layout.column("priority"), layout.column("total"),
-                layout.state(SEEN_COMPUTED.name), layout.state(LAST_RUN.name))
 
     def steady_state(self, ctx: WindowContext) -> dict[str, np.ndarray] | None:
         """What a steady step writes: when each running request last ran (`_track`'s rule), when
