@@ -509,11 +509,9 @@ def _prefix_hits_by_id(n: int, m: int, arrival_ids: np.ndarray, p_ids: np.ndarra
 
 
 @nb.njit(cache=True)
-def _chains_by_id(n: int, arrival_ids: np.ndarray, p_ids: np.ndarray,
-                  p_hash: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """`RouteView.chains` in one call: the pairs' hashes grouped by arrival row (stable: chain
-    order kept) and the start of each row's chain."""
-    rows = _rows_of(arrival_ids, p_ids)
+def chains_by_row(n: int, rows: np.ndarray, p_hash: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs' hashes grouped by arrival row (`rows`; stable: chain order kept) and the start
+    of each row's chain."""
     hashes = p_hash
     for i in range(1, rows.size):
         if rows[i] < rows[i - 1]:
@@ -527,6 +525,13 @@ def _chains_by_id(n: int, arrival_ids: np.ndarray, p_ids: np.ndarray,
     for r in range(1, n):
         starts[r] += starts[r - 1]
     return hashes, starts
+
+
+@nb.njit(cache=True)
+def _chains_by_id(n: int, arrival_ids: np.ndarray, p_ids: np.ndarray,
+                  p_hash: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`RouteView.chains` in one call (the rows looked up here)."""
+    return chains_by_row(n, _rows_of(arrival_ids, p_ids), p_hash)
 
 
 def route_steps_of(module: Operation) -> list[RouteStepOp]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from schedir.ir.route_step import _rows_of, prefix_hit_kernel
+from schedir.ir.route_step import _rows_of, chains_by_row, prefix_hit_kernel
 
 # the fleet's and the arrivals' columns as the kernel takes them (F[i], A[i])
 FLEET_LAYOUT = ("id", "role", "queued", "running", "free_blocks", "total_blocks", "position", "queued_tokens",
@@ -75,23 +75,9 @@ def pairs_of(F, A, p_ids: np.ndarray, p_hash: np.ndarray, d_ids: np.ndarray, d_h
              has_prefix: bool):  # noqa: ANN001, ANN201
     """`P`: the pairs' rows (arrival rows, fleet rows; -1 where unknown) and the chains grouped
     by arrival row (`RouteView.chains`)."""
-    k = A[A_ID].size
     p_rows = rows_in(A[A_ID], p_ids)
-    d_col = rows_in(F[F_ID], d_ids)
-    rows = p_rows
-    chain = p_hash
-    for i in range(1, rows.size):
-        if rows[i] < rows[i - 1]:
-            order = np.argsort(rows, kind="mergesort")
-            rows, chain = rows[order], p_hash[order]
-            break
-    starts = np.zeros(k, dtype=np.int64)
-    for i in range(rows.size):
-        if rows[i] + 1 < k:
-            starts[rows[i] + 1] += 1
-    for r in range(1, k):
-        starts[r] += starts[r - 1]
-    return (p_rows, p_hash, chain, starts, d_col, d_hash, has_prefix)
+    chain, starts = chains_by_row(A[A_ID].size, p_rows, p_hash)
+    return (p_rows, p_hash, chain, starts, rows_in(F[F_ID], d_ids), d_hash, has_prefix)
 
 
 @nb.njit(cache=True)
@@ -175,6 +161,20 @@ def hits_at(S, rows: np.ndarray, inst: np.ndarray) -> np.ndarray:  # noqa: ANN00
         for i in range(rows.size):
             out[i] = hits[rows[i], inst[i]]
     return out
+
+
+@nb.njit(cache=True)
+def route_picks(F, A, S, rows: np.ndarray, hits: np.ndarray, pick: np.ndarray, by_cache: np.ndarray,  # noqa: ANN001
+                cache_why: int, other_why: int) -> None:
+    """A cache-aware choice's `cluster.route`: arrival `rows[i]` (hits `hits[i]`) to fleet row
+    `pick[i]` where one was picked, why `cache_why` where picked for its cache, else `other_why`."""
+    ok = np.flatnonzero(pick >= 0)
+    inst = pick[ok]
+    why = np.where(by_cache[ok] == 1, cache_why, other_why)
+    hit = np.empty(ok.size, dtype=np.int64)
+    for i in range(ok.size):
+        hit[i] = hits[ok[i], inst[i]]
+    route(F, A, S, rows[ok], inst, why, inst, hit)
 
 
 @nb.njit(cache=True)

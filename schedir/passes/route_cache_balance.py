@@ -26,13 +26,7 @@ def cache_balance_lowered(F, A, P, S, o) -> None:  # noqa: ANN001
     hits = S[2][rows]
     pick, by_cache = cache_balance_kernel(hits, A[rs.A_PROMPT][rows], rs.load(F, S), F[rs.F_DIGEST_BLOCKS].copy(),
                                           rs.role_is(F, rs.ROLE_BOTH), int(o[0]), o[1], o[2], o[3])
-    ok = np.flatnonzero(pick >= 0)
-    why = np.where(by_cache[ok] == 1, _CACHE, _LEAST_LOAD)
-    inst = pick[ok]
-    hit = np.empty(ok.size, dtype=np.int64)
-    for i in range(ok.size):
-        hit[i] = hits[ok[i], inst[i]]
-    rs.route(F, A, S, rows[ok], inst, why, inst, hit)
+    rs.route_picks(F, A, S, rows, hits, pick, by_cache, _CACHE, _LEAST_LOAD)
 
 
 @dataclass(frozen=True)
