@@ -370,3 +370,28 @@ def test_a_pass_without_a_lowered_form_keeps_the_pipeline_pass_by_pass():
     f = fleet(3, queued_tokens=[0, 0, 0], digest_blocks=[0, 0, 0])
     out = program.run(0, 0, f, arrivals([1, 2]))
     assert [(kind, cols["instance"].tolist()) for kind, cols in out.decisions()] == [(RouteOp, [0, 1])]
+
+
+@pytest.mark.parametrize("router", ["round-robin", "least-load", "mooncake", "sglang-router", "mooncake-pd"])
+def test_the_lowered_router_on_edge_steps(router):
+    """No arrivals, a digest naming an instance not in the fleet, a fleet of one prefill
+    instance (nobody can be served whole), empty prefix pairs: the lowered program decides as
+    the passes do."""
+    from schedir.ir.route_arrays import RouteArrays
+    from schedir.lowering.route_program import RouteProgram
+
+    three = fleet(3, queued_tokens=[0, 0, 0], digest_blocks=[0, 0, 0])
+    none = np.zeros(0, np.int64)
+    steps = [(three, arrivals([]), None, None),
+             (three, arrivals([5, 6]), (np.array([0, 9]), np.array([11, 12])),
+              (np.array([5, 5, 6]), np.array([11, 12, 11]))),
+             (fleet(1, queued_tokens=[0], digest_blocks=[0], role=[1]), arrivals([1]), None, None),
+             (three, arrivals([1, 2]), (none, none), (none, none))]
+    manager = PassManager.parse(router)
+    program = RouteProgram.lower(manager)
+    for f, a, digest, prefix in steps:
+        view = RouteArrays(0, 0, f, a, digest, prefix)
+        manager.run_view(view)
+        got = program.run(0, 0, f, a, digest, prefix)
+        assert [(k, {n: v.tolist() for n, v in c.items()}) for k, c in got.decisions()] == \
+            [(k, {n: v.tolist() for n, v in c.items()}) for k, c in view.decisions()]
