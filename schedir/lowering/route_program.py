@@ -28,6 +28,7 @@ import numpy as np
 from schedir.dialects.cluster import RejectOp, ReplicateOp, RouteOp, TransferOp
 from schedir.ir.route_arrays import ARRIVAL_SET, FLEET_SET, RouteArrays
 from schedir.lowering import route_state as rs
+from schedir.lowering.own_kernel import own_kernel
 from schedir.passes.pd_disaggregate import pd_disaggregate_lowered
 from schedir.passes.replicate_hot_prefix import replicate_hot_prefix_lowered
 from schedir.passes.route_cache_aware import cache_aware_lowered
@@ -91,17 +92,6 @@ class NotLowered(ValueError):
     """A pipeline with a pass that has no lowered form (the message names it)."""
 
 
-def _lowered_form(kind: type) -> object | None:
-    """The pass class's lowered form, when the class that writes its `run` also writes it (a
-    subclass with a rule of its own does not inherit its parent's kernel)."""
-    for cls in kind.__mro__:
-        if "run" in cls.__dict__:
-            kernel = cls.__dict__.get("lowered")
-            kernel = getattr(kernel, "__func__", kernel)
-            return kernel if any(kernel is k for k in LOWERED) else None
-    return None
-
-
 def _int64(v: object) -> np.ndarray:
     return np.ascontiguousarray(v, dtype=np.int64)
 
@@ -124,7 +114,7 @@ class RouteProgram:
         facts = manager.check(frozenset())  # type: ignore[attr-defined]
         codes, rows = [], []
         for p in passes:
-            kernel = _lowered_form(type(p))
+            kernel = own_kernel(type(p), ("run",), "lowered", LOWERED)
             if kernel is None:
                 raise NotLowered(f"pass '{p.name}' has no lowered form (it runs pass by pass)")
             codes.append(next(i for i, k in enumerate(LOWERED) if k is kernel))

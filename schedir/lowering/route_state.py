@@ -285,16 +285,6 @@ def _rehit(F, P, S) -> None:  # noqa: ANN001
 
 
 @nb.njit(cache=True)
-def link_us(src_pos: int, dst_pos: int, nbytes: int, intra_gbs: float, inter_gbs: float, intra_latency_us: float,
-            inter_latency_us: float) -> float:
-    """`schedir.passes.route_kernels.link_us` for one move (the same arithmetic, so the same float)."""
-    dist = abs(src_pos - dst_pos)
-    if dist == 0:
-        return intra_latency_us + np.float64(nbytes) / (intra_gbs * 1e3)
-    return inter_latency_us * max(dist, 1) + np.float64(nbytes) / (inter_gbs * 1e3)
-
-
-@nb.njit(cache=True)
 def routed_rows(S) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # noqa: ANN001
     """(arrival rows, instance rows, whys) of every route so far, in order (`RouteView.routed`)."""
     records, cols, counts = S[3], S[4], S[5]

@@ -31,6 +31,7 @@ import numba as nb
 import numpy as np
 
 from schedir.ir.pass_base import StepPass
+from schedir.lowering.own_kernel import definer, own_kernel
 from schedir.lowering.steady_layout import ASK_IR, ORDERED, SteadyLayout
 from schedir.passes.mlfq_account import account_steady_lowered
 from schedir.passes.mlfq_levels import levels_steady_lowered
@@ -74,23 +75,13 @@ def run_steady(codes: np.ndarray, options: np.ndarray, first_write: np.ndarray, 
     return flags, order, rows
 
 
-def _definer(kind: type, attr: str) -> type:
-    return next(c for c in kind.__mro__ if attr in c.__dict__)
-
-
 def lowered_form(kind: type) -> object | None:
     """The pass class's lowered steady answer: its kernel, `StepPass` itself for a class that keeps
     the default answers (asked in Python), or None (it has an answer of its own and no kernel
     written with it)."""
-    state_cls, order_cls = _definer(kind, "steady_state"), _definer(kind, "steady_order")
-    if state_cls is StepPass and order_cls is StepPass:
+    if definer(kind, "steady_state") is StepPass and definer(kind, "steady_order") is StepPass:
         return StepPass
-    lowered_cls = _definer(kind, "steady_lowered")
-    if lowered_cls is StepPass or not (issubclass(lowered_cls, state_cls) and issubclass(lowered_cls, order_cls)):
-        return None
-    kernel = lowered_cls.__dict__["steady_lowered"]
-    kernel = getattr(kernel, "__func__", kernel)
-    return kernel if any(kernel is k for k in LOWERED) else None
+    return own_kernel(kind, ("steady_state", "steady_order"), "steady_lowered", LOWERED)
 
 
 @attrs.frozen

@@ -11,7 +11,7 @@ import numpy as np
 from schedir.dialects.codes import Role, Why
 from schedir.ir.route_step import RouteView
 from schedir.lowering import route_state as rs
-from schedir.passes.route_kernels import LinkOptions, cache_aware_kernel
+from schedir.passes.route_kernels import LinkOptions, cache_aware_kernel, one_move_us
 
 _DISAGGREGATED = int(Why.DISAGGREGATED)
 
@@ -49,7 +49,7 @@ def pd_disaggregate_lowered(F, A, P, S, o) -> None:  # noqa: ANN001
     nbytes = prompt * int(o[1])
     latency = np.empty(rows.size, dtype=np.int64)
     for k in range(rows.size):
-        latency[k] = np.int64(np.ceil(rs.link_us(position[pre[k]], position[dec[k]], nbytes[k], o[2], o[3], o[4],
+        latency[k] = np.int64(np.ceil(one_move_us(position[pre[k]], position[dec[k]], nbytes[k], o[2], o[3], o[4],
                                                  o[5])))
     fleet_ids = F[rs.F_ID]
     rs.transfer(S, routed, A[rs.A_ID][rows], fleet_ids[pre], fleet_ids[dec], nbytes, latency)

@@ -11,7 +11,7 @@ import numpy as np
 from schedir.dialects.cluster import ReplicateOp
 from schedir.ir.route_step import RouteView
 from schedir.lowering import route_state as rs
-from schedir.passes.route_kernels import LinkOptions
+from schedir.passes.route_kernels import LinkOptions, one_move_us
 
 
 @nb.njit(cache=True)
@@ -104,7 +104,7 @@ def replicate_hot_prefix_lowered(F, A, P, S, o) -> None:  # noqa: ANN001
         if at and lasts[i] == lasts[order[at - 1]]:
             continue
         nbytes = d[i] * int(o[0]) * int(o[1])
-        move = rs.link_us(position[src[i]], position[least], nbytes, o[2], o[3], o[4], o[5])
+        move = one_move_us(position[src[i]], position[least], nbytes, o[2], o[3], o[4], o[5])
         share = counts[np.searchsorted(hashes, lasts[i])]
         benefit = np.float64(share * d[i] * int(o[0])) / o[6] - move
         if benefit > 0:

@@ -152,6 +152,26 @@ def slo_miss_kernel(prompt: np.ndarray, hits: np.ndarray, queued_tokens: np.ndar
 
 
 @nb.njit(cache=True)
+def one_move_us(src_pos: int, dst_pos: int, nbytes: int, intra_gbs: float, inter_gbs: float, intra_latency_us: float,
+            inter_latency_us: float) -> float:
+    """The link model for one move: latency (intra, or inter x positions apart) + bytes / bandwidth."""
+    dist = abs(src_pos - dst_pos)
+    if dist == 0:
+        return intra_latency_us + np.float64(nbytes) / (intra_gbs * 1e3)
+    return inter_latency_us * max(dist, 1) + np.float64(nbytes) / (inter_gbs * 1e3)
+
+
+@nb.njit(cache=True)
+def _moves_us(src_pos: np.ndarray, dst_pos: np.ndarray, nbytes: np.ndarray, intra_gbs: float, inter_gbs: float,
+              intra_latency_us: float, inter_latency_us: float) -> np.ndarray:
+    out = np.empty(src_pos.size, dtype=np.float64)
+    for i in range(src_pos.size):
+        out[i] = one_move_us(src_pos[i], dst_pos[i], nbytes[i], intra_gbs, inter_gbs, intra_latency_us,
+                             inter_latency_us)
+    return out
+
+
+@nb.njit(cache=True)
 def pull_kernel(hits: np.ndarray, inst: np.ndarray, skip: np.ndarray, position: np.ndarray, block_tokens: int,
                 kv_bytes_per_token: int, intra_gbs: float, inter_gbs: float, intra_latency_us: float,
                 inter_latency_us: float, prefill_per_us: float):
@@ -185,11 +205,7 @@ def pull_kernel(hits: np.ndarray, inst: np.ndarray, skip: np.ndarray, position: 
                     near = d
         extra = best - have
         size = extra * block_tokens * kv_bytes_per_token
-        d = abs(position[pick] - here)
-        if d == 0:
-            move = intra_latency_us + np.float64(size) / (intra_gbs * 1e3)
-        else:
-            move = inter_latency_us * max(d, 1) + np.float64(size) / (inter_gbs * 1e3)
+        move = one_move_us(position[pick], here, size, intra_gbs, inter_gbs, intra_latency_us, inter_latency_us)
         g = extra * block_tokens / prefill_per_us - move
         if g > 0:
             want[n] = i
@@ -246,12 +262,9 @@ class LinkOptions(CostOptions):
 
 def link_us(src_pos: np.ndarray, dst_pos: np.ndarray, nbytes: np.ndarray, intra_gbs: float, inter_gbs: float,
             intra_latency_us: float, inter_latency_us: float) -> np.ndarray:
-    """The link model: latency (intra, or inter x positions apart) + bytes / bandwidth."""
-    dist = np.abs(np.asarray(src_pos, np.int64) - np.asarray(dst_pos, np.int64))
-    same = dist == 0
-    latency = np.where(same, intra_latency_us, inter_latency_us * np.maximum(dist, 1))
-    bandwidth = np.where(same, intra_gbs, inter_gbs) * 1e3  # bytes per µs
-    return latency + np.asarray(nbytes, np.float64) / bandwidth
+    """`one_move_us` for each move."""
+    return _moves_us(np.asarray(src_pos, np.int64), np.asarray(dst_pos, np.int64), np.asarray(nbytes, np.int64),
+                     float(intra_gbs), float(inter_gbs), float(intra_latency_us), float(inter_latency_us))
 
 
 @functools.lru_cache(maxsize=16)
