@@ -169,6 +169,11 @@ CASES += [  # FastServe: mlfq-account writes the batch's service and last run (r
     dict(seed=82, num_blocks=60, pipeline="fastserve", cpu_blocks=40),  # swaps, recomputes
     dict(seed=83, num_blocks=200, pipeline="reject-oversized,mlfq-levels{quantum=4 starve-steps=60},mlfq-order,"
                                         "schedule-running,admit-greedy,mlfq-account,verify-step", max_seqs=4),
+    # a queue many deep behind two seats, starving within the run: the steady program's memo of
+    # the queued jobs (their head, their next starvation step) is kept and refreshed many times
+    dict(seed=84, num_blocks=300, pipeline="reject-oversized,mlfq-levels{quantum=4 starve-steps=25},"
+                                        "mlfq-order{preemption=swap},schedule-running,mlfq-swap-in,admit-greedy,"
+                                        "mlfq-account,verify-step", max_seqs=2, n=50, spread=60, cpu_blocks=60),
 ]
 # running steps (vllm: nobody in the admission window, the running requests mid-prefill or
 # decoding; `StepPass.decide_running`): bursts that queue more than the window, prompts longer
@@ -200,7 +205,8 @@ def test_steady_steps_decide_as_the_ir(case):
         assert a == b, f"record {i} differs"
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c["seed"] in (81, 82, 83)], ids=["seed81", "seed82", "seed83"])
+@pytest.mark.parametrize("case", [c for c in CASES if c["seed"] in (81, 82, 83, 84)],
+                         ids=["seed81", "seed82", "seed83", "seed84"])
 def test_lowered_steady_answers_decide_as_asked(case):
     """FastServe's steady answers lowered to one kernel call (`SteadyProgram`): every step's output
     and state as when each pass is asked in Python."""
@@ -308,7 +314,7 @@ def test_steady_steps_with_a_waiting_queue_admission_cannot_reach(cfg):
 @pytest.mark.parametrize("mutation", ["running order", "no decay", "admission ignores its gate", "no vtc charge",
                                       "no vtc lift", "nobody hopeless", "no last run", "nobody to preempt",
                                       "v0 preempts nobody", "no v0 places", "mlfq running order",
-                                      "lowered running order", "lowered no last run"])
+                                      "lowered running order", "lowered no last run", "lowered memo kept"])
 def test_steady_steps_need_what_their_passes_declare(mutation, monkeypatch):
     """The sglang, vtc, seed and v0 cases fail when a declaration is wrong: the batch decoded in
     running order instead of join order, the ratio not decayed, admission declared steady when its
@@ -362,6 +368,22 @@ def test_steady_steps_need_what_their_passes_declare(mutation, monkeypatch):
         monkeypatch.setattr(MlfqOrder, "steady_order", lambda self, ctx: None)
         fastserve = [c for c in CASES if c["seed"] in (81, 82, 83)]
         assert any(replay(True, lowered=False, **case)[0] != replay(False, **case)[0] for case in fastserve), mutation
+        return
+    if mutation == "lowered memo kept":  # the queued jobs' memo never made again once made
+        from schedir.lowering import steady_program
+
+        run = steady_program.run_steady
+        made: set[int] = set()
+
+        def stale(*args):  # type: ignore[no-untyped-def]
+            *head, memo, fresh = args
+            fresh = fresh and id(memo) not in made
+            made.add(id(memo))
+            return run(*head, memo, fresh)
+
+        monkeypatch.setattr(steady_program, "run_steady", stale)
+        fastserve = [c for c in CASES if c["seed"] in (81, 82, 83, 84)]
+        assert any(replay(True, **case)[0] != replay(False, **case)[0] for case in fastserve), mutation
         return
     if mutation.startswith("lowered"):  # the steady program's answer (schedir.lowering.steady_program)
         from schedir.lowering.steady_program import SteadyProgram
@@ -588,3 +610,28 @@ def test_a_lowered_budget_bounds_steady_steps():
     assert runs[True][0] == runs[False][0]
     assert runs[True][1] > 10
     assert any(len(step[0]) == 6 for step in runs[True][0])  # capped steps happened
+
+
+def test_the_steady_program_keeps_its_queue_memo():
+    """FastServe with a queue deep behind its seats: most steady steps reuse the memo of the queued
+    jobs (their head and next starvation step), and it is made again when the queues or their
+    state change (an arrival, an IR step's writes), so the decisions stay the IR's (seed84 in
+    `test_steady_steps_decide_as_the_ir` and `test_lowered_steady_answers_decide_as_asked`)."""
+    from schedir.lowering import steady_program
+
+    program_of: list = []
+    real = steady_program.SteadyProgram.answer
+
+    def spy(self, *inputs):  # type: ignore[no-untyped-def]
+        program_of.append(self)
+        return real(self, *inputs)
+
+    steady_program.SteadyProgram.answer = spy  # type: ignore[method-assign]
+    try:
+        case = next(c for c in CASES if c["seed"] == 84)
+        _, taken, _ = replay(True, **case)
+    finally:
+        steady_program.SteadyProgram.answer = real  # type: ignore[method-assign]
+    program = program_of[-1]
+    kept = program.memo_kept[0]
+    assert taken > 10 and 0 < kept < len(program_of), (taken, kept, len(program_of))

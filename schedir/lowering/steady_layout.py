@@ -9,10 +9,19 @@ holds what the pass reads is fixed when the program is built (`SteadyLayout`) an
 pass as numbers, with its options.
 
 A lowered answer has one signature, `f(D, ST, NB, running, waiting, swapped, sc, o, order,
-rows, w) -> int`: -1 when `steady_state` would answer None (the IR decides the step), 0 when
+rows, w, m) -> int`: -1 when `steady_state` would answer None (the IR decides the step), 0 when
 it answers with no batch order, 1 when it wrote the batch order (positions in `running`) into
 `order`; a pass that writes request state for the batch's rows writes them into `rows[w]`,
 `rows[w + 1]`, ... in the order of its `steady_lowered_writes`.
+
+`m` is the pass's memo (int64[MEMO_WIDTH]) over the requests that do not run: what its answer
+reads of the waiting and swapped queues, summarised once (`m[MEMO_SET]` 0: not yet; the pass
+sets it to 1 when it writes its summary). Nothing a steady step does changes those requests
+(it writes the batch's rows only), so the program keeps the memo while the waiting and swapped
+queues are the same arrays and no other request's state was written (an IR step, an arrival:
+`SteadyProgram.answer`'s key), and clears it otherwise. A summary that depends on the step
+(a starvation deadline) is kept as the step it changes at. With it a steady step's cost does not
+grow with the queue (FastServe with 5,000 waiting: `python benchmarks/preset_step.py --waiting 5000`).
 """
 
 from __future__ import annotations
@@ -26,6 +35,8 @@ SC_STEP, SC_MAX_SEQS, SC_FREE_BLOCKS, SC_BLOCK_SIZE, SC_HOST_FREE, SC_NOW_US, SC
     range(8)
 SC_SIZE = 8
 ASK_IR, ANSWERED, ORDERED = -1, 0, 1  # what a lowered answer returns
+MEMO_WIDTH = 4  # a pass's memo: m[MEMO_SET] (0: empty), then its summary in m[1:]
+MEMO_SET = 0
 
 
 @attrs.frozen

@@ -32,7 +32,7 @@ import numpy as np
 
 from schedir.ir.pass_base import StepPass
 from schedir.lowering.own_kernel import definer, own_kernel
-from schedir.lowering.steady_layout import ASK_IR, ORDERED, SteadyLayout
+from schedir.lowering.steady_layout import ASK_IR, MEMO_SET, MEMO_WIDTH, ORDERED, SteadyLayout
 from schedir.passes.mlfq_account import account_steady_lowered
 from schedir.passes.mlfq_levels import levels_steady_lowered
 from schedir.passes.mlfq_order import order_steady_lowered
@@ -45,10 +45,14 @@ LOWERED = (levels_steady_lowered, order_steady_lowered, swap_in_steady_lowered, 
 @nb.njit(cache=True, nogil=True)
 def run_steady(codes: np.ndarray, options: np.ndarray, first_write: np.ndarray, writes: int, D: np.ndarray,
                ST: np.ndarray, NB: np.ndarray, running: np.ndarray, waiting: np.ndarray, swapped: np.ndarray,
-               sc: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+               sc: np.ndarray, memo: np.ndarray, fresh: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Ask the lowered answers `codes` in pipeline order; returns (flags, order, rows): flags[0]
     0 when one would let the IR decide, flags[1] 1 when a pass ordered the batch (the first
-    that did: `order`), `rows` the request state written for the batch's rows."""
+    that did: `order`), `rows` the request state written for the batch's rows. `memo`: each
+    pass's memo row, emptied first when `fresh` (see `schedir.lowering.steady_layout`)."""
+    if fresh:
+        for i in range(memo.shape[0]):
+            memo[i, MEMO_SET] = 0
     nr = running.size
     flags = np.zeros(2, dtype=np.int64)
     order = np.empty(nr, dtype=np.int64)
@@ -60,13 +64,13 @@ def run_steady(codes: np.ndarray, options: np.ndarray, first_write: np.ndarray, 
         w = first_write[i]
         into = order if flags[1] == 0 else scratch  # the first pass that orders the batch decides
         if c == 0:
-            r = levels_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w)
+            r = levels_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w, memo[i])
         elif c == 1:
-            r = order_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w)
+            r = order_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w, memo[i])
         elif c == 2:
-            r = swap_in_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w)
+            r = swap_in_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w, memo[i])
         else:
-            r = account_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w)
+            r = account_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w, memo[i])
         if r == ASK_IR:
             return flags, order, rows
         if r == ORDERED:
@@ -93,6 +97,10 @@ class SteadyProgram:
     first_write: np.ndarray  # int64: each one's first row of the written request state
     writes: tuple[str, ...]  # the request state written for the batch's rows, in pipeline order
     asked: tuple[StepPass, ...]  # the passes keeping the default answer (asked in Python)
+    # each pass's memo over the waiting and swapped queues, and what it was made under (`answer`)
+    memo: np.ndarray = attrs.field(eq=False, repr=False)
+    memo_key: list = attrs.field(factory=lambda: [None], eq=False, repr=False)
+    memo_kept: list = attrs.field(factory=lambda: [0], eq=False, repr=False)  # steps that reused it
 
     @classmethod
     def lower(cls, passes: Sequence[StepPass], layout: SteadyLayout) -> SteadyProgram | None:
@@ -116,13 +124,22 @@ class SteadyProgram:
         for i, r in enumerate(rows):
             options[i, :len(r)] = r
         return cls(np.asarray(codes, dtype=np.int64), options, np.asarray(first, dtype=np.int64), tuple(writes),
-                   tuple(asked))
+                   tuple(asked), np.zeros((len(codes), MEMO_WIDTH), dtype=np.int64))
 
     def answer(self, D: np.ndarray, ST: np.ndarray, NB: np.ndarray, running: np.ndarray, waiting: np.ndarray,
-               swapped: np.ndarray, sc: np.ndarray) -> tuple[np.ndarray | None, tuple] | None:
-        """(batch order or None, request-state rows as (name, values) pairs), or None: the IR decides."""
+               swapped: np.ndarray, sc: np.ndarray, written: int) -> tuple[np.ndarray | None, tuple] | None:
+        """(batch order or None, request-state rows as (name, values) pairs), or None: the IR decides.
+        `written`: the runtime's count of writes to the state of requests outside a steady batch;
+        the memos hold while it and the waiting and swapped arrays (by identity: the runtime
+        replaces a queue array when the queue changes) are what they were made under."""
+        key = self.memo_key[0]
+        fresh = key is None or key[0] is not waiting or key[1] is not swapped or key[2] != written
+        if fresh:
+            self.memo_key[0] = (waiting, swapped, written)
+        else:
+            self.memo_kept[0] += 1
         flags, order, rows = run_steady(self.codes, self.options, self.first_write, len(self.writes), D, ST, NB,
-                                        running, waiting, swapped, sc)
+                                        running, waiting, swapped, sc, self.memo, fresh)
         if not flags[0]:
             return None
         return (order if flags[1] else None), tuple(zip(self.writes, rows, strict=True))

@@ -11,7 +11,7 @@ import numpy as np
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
 from schedir.ir.window import WindowContext
-from schedir.lowering.steady_layout import ANSWERED, ASK_IR, SC_STEP
+from schedir.lowering.steady_layout import ANSWERED, ASK_IR, MEMO_SET, SC_STEP
 from schedir.passes.mlfq_state import LAST_RUN, LEVEL, LEVEL_START, MLFQ_STATE, SERVED_DECODE, SERVED_PREFILL
 
 
@@ -86,12 +86,53 @@ def levels_hold(running: np.ndarray, waiting: np.ndarray, swapped: np.ndarray, l
                       prefill_cost, starve_steps))
 
 
+NEVER = np.iinfo(np.int64).max
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _next_change(rows: np.ndarray, level: np.ndarray, start: np.ndarray, last_run: np.ndarray, prompt: np.ndarray,
+                 prefill: np.ndarray, decode: np.ndarray, step: int, quantum: int, ratio: int, levels: int,
+                 prefill_cost: int, starve_steps: int) -> int:
+    first = NEVER
+    for r in rows:
+        lv, st, last = _place(level[r], start[r], last_run[r], prompt[r], prefill[r], decode[r], step, quantum,
+                              ratio, levels, prefill_cost, starve_steps)
+        if lv != level[r] or st != start[r] or last != last_run[r]:
+            return step
+        if lv > 0:  # `_place`'s starvation rule promotes it at this step
+            first = min(first, last + starve_steps)
+    return first
+
+
 @numba.njit(cache=True, nogil=True)
-def levels_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, order, rows, w) -> int:  # noqa: ANN001
-    """`MlfqLevels.steady_state` in the steady program (`schedir.lowering.steady_program`)."""
-    held = levels_hold(running, waiting, swapped, ST[int(o[0])], ST[int(o[1])], ST[int(o[2])], D[int(o[3])],
-                       ST[int(o[4])], ST[int(o[5])], sc[SC_STEP], int(o[6]), int(o[7]), int(o[8]), int(o[9]),
-                       int(o[10]))
+def queued_next_change(waiting: np.ndarray, swapped: np.ndarray, level: np.ndarray, start: np.ndarray,
+                       last_run: np.ndarray, prompt: np.ndarray, prefill: np.ndarray, decode: np.ndarray, step: int,
+                       quantum: int, ratio: int, levels: int, prefill_cost: int, starve_steps: int) -> int:
+    """The first step, from `step` on, at which `place_levels` changes a waiting or swapped job
+    (`step` itself: now; NEVER: none will), for as long as they stay queued: their service does
+    not grow then, so no demotion comes later than now, and only the starvation clock moves.
+    The steady program keeps it over the steps the queues stay as they are."""
+    return min(_next_change(waiting, level, start, last_run, prompt, prefill, decode, step, quantum, ratio, levels,
+                            prefill_cost, starve_steps),
+               _next_change(swapped, level, start, last_run, prompt, prefill, decode, step, quantum, ratio, levels,
+                            prefill_cost, starve_steps))
+
+
+@numba.njit(cache=True, nogil=True)
+def levels_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, order, rows, w, m) -> int:  # noqa: ANN001
+    """`MlfqLevels.steady_state` in the steady program (`schedir.lowering.steady_program`):
+    `levels_hold` over the running jobs, and over the queued ones the step at which one changes,
+    kept in the memo (`queued_next_change`) while they stay queued as they are."""
+    step = sc[SC_STEP]
+    if m[MEMO_SET] == 0:
+        m[1] = queued_next_change(waiting, swapped, ST[int(o[0])], ST[int(o[1])], ST[int(o[2])], D[int(o[3])],
+                                  ST[int(o[4])], ST[int(o[5])], step, int(o[6]), int(o[7]), int(o[8]), int(o[9]),
+                                  int(o[10]))
+        m[MEMO_SET] = 1
+    if step >= m[1]:
+        return ASK_IR
+    held = _hold(running, ST[int(o[0])], ST[int(o[1])], ST[int(o[2])], D[int(o[3])], ST[int(o[4])], ST[int(o[5])],
+                 step, int(o[6]), int(o[7]), int(o[8]), int(o[9]), int(o[10]))
     return ANSWERED if held else ASK_IR
 
 

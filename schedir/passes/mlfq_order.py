@@ -12,8 +12,8 @@ from xdsl.ir import SSAValue
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
 from schedir.ir.window import WindowContext
-from schedir.lowering.steady_layout import ANSWERED, ASK_IR, ORDERED, SC_BLOCK_SIZE, SC_FREE_BLOCKS, SC_HOST_FREE, \
-    SC_MAX_SEQS
+from schedir.lowering.steady_layout import ANSWERED, ASK_IR, MEMO_SET, ORDERED, SC_BLOCK_SIZE, SC_FREE_BLOCKS, \
+    SC_HOST_FREE, SC_MAX_SEQS
 from schedir.passes.mlfq_state import LEVEL, MLFQ_STATE, SERVED_DECODE, SERVED_PREFILL
 
 
@@ -86,18 +86,23 @@ def mlfq_pick(run_level: np.ndarray, run_blocks: np.ndarray, run_total: np.ndarr
 
 
 @numba.njit(cache=True, nogil=True)
-def steady_pick(running: np.ndarray, run_blocks: np.ndarray, swapped: np.ndarray, waiting: np.ndarray,
-                level: np.ndarray, arrival: np.ndarray, total: np.ndarray, prefill: np.ndarray, decode: np.ndarray,
-                seats: int, free_blocks: int, block_size: int, host_free: int) -> tuple[np.ndarray, bool]:
-    """A steady step's batch order and whether nobody gives way, in one call: (positions of
-    `running` in (level, arrival) order, ties in queue order as `_sorted`'s stable lexsort; True
-    when `mlfq_pick` keeps every running job against the jobs that want a seat, `swapped` then
-    `waiting`, every running job swappable). False too when a seat is free for one of them
-    (admission decides that step). The columns are indexed by row id (the runtime's whole-table
-    views); `run_blocks` is `running`'s, in its order. With every seat taken the pick reads only
-    the head of the wanting jobs in (level, arrival) order (its walk stops there or displaces
-    someone, and its memory rule reads the head), so this is one pass over them, not a sort: a
-    steady step's cost does not grow with the queue."""
+def queue_head(swapped: np.ndarray, waiting: np.ndarray, level: np.ndarray, arrival: np.ndarray) -> int:
+    """The row of the first of the lowest (level, arrival) among `swapped` then `waiting` (a
+    stable sort's head), or -1 when both are empty."""
+    head = -1
+    for part in range(2):
+        rows = swapped if part == 0 else waiting
+        for r in rows:
+            if head < 0 or level[r] < level[head] or (level[r] == level[head] and arrival[r] < arrival[head]):
+                head = r
+    return head
+
+
+@numba.njit(cache=True, nogil=True)
+def pick_against(running: np.ndarray, run_blocks: np.ndarray, head: int, level: np.ndarray, arrival: np.ndarray,
+                 total: np.ndarray, prefill: np.ndarray, decode: np.ndarray, seats: int, free_blocks: int,
+                 block_size: int, host_free: int) -> tuple[np.ndarray, bool]:
+    """`steady_pick` with the head of the jobs that want a seat given (`queue_head`; -1: none)."""
     nr = running.size
     lv = np.empty(nr, dtype=np.int64)
     ar = np.empty(nr, dtype=np.int64)
@@ -106,17 +111,10 @@ def steady_pick(running: np.ndarray, run_blocks: np.ndarray, swapped: np.ndarray
         ar[i] = arrival[running[i]]
     by_arrival = np.argsort(ar, kind="mergesort")
     order = by_arrival[np.argsort(lv[by_arrival], kind="mergesort")]
-    wanting = swapped.size + waiting.size
-    if wanting == 0:
+    if head < 0:
         return order, True
     if nr < seats:
         return order, False
-    head = -1
-    for part in range(2):
-        rows = swapped if part == 0 else waiting
-        for r in rows:  # the first of the lowest (level, arrival): a stable sort's head
-            if head < 0 or level[r] < level[head] or (level[r] == level[head] and arrival[r] < arrival[head]):
-                head = r
     run_level = np.empty(nr, dtype=np.int64)
     run_total = np.empty(nr, dtype=np.int64)
     blocks = np.empty(nr, dtype=np.int64)
@@ -132,17 +130,38 @@ def steady_pick(running: np.ndarray, run_blocks: np.ndarray, swapped: np.ndarray
 
 
 @numba.njit(cache=True, nogil=True)
-def order_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, order, rows, w) -> int:  # noqa: ANN001
+def steady_pick(running: np.ndarray, run_blocks: np.ndarray, swapped: np.ndarray, waiting: np.ndarray,
+                level: np.ndarray, arrival: np.ndarray, total: np.ndarray, prefill: np.ndarray, decode: np.ndarray,
+                seats: int, free_blocks: int, block_size: int, host_free: int) -> tuple[np.ndarray, bool]:
+    """A steady step's batch order and whether nobody gives way, in one call: (positions of
+    `running` in (level, arrival) order, ties in queue order as `_sorted`'s stable lexsort; True
+    when `mlfq_pick` keeps every running job against the jobs that want a seat, `swapped` then
+    `waiting`, every running job swappable). False too when a seat is free for one of them
+    (admission decides that step). The columns are indexed by row id (the runtime's whole-table
+    views); `run_blocks` is `running`'s, in its order. With every seat taken the pick reads only
+    the head of the wanting jobs in (level, arrival) order (its walk stops there or displaces
+    someone, and its memory rule reads the head), so this is one pass over them, not a sort, and
+    the steady program keeps the head while the queues stay as they are."""
+    return pick_against(running, run_blocks, queue_head(swapped, waiting, level, arrival), level, arrival, total,
+                        prefill, decode, seats, free_blocks, block_size, host_free)
+
+
+@numba.njit(cache=True, nogil=True)
+def order_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, order, rows, w, m) -> int:  # noqa: ANN001
     """`MlfqOrder.steady_state` and `steady_order` in the steady program: `steady_pick` over the
-    same queues; the batch order written when it is not running order."""
+    same queues, the head of the queued jobs kept in the memo while they stay as they are; the
+    batch order written when it is not running order."""
     swap = o[5] == 1
+    if m[MEMO_SET] == 0:
+        m[1] = queue_head(swapped if swap else _NONE, waiting, ST[int(o[0])], D[int(o[1])])
+        m[MEMO_SET] = 1
     nr = running.size
     blocks = np.empty(nr, dtype=np.int64)
     for i in range(nr):
         blocks[i] = NB[running[i]]
-    picked, ok = steady_pick(running, blocks, swapped if swap else _NONE, waiting, ST[int(o[0])], D[int(o[1])],
-                             D[int(o[2])], ST[int(o[3])], ST[int(o[4])], sc[SC_MAX_SEQS], sc[SC_FREE_BLOCKS],
-                             sc[SC_BLOCK_SIZE], sc[SC_HOST_FREE] if swap else -1)
+    picked, ok = pick_against(running, blocks, m[1], ST[int(o[0])], D[int(o[1])], D[int(o[2])], ST[int(o[3])],
+                              ST[int(o[4])], sc[SC_MAX_SEQS], sc[SC_FREE_BLOCKS], sc[SC_BLOCK_SIZE],
+                              sc[SC_HOST_FREE] if swap else -1)
     if not ok:
         return ASK_IR
     same = True

@@ -130,6 +130,7 @@ class Scheduler:
         self._step = 0
         self._front = 0  # FCFS key of the next request put back at the front (preempted)
         self._request_state_writes = 0  # bumped by every write of declared request state (SteadyAnswers)
+        self._queued_state_writes = 0  # ... but a steady step's to its batch's rows (SteadyProgram.answer's memo)
         self._back = 0  # FCFS key of the next arrival
         self._finished: list[str] = []
         self._stop_rows = _EMPTY
@@ -337,6 +338,7 @@ class Scheduler:
         table = self.table
         row = table.take_row(name)
         self._request_state_writes += 1  # the row's request state starts again (see _declared_steady_step)
+        self._queued_state_writes += 1
         for index, value in initial:
             table.state[index, row] = value
         if table.capacity > self.pool.rows:
@@ -765,7 +767,8 @@ class Scheduler:
         sc = np.array((self._step, cfg.max_num_seqs, self.pool.num_free, cfg.block_size, self._host_free(), now_us,
                        cfg.max_num_batched_tokens, cfg.max_model_len), dtype=np.int64)
         table = self.table
-        return table.data, table.state, self.pool.nblk, self.running, self.waiting, self.swapped, sc
+        return (table.data, table.state, self.pool.nblk, self.running, self.waiting, self.swapped, sc,
+                self._queued_state_writes)
 
     def _steady_radix(self, step: int, rows: np.ndarray) -> SchedulerOutput | None:
         """`_steady_step` on the radix pool: each of `rows` (the batch, in its order) gets one more
@@ -992,6 +995,7 @@ class Scheduler:
             cols = op.properties["columns"]
             rows = cols.get("id")
             self._request_state_writes += 1
+            self._queued_state_writes += 1
             for name in cols.names:
                 if name != "id":
                     table.state[table.state_index[name], rows] = cols.get(name)
