@@ -26,7 +26,8 @@ _ROOT = Path(__file__).resolve().parent
 KERNEL_MODULES = (  # every module with a Numba kernel (tests/test_kernel_cache.py checks the list is whole)
     "ir/route_step.py", "lowering/batch_plan.py", "lowering/hashing.py", "lowering/host_pool.py",
     "lowering/kv_pool.py", "lowering/radix_cache.py", "lowering/radix_pool.py", "lowering/rows.py",
-    "lowering/route_program.py", "lowering/route_state.py", "lowering/steady_program.py", "passes/pd_disaggregate.py",
+    "lowering/route_driver.py", "lowering/route_program.py", "lowering/route_state.py",
+    "lowering/steady_program.py", "passes/pd_disaggregate.py",
     "passes/replicate_hot_prefix.py", "passes/route_cache_aware.py", "passes/route_cache_balance.py",
     "passes/route_least_load.py", "passes/route_round_robin.py", "passes/slo_early_reject.py",
     "passes/topology_distance.py",
@@ -83,16 +84,34 @@ def kernel_cache_folders(cache_dir: Path | None) -> dict[str, Path]:
     return {rel: cache_dir / _numba_subpath(_ROOT / rel) for rel in KERNEL_MODULES}
 
 
+_STAMP: list[str] = []  # kernel_stamp()'s value, once per process
+
+
+def kernel_stamp() -> str:
+    """A SHA-256 of every kernel module's source: what a cached kernel was compiled from."""
+    if not _STAMP:
+        digest = hashlib.sha256()
+        for rel in KERNEL_MODULES:
+            path = _ROOT / rel
+            if path.exists():
+                digest.update(path.read_bytes())
+        _STAMP.append(digest.hexdigest())
+    return _STAMP[0]
+
+
+def generated_dir() -> Path:
+    """Where schedir writes the kernel modules it generates (a routing pipeline's driver,
+    `schedir.lowering.route_driver`): `$XDG_CACHE_HOME/schedir/generated/<stamp>` (a new folder
+    whenever a kernel module changes, so a generated kernel never calls stale code); Numba caches
+    their machine code beside them, or under NUMBA_CACHE_DIR."""
+    return user_cache_dir().parent / "generated" / kernel_stamp()[:16]
+
+
 def ensure_fresh() -> None:
     if os.environ.get("NUMBA_DISABLE_JIT") == "1":
         return
     cache_dir = choose_cache_dir()
-    digest = hashlib.sha256()
-    for rel in KERNEL_MODULES:
-        path = _ROOT / rel
-        if path.exists():
-            digest.update(path.read_bytes())
-    stamp = digest.hexdigest()
+    stamp = kernel_stamp()
     if cache_dir is None:
         marker = _ROOT / "__pycache__" / "kernels.stamp"
     else:  # one stamp per installed copy of schedir sharing this cache folder

@@ -395,3 +395,62 @@ def test_the_lowered_router_on_edge_steps(router):
         got = program.run(0, 0, f, a, digest, prefix)
         assert [(k, {n: v.tolist() for n, v in c.items()}) for k, c in got.decisions()] == \
             [(k, {n: v.tolist() for n, v in c.items()}) for k, c in view.decisions()]
+
+
+def test_a_lowered_router_runs_its_own_generated_driver(tmp_path, monkeypatch):
+    """`RouteProgram.lower` generates the pipeline's driver: a module under the cache folder of
+    this version of the kernel sources that calls exactly the pipeline's passes' kernels, in
+    order; written once and loaded again by the next process (not rewritten: Numba's cache keys
+    on the file). With no writable cache folder it goes to a temporary one, same decisions."""
+    import os
+    import subprocess
+    import sys
+
+    from schedir import _kernel_cache
+    from schedir.ir.route_arrays import RouteArrays
+    from schedir.lowering import route_driver
+    from schedir.lowering.route_program import LOWERED, RouteProgram
+
+    program = RouteProgram.lower(PassManager.parse("mooncake"))
+    source = route_driver.driver_source([LOWERED[c] for c in program.codes])
+    calls = [line.split("(")[0].strip() for line in source.splitlines() if line.startswith("    pass")]
+    imports = [line.split(" import ")[1] for line in source.splitlines() if " import " in line and "_lowered" in line]
+    assert calls == ["pass0", "pass1", "pass2", "pass3"]
+    assert imports == ["slo_early_reject_lowered as pass0", "replicate_hot_prefix_lowered as pass1",
+                       "cache_aware_lowered as pass2", "topology_distance_lowered as pass3"]
+
+    probe = ("from schedir.ir.pipeline import PassManager\n"
+             "from schedir.lowering.route_program import RouteProgram\n"
+             "import numpy as np\n"
+             "p = RouteProgram.lower(PassManager.parse('round-robin'))\n"
+             "f = {n: np.arange(4) for n in ('id', 'role', 'queued', 'running', 'free_blocks', 'total_blocks',"
+             " 'position', 'queued_tokens', 'digest_blocks')}\n"
+             "f['role'] = np.zeros(4, np.int64)\n"
+             "a = {n: np.arange(3) for n in ('id', 'prompt', 'output', 'ttft_slo_ms', 'tbt_slo_ms')}\n"
+             "print(p.run(0, 0, f, a).records[0][2]['instance'].tolist())\n")
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    first = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.strip() == "[0, 1, 2]"
+    driver = tmp_path / "schedir" / "generated" / _kernel_cache.kernel_stamp()[:16] / "route_round_robin.py"
+    assert driver.exists() and "pass0(F, A, P, S, options[0])" in driver.read_text()
+    written = driver.stat().st_mtime_ns
+    again = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and again.stdout == first.stdout, again.stderr
+    assert driver.stat().st_mtime_ns == written
+
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    monkeypatch.setattr(route_driver, "generated_dir", lambda: blocked / "generated")  # mkdir fails under a file
+    monkeypatch.setattr(route_driver, "_LOADED", {})
+    manager = PassManager.parse("least-load")
+    fallback = RouteProgram.lower(manager)
+    assert "schedir-generated-" in fallback.kernel.py_func.__code__.co_filename
+    rng = np.random.default_rng(5)
+    for step in range(20):
+        f, a, digest, prefix = random_route_inputs(rng, step, "least-load", arrivals_per_step=3, load=(4, 10))
+        view = RouteArrays(step, step * 1000, f, a, digest, prefix)
+        manager.run_view(view)
+        got = fallback.run(step, step * 1000, f, a, digest, prefix)
+        assert [(k, {n: v.tolist() for n, v in c.items()}) for k, _, c in got.records] == \
+            [(k, {n: v.tolist() for n, v in c.items()}) for k, _, c in view.records]

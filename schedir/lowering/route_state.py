@@ -56,6 +56,19 @@ def new_state(F, A, P, passes: int):  # noqa: ANN001, ANN201
 
 
 @nb.njit(cache=True)
+def decision_log(S) -> np.ndarray:  # noqa: ANN001
+    """The step's decisions as one array (one boxed result): column 0 holds the number of records
+    r, columns 1..r the records (rows 0-3), then the cols they index."""
+    counts = S[5]
+    r, c = counts[0], counts[1]
+    out = np.empty((COLS, 1 + r + c), dtype=np.int64)
+    out[0, 0] = r
+    out[:4, 1:1 + r] = S[3][:, :r]
+    out[:, 1 + r:] = S[4][:, :c]
+    return out
+
+
+@nb.njit(cache=True)
 def rows_in(source: np.ndarray, query: np.ndarray) -> np.ndarray:
     """`schedir.ir.route_step._rows_of` (the row of each id, -1 where absent), without its sort
     when `source` is ascending already (a fleet's and a batch's ids usually are)."""
