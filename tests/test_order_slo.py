@@ -65,3 +65,28 @@ def test_deadline_aware_order_raises_goodput_under_overload() -> None:
                for p in ("vllm", "slo-aware", "slo-aware-reject")}
     assert goodput["slo-aware"] > 1.5 * goodput["vllm"]
     assert goodput["slo-aware-reject"] > 1.5 * goodput["vllm"]
+
+
+def test_the_last_feasible_clock_is_where_all_feasible_flips() -> None:
+    """`last_feasible_us` (what a steady step holds while the queue stays as it is) is exactly the
+    latest clock at which `all_feasible` holds: true at it and every earlier clock tried, false
+    one µs later and beyond; random queues, targets, rates and arrival times."""
+    import numpy as np
+
+    from schedir.passes.order_slo import all_feasible, last_feasible_us
+
+    rng = np.random.default_rng(7)
+    for _ in range(400):
+        n = int(rng.integers(1, 12))
+        rows = rng.permutation(20)[:n]
+        arrival = rng.integers(0, 5_000_000, 20)
+        total = rng.integers(1, 5000, 20)
+        computed = np.minimum(rng.integers(0, 3000, 20), total - 1)
+        slo_ms = rng.choice([0, 50, 300, 2000], 20)
+        default_ms = int(rng.choice([100, 1000]))
+        rate = float(rng.choice([0.02, 0.5, 3.7, 20.0]))  # tokens per µs
+        last = last_feasible_us(arrival, computed, total, slo_ms, rows, default_ms, rate)
+        assert all_feasible(arrival, computed, total, slo_ms, rows, default_ms, last, rate)
+        assert not all_feasible(arrival, computed, total, slo_ms, rows, default_ms, last + 1, rate)
+        for now in rng.integers(last - 10_000_000, last + 10_000_000, 5).tolist():
+            assert all_feasible(arrival, computed, total, slo_ms, rows, default_ms, now, rate) == (now <= last)

@@ -635,3 +635,42 @@ def test_the_steady_program_keeps_its_queue_memo():
     program = program_of[-1]
     kept = program.memo_kept[0]
     assert taken > 10 and 0 < kept < len(program_of), (taken, kept, len(program_of))
+
+
+# deep queues behind few seats: the passes' answers over the queued requests (v0's ignore rule,
+# order-slo's feasibility clock, vtc's waiting tenants) held across steady steps (WindowContext.queued)
+QUEUED_HELD = [c for c in CASES if c["seed"] in (41, 42, 31, 33, 61, 63)]
+
+
+def test_answers_over_the_queue_are_held_until_it_changes(monkeypatch):
+    """Most asks of an answer over the queued requests take the one held since the queue last
+    changed; the decisions stay the IR's (`test_steady_steps_decide_as_the_ir` on these cases)."""
+    from schedir.ir.window import WindowContext
+
+    real = WindowContext.queued
+    asked = {"held": 0, "computed": 0}
+
+    def spy(self, key, compute):  # type: ignore[no-untyped-def]
+        asked["held" if self.queued_memo is not None and key in self.queued_memo else "computed"] += 1
+        return real(self, key, compute)
+
+    monkeypatch.setattr(WindowContext, "queued", spy)
+    for case in QUEUED_HELD:
+        replay(True, **case)
+    assert asked["held"] > asked["computed"] > 0, asked
+
+
+def test_answers_held_past_a_queue_change_are_caught(monkeypatch):
+    """The same answers held for a whole run, never dropped when a request arrives, leaves or is
+    written by an IR step: the steady steps then decide otherwise than the IR (so the key the
+    runtime holds them under matters)."""
+    from schedir.ir.window import WindowContext
+
+    def stale(self, key, compute):  # type: ignore[no-untyped-def]
+        memo = self.column_of.__self__.__dict__.setdefault("_never_dropped", {})  # one per scheduler
+        if key not in memo:
+            memo[key] = compute()
+        return memo[key]
+
+    monkeypatch.setattr(WindowContext, "queued", stale)
+    assert any(replay(True, **case)[0] != replay(False, **case)[0] for case in QUEUED_HELD)

@@ -61,6 +61,46 @@ def all_feasible(arrival: np.ndarray, computed: np.ndarray, total: np.ndarray, s
     return True
 
 
+_FAR_US = 1 << 62  # beyond any clock: a request that always / never meets its target
+
+
+@numba.njit(cache=True, nogil=True)
+def last_feasible_us(arrival: np.ndarray, computed: np.ndarray, total: np.ndarray, slo_ms: np.ndarray,
+                     waiting: np.ndarray, default_slo_ms: int, tokens_per_us: float) -> int:
+    """The latest clock (µs) at which `all_feasible` holds for `waiting`: it holds exactly while
+    now_us <= this (each request's test, with every one ahead of it kept, only fails later as
+    the clock moves), so a steady step compares the clock with it, read once while the queue
+    stays as it is, not the whole queue every step. Each bound is solved from `feasible_first`'s
+    own arithmetic, then nudged to the exact integer where that arithmetic flips."""
+    n = waiting.size
+    arr = np.empty(n, dtype=np.int64)
+    need = np.empty(n, dtype=np.int64)
+    slo = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        r = waiting[i]
+        arr[i] = arrival[r]
+        need[i] = total[r] - computed[r]
+        slo[i] = (slo_ms[r] if slo_ms[r] > 0 else default_slo_ms) * 1000
+    order = np.argsort(arr, kind="mergesort")
+    last = _FAR_US
+    work = 0.0
+    for k in range(n):
+        i = order[k]
+        late = (work + need[i]) / tokens_per_us
+        bound = slo[i] + arr[i] - late
+        if bound <= -_FAR_US:
+            return -_FAR_US
+        if bound < _FAR_US:
+            t = int(np.floor(bound))
+            while t + 1 + late - arr[i] <= slo[i]:  # `feasible_first`'s test at now = t + 1
+                t += 1
+            while not (t + late - arr[i] <= slo[i]):
+                t -= 1
+            last = min(last, t)
+        work += need[i]
+    return last
+
+
 @dataclass(frozen=True)
 class OrderSlo(StepPass):
     """Order the waiting queue so that requests that can still meet their TTFT target go first.
@@ -108,9 +148,14 @@ class OrderSlo(StepPass):
             return super().steady_state(ctx)
         if self.queue != "waiting" or ctx.now_us < 0 or ctx.column_of is None or ctx.state_of is None:
             return None
-        return {} if all_feasible(ctx.column_of("arrival"), ctx.column_of("computed"), ctx.column_of("total"),
-                                  ctx.state_of(TTFT_SLO.name), ctx.waiting, self.ttft_slo_ms, ctx.now_us,
-                                  self.prefill_tokens_per_s / 1e6) else None
+        # the clock up to which every waiting request stays feasible, held while the queue stays as
+        # it is (`WindowContext.queued`): the step does not grow with the queue
+        column_of, state_of = ctx.column_of, ctx.state_of
+        last = ctx.queued(("order-slo-last-feasible", self.ttft_slo_ms, self.prefill_tokens_per_s),
+                          lambda: last_feasible_us(column_of("arrival"), column_of("computed"), column_of("total"),
+                                                   state_of(TTFT_SLO.name), ctx.waiting, self.ttft_slo_ms,
+                                                   self.prefill_tokens_per_s / 1e6))
+        return {} if ctx.now_us <= last else None
 
     def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
         """Nobody of its own when it only orders (`last`: admission picks from the order); every

@@ -74,8 +74,9 @@ class V0ChunkedPrefills(StepPass):
         if waiting.size:
             if ctx.running.size < ctx.max_seqs:
                 return None
-            if K.any_ignorable(waiting, ctx.column_of("total"), ctx.column_of("computed"), ctx.max_model_len,
-                               ctx.total_blocks, ctx.block_size):
+            if ctx.queued("v0-chunked-any-ignorable", lambda: K.any_ignorable(
+                    waiting, ctx.column_of("total"), ctx.column_of("computed"), ctx.max_model_len, ctx.total_blocks,
+                    ctx.block_size)):  # held while the queue stays as it is (`WindowContext.queued`)
                 return None
         return delay_clock(ctx.scheduler_state, float(max(ctx.now_us, 0)))
 

@@ -56,9 +56,9 @@ class V0Prefills(StepPass):
         taken and no waiting request is one v0 would ignore (those ahead of the first that
         stops the loop are ignored whatever stops it). Else None: the IR decides."""
         if ctx.waiting.size:
-            if ctx.running.size < ctx.max_seqs or K.any_ignorable(
+            if ctx.running.size < ctx.max_seqs or ctx.queued("v0-any-ignorable", lambda: K.any_ignorable(
                     ctx.waiting, ctx.column_of("total"), None, min(ctx.max_model_len, ctx.token_budget),
-                    ctx.total_blocks, ctx.block_size):
+                    ctx.total_blocks, ctx.block_size)):  # held while the queue stays as it is (`WindowContext.queued`)
                 return None
         return delay_clock(ctx.scheduler_state, float(max(ctx.now_us, 0)))
 
@@ -66,8 +66,9 @@ class V0Prefills(StepPass):
     def _ignored(ctx: WindowContext) -> np.ndarray:
         """Which waiting requests v0 ignores when it reaches them: longer than the prompt limit, or
         needing more blocks than the pool above the watermark can ever give (`K.ignorable`)."""
-        return K.ignorable(ctx.waiting, ctx.column_of("total"), None, min(ctx.max_model_len, ctx.token_budget),
-                           ctx.total_blocks, ctx.block_size, False)
+        return ctx.queued("v0-ignorable", lambda: K.ignorable(  # type: ignore[return-value]
+            ctx.waiting, ctx.column_of("total"), None, min(ctx.max_model_len, ctx.token_budget), ctx.total_blocks,
+            ctx.block_size, False))
 
     def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
         """While max_seqs requests run, the loop ignores (rejects) every request it reaches that

@@ -118,7 +118,12 @@ class VtcOrder(StepPass):
         if ctx.state_of is None:
             return None
         counters = np.asarray(ctx.scheduler_state.get(COUNTERS.name, COUNTERS.initial()), dtype=np.float64)
-        outcome, lifted = steady_lift(counters, ctx.state_of(TENANT.name), ctx.waiting, ctx.running)
+        tenant = ctx.state_of(TENANT.name)
+        # the lift reads which tenants wait: one waiting request per tenant, held while the queue
+        # stays as it is (`WindowContext.queued`), so the step does not grow with the queue
+        waiting = ctx.queued("vtc-one-per-tenant", lambda: ctx.waiting[np.unique(tenant[ctx.waiting],
+                                                                                 return_index=True)[1]])
+        outcome, lifted = steady_lift(counters, tenant, waiting, ctx.running)
         return None if outcome == _OUT_OF_RANGE else {COUNTERS.name: lifted} if outcome == _LIFTED else {}
 
     def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:

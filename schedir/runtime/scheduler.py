@@ -130,7 +130,10 @@ class Scheduler:
         self._step = 0
         self._front = 0  # FCFS key of the next request put back at the front (preempted)
         self._request_state_writes = 0  # bumped by every write of declared request state (SteadyAnswers)
-        self._queued_state_writes = 0  # ... but a steady step's to its batch's rows (SteadyProgram.answer's memo)
+        # ... but a steady step's to its batch's rows, and every IR step: what holds the answers
+        # computed from the queued requests alone (SteadyProgram.answer's memo, WindowContext.queued)
+        self._queued_state_writes = 0
+        self._queued_memo: tuple = (None, None, -1, {})  # (waiting, swapped, writes, answers)
         self._back = 0  # FCFS key of the next arrival
         self._finished: list[str] = []
         self._stop_rows = _EMPTY
@@ -309,6 +312,7 @@ class Scheduler:
         request, queue, block and step in flight: a policy switch at run time. A pipeline that
         is refused (unknown pass, missing reject-oversized, ...) raises and changes nothing."""
         self._install_pipeline(attrs.evolve(self.config, pipeline=pipeline))
+        self._queued_memo = (None, None, -1, {})  # the new passes' answers are their own
         if self._fcfs_window and self.waiting.size > 1:  # the window reads waiting's head in queued order
             self.waiting = self.waiting[np.argsort(self.table.data[T.QUEUED, self.waiting], kind="stable")]
 
@@ -524,6 +528,7 @@ class Scheduler:
             self.manager.run(module, complete_state=True)  # the queues and sched.state carry every declared state
             self._steady = self._steady_pipeline  # checked by a first run: steady steps may skip the IR now
         out, hit_tokens = self._lower(self._recycled.block if recycled else steps_of(module)[0].body.block, step)
+        self._queued_state_writes += 1  # an IR step may change what the queued requests' answers read
         if self.keep_ir:
             self.last_module = module
         elif not recycled:
@@ -684,6 +689,10 @@ class Scheduler:
         ctx.step = step
         ctx.swapped = self.swapped
         ctx.host_free_blocks = self._host_free()
+        held = self._queued_memo
+        if held[0] is not waiting or held[1] is not self.swapped or held[2] != self._queued_state_writes:
+            held = self._queued_memo = (waiting, self.swapped, self._queued_state_writes, {})
+        ctx.queued_memo = held[3]
         return ctx
 
     def _host_free(self) -> int:
