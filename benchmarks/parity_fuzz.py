@@ -224,8 +224,19 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.cases < 1:
         ap.error("--cases must be >= 1")
-    result = (invariants(args) if args.invariants else held(args) if args.held else steady(args) if args.steady
-              else corpus(args) if args.corpus else differential(args))
+    if args.presets:  # "a,b c" as "a b c" where every part is a preset (a pass list stays as given)
+        from schedir.passes.presets import PRESETS
+
+        args.presets = [part for given in args.presets
+                        for part in (given.split(",") if all(p in PRESETS for p in given.split(",")) else [given])]
+    from schedir.ir.errors import PipelineError
+
+    try:
+        result = (invariants(args) if args.invariants else held(args) if args.held else steady(args) if args.steady
+                  else corpus(args) if args.corpus else differential(args))
+    except PipelineError as e:  # a pipeline the runtime refuses: its message, not a traceback
+        print(f"parity_fuzz: {e}", file=sys.stderr)
+        return 2
     if args.json:
         args.json.write_text(json.dumps(result, indent=1, default=str))
     bad = result.get("divergent") or any(p.get("violations") or p.get("divergent")  # type: ignore[union-attr]

@@ -284,3 +284,15 @@ def test_steady_fuzz_mode_compares_every_step(tmp_path: Path) -> None:
         assert module.main(["--steady", "--cases", "3", "--size", "ci", "--presets", "fastserve"]) == 1
     finally:
         SteadyProgram.answer = real  # type: ignore[method-assign]
+
+
+def test_parity_fuzz_takes_preset_lists_and_refuses_bad_pipelines(tmp_path, capsys):
+    """`--presets a,b` is two presets (as `--presets a b`); a pipeline the runtime refuses is a
+    one-line error and exit 2, not a traceback."""
+    module = _parity_fuzz_cli()
+    out = tmp_path / "tally.json"
+    assert module.main(["--steady", "--cases", "1", "--size", "ci", "--presets", "vtc,vllm-v0", "--json", str(out)]) == 0
+    assert sorted(json.loads(out.read_text())["presets"]) == ["vllm-v0", "vtc"]
+    assert module.main(["--steady", "--cases", "1", "--size", "ci", "--presets", "vtc,no-such-pass"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown pass 'no-such-pass'" in err and "Traceback" not in err
