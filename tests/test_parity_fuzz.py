@@ -291,7 +291,8 @@ def test_parity_fuzz_takes_preset_lists_and_refuses_bad_pipelines(tmp_path, caps
     one-line error and exit 2, not a traceback."""
     module = _parity_fuzz_cli()
     out = tmp_path / "tally.json"
-    assert module.main(["--steady", "--cases", "1", "--size", "ci", "--presets", "vtc,vllm-v0", "--json", str(out)]) == 0
+    assert module.main(["--steady", "--cases", "1", "--size", "ci", "--presets", "vtc,vllm-v0",
+                        "--json", str(out)]) == 0
     assert sorted(json.loads(out.read_text())["presets"]) == ["vllm-v0", "vtc"]
     assert module.main(["--steady", "--cases", "1", "--size", "ci", "--presets", "vtc,no-such-pass"]) == 2
     err = capsys.readouterr().err
