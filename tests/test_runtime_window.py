@@ -226,7 +226,8 @@ def run_declared(window: bool, pipeline: str, policy: str, seed: int, num_blocks
     v0 = pipeline.startswith("vllm-v0")
     cfg = SchedulerConfig(num_blocks=num_blocks, block_size=4, max_num_batched_tokens=256 if whole_prompts else 64,
                           max_num_seqs=4, max_model_len=256, pipeline=pipeline, policy=policy,
-                          enable_prefix_caching=not v0, num_cpu_blocks=40 if pipeline == "vllm-v0-swap" else 0)
+                          enable_prefix_caching=not v0,
+                          num_cpu_blocks=40 if pipeline in ("vllm-v0-swap", "fastserve") else 0)
     now = [0.0]
     sched = Scheduler(cfg, clock=lambda: now[0])
     assert sched._declared_window
@@ -280,13 +281,19 @@ def run_declared(window: bool, pipeline: str, policy: str, seed: int, num_blocks
     return decisions, windowed_steps
 
 
+# FastServe with recompute (no swapped queue) and a quick starvation clock: promotions in the queue
+FASTSERVE_RECOMPUTE = ("reject-oversized,mlfq-levels{quantum=2 starve-steps=30},mlfq-order,schedule-running,"
+                       "admit-greedy,mlfq-account,verify-step")
+
+
 @pytest.mark.parametrize("num_blocks", [400, 50])  # 50: preemptions / retractions
 @pytest.mark.parametrize("pipeline,policy", [("sglang", "lpm"), ("sglang", "fcfs"), ("sglang-mixed", "lpm"),
                                              ("sglang-mixed", "fcfs"), ("vtc", "fcfs"), ("slo-aware", "fcfs"),
                                              ("slo-aware-reject", "fcfs"), ("base", "fcfs"),
                                              ("base-priority", "priority"), ("orca", "fcfs"),
                                              ("with-prefix-aware", "fcfs"), ("vllm-v0", "fcfs"),
-                                             ("vllm-v0-swap", "fcfs")])
+                                             ("vllm-v0-swap", "fcfs"), ("fastserve", "fcfs"),
+                                             (FASTSERVE_RECOMPUTE, "fcfs")])
 def test_declared_window_keeps_every_decision_and_state(pipeline, policy, num_blocks):
     windowed, steps = run_declared(True, pipeline, policy, seed=4, num_blocks=num_blocks)
     whole, _ = run_declared(False, pipeline, policy, seed=4, num_blocks=num_blocks)
@@ -312,7 +319,7 @@ def test_a_window_only_where_every_pass_declares_one():
     assert not Scheduler(SchedulerConfig(pipeline="vllm"))._declared_window  # its own window (above)
     assert Scheduler(SchedulerConfig(pipeline="base"))._declared_window
     assert not Scheduler(SchedulerConfig(pipeline="with-all-passes"))._declared_window  # memory-aware-preemption
-    assert not Scheduler(SchedulerConfig(pipeline="fastserve"))._declared_window  # mlfq-order preempts by level
+    assert Scheduler(SchedulerConfig(pipeline="fastserve", num_cpu_blocks=8))._declared_window  # a ranked window
     zeros = lambda name, rows: np.zeros(rows.size, dtype=np.int64)  # noqa: E731
     ctx = WindowContext(running=np.array([1, 2]), waiting=np.array([3, 4]), max_seqs=2, free_blocks=0,
                         total_blocks=8, token_budget=64,
@@ -349,3 +356,81 @@ def test_a_full_batch_keeps_a_long_queue_out_of_the_step(pipeline):
     waiting = next(op for op in step.body.block.ops if isinstance(op, QueueOp) and op.queue.data == "waiting")
     assert len(waiting) <= 4, f"{len(waiting)} waiting requests in the step"
     assert len(out.req_ids) == 4  # the batch decodes
+
+
+def _fastserve_overload(ranked: bool, num_blocks: int, seed: int = 9) -> tuple[list[tuple], Scheduler, list[int]]:
+    """FastServe behind 4 seats with ~300 waiting (mixed prompt lengths: several skip-join levels,
+    demotions and swaps); returns the decisions, the scheduler and the waiting queue's length in
+    each IR step built."""
+    cfg = SchedulerConfig(num_blocks=num_blocks, block_size=4, max_num_batched_tokens=64, max_num_seqs=4,
+                          max_model_len=256, pipeline="fastserve", num_cpu_blocks=60)
+    sched = Scheduler(cfg, clock=lambda: 0.0)
+    if not ranked:
+        sched._declared_window = False
+    built: list[int] = []
+    real = sched._build_and_run
+
+    def spy(step, waiting, dumping):  # type: ignore[no-untyped-def]
+        built.append(waiting.size)
+        return real(step, waiting, dumping)
+
+    sched._build_and_run = spy  # type: ignore[method-assign]
+    rng = np.random.default_rng(seed)
+    decisions = []
+    for i in range(300):
+        sched.add_request(Request(f"r{i:03d}", rng.integers(0, 1000, int(rng.integers(1, 120))).tolist(),
+                                  max_tokens=int(rng.integers(1, 60))))
+    while sched.has_unfinished_requests():
+        out = sched.schedule()
+        decisions.append((tuple(out.req_ids), tuple(out.num_tokens.tolist()), tuple(out.computed.tolist()),
+                          tuple(sorted(out.preempted_req_ids | out.swapped_out_req_ids)),
+                          out.blocks_to_swap_out.tobytes(), out.blocks_to_swap_in.tobytes(),
+                          sched.table.state[:, np.sort(np.concatenate([sched.running, sched.waiting]))].tobytes()))
+        sched.update(out, np.where(out.sampled, 7, -1))
+        assert len(decisions) < 50000
+    return decisions, sched, built
+
+
+@pytest.mark.parametrize("num_blocks", [600, 60])  # 60: admission misfits, so some windows do not hold
+def test_fastserve_ir_steps_carry_the_head_of_its_order(num_blocks):
+    """FastServe's IR steps under a long queue are built over a ranked window: the head of
+    mlfq-order's (level, arrival) order and the jobs mlfq-levels moves, checked after the step
+    (admission out of seats or tokens within the head; swapped jobs ranked past it not reached)
+    and built again over the whole queue where that fails. Decisions, swaps and request state
+    equal the whole queue's at every step."""
+    windowed, sched, built = _fastserve_overload(True, num_blocks)
+    whole, _, whole_built = _fastserve_overload(False, num_blocks)
+    metrics = sched.metrics
+    assert metrics.ranked_steps > 20
+    assert max(whole_built) > 250  # the whole queue entered the IR there
+    held = metrics.ranked_steps - metrics.ranked_rebuilt
+    assert held > 10
+    assert sorted(built)[len(built) // 2] <= 4 + 16 + 8  # the median IR step: the head and a few moved jobs
+    if num_blocks == 60:
+        assert metrics.ranked_rebuilt > 0  # and the fallback ran
+    assert len(windowed) == len(whole)
+    for step, (a, b) in enumerate(zip(windowed, whole, strict=True)):
+        assert a == b, f"step {step + 1} differs"
+
+
+@pytest.mark.parametrize("mutation", ["no exhaustion check", "no swapped check"])
+def test_a_ranked_window_needs_both_checks(mutation, monkeypatch):
+    """Without either half of `_ranked_window_held` (admission out of seats or tokens within the
+    head; swapped jobs ranked past a left-out job not reached), a tight pool's steps decide
+    otherwise than over the whole queue."""
+    real = Scheduler._ranked_window_held
+
+    def mutated(self, module, facts):  # type: ignore[no-untyped-def]
+        head, window, behind = self._ranked_prefix
+        if mutation == "no swapped check":
+            self._ranked_prefix = (head, window, behind[:0])
+            return real(self, module, facts)
+        from schedir.ir.step import Step
+        used = Step(steps_of(module)[0]).usage()
+        return not np.isin(used.scheduled_ids, np.setdiff1d(window, head)).any()
+
+    monkeypatch.setattr(Scheduler, "_ranked_window_held", mutated)
+    windowed, _, _ = _fastserve_overload(True, 60)
+    monkeypatch.setattr(Scheduler, "_ranked_window_held", real)
+    whole, _, _ = _fastserve_overload(False, 60)
+    assert windowed != whole

@@ -99,6 +99,19 @@ class StepPass(ModulePass):
         step unless every pass of its pipeline answers; see `schedir.ir.window`)."""
         return None
 
+    # it walks the waiting (and swapped) queue in the step's rank order (`waiting_rank`), acting on
+    # a request only while a sequence slot and token budget remain (admit-greedy, mlfq-swap-in):
+    # where its window is the whole queue, the runtime may build the step over a prefix of that
+    # order and check afterwards that the slots or the budget ran out within it (else it builds
+    # the step again over the whole queue; see `schedir.ir.window`, "ranked window")
+    walks_ranked: ClassVar[bool] = False
+
+    def waiting_rank(self, ctx: WindowContext) -> tuple[np.ndarray, np.ndarray] | None:
+        """The keys this pass's order ranks the waiting and the swapped requests by this step
+        (int64, ascending: first; equal keys in queue order, swapped ahead of waiting), aligned
+        with `ctx.waiting` and `ctx.swapped`; None when it orders by no such key (the default)."""
+        return None
+
     def decodes_steadily(self) -> bool:
         """Whether, in a steady decode step, this pass decides nothing or exactly the steady decision.
 

@@ -8,6 +8,19 @@ or None (every one, the default). The runtime puts the union in the step, in que
 the whole queue when any pass of the pipeline declares nothing; the decisions must be those of the whole queue (each
 declaring pass tests that), only the IR is smaller. State a pass keeps is read here as the
 step would show it (`scheduler_state`, `request_state`).
+
+**Ranked windows.** A walk that admits greedily (it skips a request that does not fit and goes
+on) can reach any request of the queue, so its exact window is the whole queue. Where an order
+pass ranks the queue by a key (`StepPass.waiting_rank`: FastServe's (level, arrival)) and the
+walkers declare that they act in that order only while sequence slots and token budget last
+(`StepPass.walks_ranked`: admit-greedy, mlfq-swap-in), the runtime builds the step over the head
+of that order (max_num_seqs + 16 requests, `first_by_rank`) plus what the other passes name, and
+checks the step after the pipeline ran (`Scheduler._ranked_window_held`): the walkers took nobody
+past the head and ran out of slots or budget within it, and a swapped request ranked past a
+request left out was not reached (deferred for slots or budget). Where the check fails the step
+is built again over the whole queue, so the decisions are always the whole queue's. A pass that
+frees slots by its own rule (`mlfq-order` displacing running jobs) says so (`frees_seats`), so
+admission does not answer "nobody" from `seats_stay_taken`.
 """
 
 from __future__ import annotations
@@ -17,6 +30,22 @@ from typing import ClassVar
 
 import attrs
 import numpy as np
+
+
+_SEATS_FREED = "seats-freed-by-policy"  # WindowContext.frees_seats
+
+
+def first_by_rank(keys: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the first `k` of `keys` in a stable sort's order (equal keys in position
+    order, as a pass's stable sort of the step's queue leaves them), ascending: a ranked
+    window's head (`StepPass.waiting_rank`). One partition, not a sort, where key * n fits."""
+    n = keys.size
+    if n <= k:
+        return np.arange(n)
+    if keys.min() >= 0 and int(keys.max()) < (1 << 62) // n:
+        combined = keys * n + np.arange(n)
+        return np.sort(np.argpartition(combined, k - 1)[:k])
+    return np.sort(np.argsort(keys, kind="stable")[:k])
 
 
 @attrs.define(eq=False)
@@ -67,7 +96,7 @@ class WindowContext:
         token they know (placeholders included) fits in the free blocks together, so a pass that
         preempts for want of blocks has no cause to, and nobody else frees a slot (a pass that
         preempts for other reasons declares no window)."""
-        if self.running.size < self.max_seqs:
+        if self.running.size < self.max_seqs or self.memo.get(_SEATS_FREED):
             return False
         if self.steady:  # their known tokens are `total` (one past `computed`), and their blocks fit
             return True
@@ -87,6 +116,12 @@ class WindowContext:
         if (queue, running) == ("waiting", "running") and self.seats_stay_taken():
             return self.NONE
         return None
+
+    def frees_seats(self) -> None:
+        """Said by a pass, in its `waiting_window`, that may preempt running requests for waiting
+        ones by its own rule (FastServe's `mlfq-order`): the passes asked after it then do not
+        count on `seats_stay_taken` (admission takes what it frees: a ranked window instead)."""
+        self.memo[_SEATS_FREED] = True
 
     def shared(self, key: object, compute: Callable[[], object]) -> object:
         """`compute()` once per context: a rule several passes ask (SGLang's admission gate)."""

@@ -55,9 +55,13 @@ class AdmitGreedy(StepPass):
     queue: str = "waiting"
     running: str = "running"
 
+    # its walk admits in the step's order while seats and tokens last: a ranked window applies
+    walks_ranked: ClassVar[bool] = True
+
     def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
         """Nobody while every sequence slot is taken and stays taken this step (no block shortage
-        to preempt for: `WindowContext.seats_stay_taken`); else the whole queue."""
+        to preempt for: `WindowContext.seats_stay_taken`); else the whole queue (a ranked window
+        where an order pass ranks it: `walks_ranked`)."""
         return ctx.nobody_while_seats_stay_taken(self.queue, self.running)
 
     def run(self, step: Step) -> None:

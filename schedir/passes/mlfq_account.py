@@ -54,6 +54,10 @@ class MlfqAccount(StepPass):
     steady_swapped: ClassVar[bool] = True  # it accounts what ran: swapped jobs did not
 
     steady_lowered = staticmethod(account_steady_lowered)
+
+    def waiting_window(self, ctx: WindowContext) -> np.ndarray:
+        """Nobody of its own: it accounts what the step scheduled."""
+        return ctx.NONE
     steady_lowered_writes = (SERVED_DECODE.name, LAST_RUN.name)
 
     def steady_lowered_options(self, layout) -> tuple[float, ...]:  # noqa: ANN001

@@ -175,6 +175,28 @@ class MlfqLevels(StepPass):
 
     steady_lowered = staticmethod(levels_steady_lowered)
 
+    def placed(self, ctx: WindowContext, rows: np.ndarray) -> np.ndarray:
+        """`place_levels` over `rows` as the next step will place them: int64[3, n]."""
+        state_of = ctx.state_of
+        return place_levels(state_of(LEVEL.name)[rows], state_of(LEVEL_START.name)[rows], state_of(LAST_RUN.name)[rows],
+                            ctx.column_of("prompt")[rows], state_of(SERVED_PREFILL.name)[rows],
+                            state_of(SERVED_DECODE.name)[rows], ctx.step, self.quantum, self.quantum_ratio,
+                            self.levels, self.prefill_cost, self.starve_steps)
+
+    def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
+        """The waiting jobs it places, demotes or promotes in a step built now (the only ones it
+        writes). Their levels after this step's placement, waiting and swapped, are left for
+        `mlfq-order`'s rank (`ctx.shared("mlfq-placed-levels")`)."""
+        if ctx.state_of is None or ctx.column_of is None:
+            return None
+        state_of = ctx.state_of
+        placed = self.placed(ctx, ctx.waiting)
+        level = state_of(LEVEL.name)
+        changed = ((placed[0] != level[ctx.waiting]) | (placed[1] != state_of(LEVEL_START.name)[ctx.waiting])
+                   | (placed[2] != state_of(LAST_RUN.name)[ctx.waiting]))
+        ctx.memo["mlfq-placed-levels"] = (placed[0], self.placed(ctx, ctx.swapped)[0])
+        return np.flatnonzero(changed)
+
     def steady_lowered_options(self, layout) -> tuple[float, ...]:  # noqa: ANN001
         return (layout.state(LEVEL.name), layout.state(LEVEL_START.name), layout.state(LAST_RUN.name),
                 layout.column("prompt"), layout.state(SERVED_PREFILL.name), layout.state(SERVED_DECODE.name),

@@ -11,13 +11,15 @@ from xdsl.ir import SSAValue
 
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
-from schedir.ir.window import WindowContext
+from schedir.ir.window import WindowContext, first_by_rank
 from schedir.lowering.steady_layout import ANSWERED, ASK_IR, MEMO_SET, ORDERED, SC_BLOCK_SIZE, SC_FREE_BLOCKS, \
     SC_HOST_FREE, SC_MAX_SEQS
 from schedir.passes.mlfq_state import LEVEL, MLFQ_STATE, SERVED_DECODE, SERVED_PREFILL
 
 
 KEEP, RECOMPUTE, SWAP = 0, 1, 2  # a running job's fate this step
+_ARRIVAL_BITS = 47  # a rank key: level << 47 | arrival (µs; ~4 years)
+_ARRIVAL_SPAN = 1 << _ARRIVAL_BITS
 
 
 @numba.njit(cache=True, nogil=True)
@@ -223,6 +225,37 @@ class MlfqOrder(StepPass):
         return (layout.state(LEVEL.name), layout.column("arrival"), layout.column("total"),
                 layout.state(SERVED_PREFILL.name), layout.state(SERVED_DECODE.name),
                 1.0 if self.preemption == "swap" else 0.0)
+
+    def waiting_rank(self, ctx: WindowContext) -> tuple[np.ndarray, np.ndarray] | None:
+        """(level, arrival) as one key, the levels as `mlfq-levels` places them this step (its
+        `waiting_window` leaves them), as `run` sorts the waiting and swapped jobs."""
+        if self.queue != "waiting" or ctx.column_of is None or ctx.state_of is None:
+            return None
+        placed = ctx.memo.get("mlfq-placed-levels")
+        swapped = ctx.swapped if self.preemption == "swap" else _NONE
+        if placed is None:  # no mlfq-levels before it: the levels as they stand
+            level = ctx.state_of(LEVEL.name)
+            placed = (level[ctx.waiting], level[swapped])
+        arrival = ctx.column_of("arrival")
+        keys = []
+        for rows, levels in ((ctx.waiting, placed[0]), (swapped, placed[1][:swapped.size])):
+            at = arrival[rows]
+            if rows.size and (at.min() < 0 or at.max() >= _ARRIVAL_SPAN or levels.min() < 0 or levels.max() >= 1 << 15):
+                return None
+            keys.append((levels.astype(np.int64) << _ARRIVAL_BITS) | at)
+        return keys[0], keys[1]
+
+    def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
+        """The jobs its pick can reach: it walks the jobs that want a seat in rank order, each
+        taking a free seat, displacing a running job or stopping the walk, so at most
+        max_seqs + 1 of them, and its memory rule reads the head: the first max_seqs + 1
+        waiting jobs by rank (ties in queue order, as `run`'s stable sort). The seats it frees go to waiting
+        jobs: it says so (`WindowContext.frees_seats`), so admission declares no empty window."""
+        ctx.frees_seats()  # its displacements give waiting jobs seats: admission needs more than nobody
+        rank = self.waiting_rank(ctx)
+        if rank is None:
+            return None
+        return first_by_rank(rank[0], ctx.max_seqs + 1)
 
     def steady_order(self, ctx: WindowContext) -> np.ndarray | None:
         """The batch in (level, arrival) order, as `run` sorts the running queue (None: already so)."""

@@ -102,6 +102,12 @@ class MlfqSwapIn(StepPass):
     steady_swapped: ClassVar[bool] = True  # its answer judges the swapped jobs
 
     steady_lowered = staticmethod(swap_in_steady_lowered)
+    walks_ranked: ClassVar[bool] = True  # swapped and waiting jobs in rank order, while seats and tokens last
+
+    def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
+        """Nobody while nobody is swapped out (it acts on swapped jobs only); else the whole
+        queue (its walk reserves for the waiting jobs ranked ahead: a ranked window)."""
+        return ctx.NONE if self.queue == "waiting" and not ctx.swapped.size else None
 
     def steady_state(self, ctx: WindowContext) -> dict[str, float] | None:
         """Nothing written, when it brings nobody back: nobody is swapped out, or every seat is

@@ -30,7 +30,7 @@ from xdsl.ir import Block
 from schedir.dialects.codes import Reason
 from schedir.dialects.columns import ColumnsAttr, joined_columns
 from schedir.dialects.mem import MatchOp
-from schedir.dialects.req import PreemptOp, RejectOp, ScheduleOp
+from schedir.dialects.req import DeferOp, PreemptOp, RejectOp, ScheduleOp
 from schedir.dialects.req import SetStateOp as ReqSetStateOp
 from schedir.dialects.sched import SetStateOp as SchedSetStateOp
 from schedir.dialects.sched import StepFacts, decoded_state_values
@@ -41,13 +41,14 @@ from schedir.ir.pass_base import StepPass
 from schedir.ir.pipeline import Instrumentation, PassManager
 from schedir.ir.running_step import RunningStep
 from schedir.ir.state import RequestState
-from schedir.ir.step import root_queue, steps_of
-from schedir.ir.window import WindowContext
+from schedir.ir.step import Step, root_queue, steps_of
+from schedir.ir.window import WindowContext, first_by_rank
 from schedir.lowering.hashing import extend_hashes
 from schedir.lowering.kv_pool import KVPool, commit, match_rows
 from schedir.lowering.host_pool import swap_in_row, swap_out_row
 from schedir.lowering.radix_pool import KIND as RADIX_KIND
 from schedir.lowering.radix_pool import RadixKVPool
+from schedir.passes.admit_greedy import running_not_scheduled
 from schedir.passes.reject_oversized import oversized
 from schedir.runtime import table as T
 from schedir.runtime.config import SGLANG_POLICIES, Request, SchedulerConfig
@@ -85,6 +86,7 @@ _COLUMN_INDEX = {name: i for i, name in enumerate(_QUEUE_NAMES)}
 _REASON_NAMES = {int(r): r.name.lower().replace("_", "-") for r in Reason}
 _INT32_MAX = 2**31 - 1
 _NO_REQUESTS = ColumnsAttr.of_matrix(_QUEUE_NAMES, np.zeros((len(_QUEUE_NAMES), 0), dtype=np.int64))  # an empty queue
+_WALK_STOPPED = np.array([int(Reason.MAX_SEQS), int(Reason.BUDGET)])  # a walk out of seats or tokens
 WINDOW_SLACK = 16  # waiting requests beyond max_num_seqs that still enter a vllm step (see _admission_window)
 
 
@@ -134,6 +136,7 @@ class Scheduler:
         # computed from the queued requests alone (SteadyProgram.answer's memo, WindowContext.queued)
         self._queued_state_writes = 0
         self._queued_memo: tuple = (None, None, -1, {})  # (waiting, swapped, writes, answers)
+        self._ranked_prefix: tuple | None = None  # (head, window, swapped behind): _waiting_window
         self._back = 0  # FCFS key of the next arrival
         self._finished: list[str] = []
         self._stop_rows = _EMPTY
@@ -440,6 +443,7 @@ class Scheduler:
         start = time.perf_counter()
         self._step += 1
         step = self._step
+        self._ranked_prefix = None  # set by _waiting_window when it gives a ranked window
         tried = self._steady and not self.keep_ir and self.config.dump_dir is None and (
             bool(self._steady_declared) or not self.waiting.size)
         if tried:
@@ -451,7 +455,6 @@ class Scheduler:
                 return out
         cfg = self.config
         pool = self.pool
-        d = self.table.data
         running, waiting = self.running, self.waiting
         if self.radix and pool.stash:
             pool.stash_chunked()
@@ -479,6 +482,33 @@ class Scheduler:
                 self.metrics.record_step(time.perf_counter() - start, out.total_num_scheduled_tokens, 0,
                                          pool.num_free, True)
                 return out
+        if self._ranked_prefix is not None:
+            self.metrics.ranked_steps += 1
+        while True:
+            out = self._build_and_run(step, waiting, dumping)
+            if out is not None:
+                break
+            self.metrics.ranked_rebuilt += 1  # the ranked window did not hold: the whole queue
+            waiting = self.waiting
+            self._ranked_prefix = None
+        module, recycled = out
+        out, hit_tokens = self._lower(self._recycled.block if recycled else steps_of(module)[0].body.block, step)
+        self._queued_state_writes += 1  # an IR step may change what the queued requests' answers read
+        if self.keep_ir:
+            self.last_module = module
+        elif not recycled:
+            dispose(module)  # freed now by refcounting, not by the cyclic GC (see `dispose`)
+        self.metrics.record_step(time.perf_counter() - start, out.total_num_scheduled_tokens, hit_tokens,
+                                 self.pool.num_free)
+        return out
+
+    def _build_and_run(self, step: int, waiting: np.ndarray, dumping: bool) -> tuple[ModuleOp, bool] | None:
+        """Build the step's IR over `waiting` and run the pipeline on it: (module, recycled), or
+        None when it ran over a ranked window that did not hold (`_ranked_window_held`)."""
+        cfg = self.config
+        pool = self.pool
+        d = self.table.data
+        running = self.running
         work_pool = pool.copy() if dumping and self.pool_level else pool
         facts = StepFacts(step=step, token_budget=cfg.max_num_batched_tokens, max_seqs=cfg.max_num_seqs,
                           block_size=cfg.block_size, free_blocks=pool.num_free,
@@ -523,19 +553,15 @@ class Scheduler:
             module = build_step(facts, queues, hits, pool=step_pool, state=state)
         if dumping:
             self._run_dumped(module, step)
-            self.pool = pool = work_pool
+            self.pool = work_pool
         else:
             self.manager.run(module, complete_state=True)  # the queues and sched.state carry every declared state
             self._steady = self._steady_pipeline  # checked by a first run: steady steps may skip the IR now
-        out, hit_tokens = self._lower(self._recycled.block if recycled else steps_of(module)[0].body.block, step)
-        self._queued_state_writes += 1  # an IR step may change what the queued requests' answers read
-        if self.keep_ir:
-            self.last_module = module
-        elif not recycled:
-            dispose(module)  # freed now by refcounting, not by the cyclic GC (see `dispose`)
-        self.metrics.record_step(time.perf_counter() - start, out.total_num_scheduled_tokens, hit_tokens,
-                                 pool.num_free)
-        return out
+            if self._ranked_prefix is not None and not self._ranked_window_held(module, facts):
+                if not recycled:
+                    dispose(module)
+                return None
+        return module, recycled
 
     def _steady_step(self, step: int, waiting: np.ndarray, rows: np.ndarray | None = None) -> SchedulerOutput | None:
         """A steady decode step (see `StepPass.decodes_steadily`) lowered straight from the
@@ -651,17 +677,88 @@ class Scheduler:
         Decisions are those of the whole queue (tested per pass); only the IR is smaller. Asked
         only when more wait than max_num_seqs + 16 (as the vllm window): the passes' answers cost
         tens of µs, more than a short queue costs the step."""
-        ctx = self._window_context(waiting, steady, self.scheduler_state)
+        self._ranked_prefix = None
+        ranked_ok = not self.pool_level and not self.config.dumps(self._step)  # see _ranked_window_held
+        now_us = max(round(self.clock() * 1e6), 0) if self._reads_clock else -1
+        ctx = self._window_context(waiting, steady, self.scheduler_state, now_us, self._step)
         parts = []
+        walkers = False
+        rank = None
         for p in self.manager.passes:
             at = p.waiting_window(ctx)
+            if rank is None:
+                rank = p.waiting_rank(ctx)
             if at is None:
-                return waiting
+                if not (p.walks_ranked and ranked_ok):
+                    return waiting
+                walkers = True
+                continue
             if at.size:
                 parts.append(at)
+        if walkers:  # a ranked window: the head of the step's order, checked after the step
+            prefix = self._ranked_head(rank)
+            if prefix is None:
+                return waiting
+            parts.append(prefix)
         if not parts:
             return _EMPTY
-        return waiting[np.unique(np.concatenate(parts)) if len(parts) > 1 else np.sort(parts[0])]
+        at = np.unique(np.concatenate(parts)) if len(parts) > 1 else np.sort(parts[0])
+        window = waiting[at]
+        if walkers and window.size < waiting.size:
+            keys, swapped_keys = rank  # type: ignore[misc]
+            behind = _NO_ROWS
+            if swapped_keys.size:
+                # swapped requests ranked after a waiting one left out (equal keys: swapped first, as
+                # the passes' stable sort of both): a walk that reached them would have passed it
+                inside = np.zeros(keys.size, dtype=np.bool_)
+                inside[at] = True
+                left_out = keys[~inside]
+                late = swapped_keys > left_out.min()
+                if late.any():
+                    behind = self.swapped[late]
+                    extra = inside.copy()
+                    extra[prefix] = False
+                    if (keys[extra] < swapped_keys[late].max()).any():
+                        return waiting  # requests outside the head ranked among them: no ranked window
+            self._ranked_prefix = (waiting[prefix], window, behind)
+        return window
+
+    def _ranked_head(self, rank: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray | None:
+        """Positions in the waiting queue of a ranked window's head: the first max_num_seqs + 16
+        waiting requests by the order pass's rank (`StepPass.waiting_rank`; equal keys in queue
+        order); None (the whole queue) without a rank."""
+        if rank is None:
+            return None
+        keys, swapped_keys = rank
+        k = self.config.max_num_seqs + WINDOW_SLACK
+        if keys.size <= k:
+            return None
+        return first_by_rank(keys, k)
+
+    def _ranked_window_held(self, module: ModuleOp, facts: StepFacts) -> bool:
+        """Whether a step built over a ranked window (`_waiting_window`) decided as over the whole
+        queue would: the passes before the walkers act only on requests their own windows name,
+        and the walkers (`StepPass.walks_ranked`) took nobody ranked after the head and ran out of
+        sequence slots or token budget within it, so nobody left out could have been taken.
+        Otherwise the runtime builds the step again over the whole queue."""
+        head, window, behind = self._ranked_prefix
+        step = Step(steps_of(module)[0])
+        used = step.usage()
+        if (used.tokens < facts.token_budget
+                and used.seqs + running_not_scheduled(step, used) < facts.max_seqs):
+            return False
+        if behind.size:  # swapped requests ranked past a request left out: the walk must have stopped
+            stopped = 0  # for want of seats or tokens, before the head's end (nothing is walked between)
+            for op in step.ops_of(DeferOp):
+                reasons = op.col("reason")  # type: ignore[attr-defined]
+                at = np.isin(op.ids, behind)  # type: ignore[attr-defined]
+                if not np.isin(reasons[at], _WALK_STOPPED).all():
+                    return False
+                stopped += int(at.sum())
+            if stopped < behind.size:  # one of them resumed
+                return False
+        beyond = np.setdiff1d(window, head, assume_unique=True)
+        return not beyond.size or not np.isin(used.scheduled_ids, beyond).any()
 
     def _window_context(self, waiting: np.ndarray, steady: bool,
                         scheduler_state: Mapping[str, float | np.ndarray], now_us: int = -1,
