@@ -396,8 +396,9 @@ def test_fastserve_ir_steps_carry_the_head_of_its_order(num_blocks):
     """FastServe's IR steps under a long queue are built over a ranked window: the head of
     mlfq-order's (level, arrival) order and the jobs mlfq-levels moves, checked after the step
     (admission out of seats or tokens within the head; swapped jobs ranked past it not reached)
-    and built again over the whole queue where that fails. Decisions, swaps and request state
-    equal the whole queue's at every step."""
+    and built again over the whole queue where that fails (then not tried for a while: a pool too
+    tight for the head to fill the seats stays so). Decisions, swaps and request state equal the
+    whole queue's at every step."""
     windowed, sched, built = _fastserve_overload(True, num_blocks)
     whole, _, whole_built = _fastserve_overload(False, num_blocks)
     metrics = sched.metrics
@@ -405,9 +406,10 @@ def test_fastserve_ir_steps_carry_the_head_of_its_order(num_blocks):
     assert max(whole_built) > 250  # the whole queue entered the IR there
     held = metrics.ranked_steps - metrics.ranked_rebuilt
     assert held > 10
-    assert sorted(built)[len(built) // 2] <= 4 + 16 + 8  # the median IR step: the head and a few moved jobs
-    if num_blocks == 60:
-        assert metrics.ranked_rebuilt > 0  # and the fallback ran
+    if num_blocks == 600:
+        assert sorted(built)[len(built) // 2] <= 4 + 16 + 8  # the median IR step: the head and a few moved jobs
+    else:  # the fallback ran, and backing off after it keeps steps built twice rare
+        assert 0 < metrics.ranked_rebuilt < 0.2 * len(built)
     assert len(windowed) == len(whole)
     for step, (a, b) in enumerate(zip(windowed, whole, strict=True)):
         assert a == b, f"step {step + 1} differs"

@@ -137,6 +137,8 @@ class Scheduler:
         self._queued_state_writes = 0
         self._queued_memo: tuple = (None, None, -1, {})  # (waiting, swapped, writes, answers)
         self._ranked_prefix: tuple | None = None  # (head, window, swapped behind): _waiting_window
+        self._ranked_backoff = 0  # window asks to skip after the next ranked window that does not hold
+        self._ranked_wait = 0  # ... left to skip now
         self._back = 0  # FCFS key of the next arrival
         self._finished: list[str] = []
         self._stop_rows = _EMPTY
@@ -491,7 +493,13 @@ class Scheduler:
             self.metrics.ranked_rebuilt += 1  # the ranked window did not hold: the whole queue
             waiting = self.waiting
             self._ranked_prefix = None
+            # a pool too tight for the head to fill the seats stays so for a while: back off (up to
+            # 32 window asks) rather than build each step twice
+            self._ranked_backoff = min(2 * self._ranked_backoff + 1, 32)
+            self._ranked_wait = self._ranked_backoff
         module, recycled = out
+        if self._ranked_prefix is not None:
+            self._ranked_backoff = 0
         out, hit_tokens = self._lower(self._recycled.block if recycled else steps_of(module)[0].body.block, step)
         self._queued_state_writes += 1  # an IR step may change what the queued requests' answers read
         if self.keep_ir:
@@ -678,7 +686,9 @@ class Scheduler:
         only when more wait than max_num_seqs + 16 (as the vllm window): the passes' answers cost
         tens of µs, more than a short queue costs the step."""
         self._ranked_prefix = None
-        ranked_ok = not self.pool_level and not self.config.dumps(self._step)  # see _ranked_window_held
+        # see _ranked_window_held; after windows that did not hold, the whole queue for a while
+        ranked_ok = not self.pool_level and not self.config.dumps(self._step) and self._ranked_wait <= 0
+        self._ranked_wait -= 1
         now_us = max(round(self.clock() * 1e6), 0) if self._reads_clock else -1
         ctx = self._window_context(waiting, steady, self.scheduler_state, now_us, self._step)
         parts = []
