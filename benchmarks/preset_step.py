@@ -63,16 +63,17 @@ def _timed_steps(s: Scheduler, steps: int, into: list[float]) -> int:
     return steps - (s.metrics.steady_steps - steady)
 
 
-def median_step_us(preset: str, n: int, steps: int) -> float:
+def median_step_us(preset: str, n: int, steps: int, waiting: int | None = None) -> float:
     """One preset alone: its median `schedule()` over `steps` decode steps."""
     times: list[float] = []
-    _timed_steps(_decoding_scheduler(preset, n), steps, times)
+    _timed_steps(_decoding_scheduler(preset, n, waiting), steps, times)
     return float(np.median(times)) * 1e6
 
 
 def interleaved_medians(cases: list[tuple[str, int]], steps: int, rounds: int = 10,
                         waiting: int | None = None,
-                        ir_share: dict[tuple[str, int], float] | None = None) -> dict[tuple[str, int], float]:
+                        ir_share: dict[tuple[str, int], float] | None = None,
+                        means: dict[tuple[str, int], float] | None = None) -> dict[tuple[str, int], float]:
     """Every case's median `schedule()`, the cases taking turns in `rounds` rounds of steps/rounds
     steps each: a machine whose speed drifts (a shared 2-core box) moves every case alike, so the
     ratios to `vllm` hold even when the absolute figures wander. `ir_share`, when given, gets
@@ -86,6 +87,8 @@ def interleaved_medians(cases: list[tuple[str, int]], steps: int, rounds: int = 
             ir_steps[case] += _timed_steps(s, per_round, times[case])
     if ir_share is not None:
         ir_share.update({case: ir_steps[case] / len(times[case]) for case in cases})
+    if means is not None:  # every step's mean, the IR steps' cost included (a median hides it)
+        means.update({case: float(np.mean(t)) * 1e6 for case, t in times.items()})
     return {case: float(np.median(t)) * 1e6 for case, t in times.items()}
 
 
@@ -101,18 +104,21 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(x) for x in args.sizes.split(",")]
     if "vllm" not in presets:
         presets.insert(0, "vllm")
-    for preset in presets:  # compile and warm every preset's kernels before timing any
-        median_step_us(preset, 8, 5)
+    for preset in presets:  # compile and load every kernel a preset's steps use before timing any (the
+        for n in sizes:      # first load of a cached kernel costs ms, which a mean would charge to the preset)
+            median_step_us(preset, n, 60, args.waiting)
     share: dict[tuple[str, int], float] = {}
+    means: dict[tuple[str, int], float] = {}
     results = interleaved_medians([(p, n) for n in sizes for p in presets], args.steps, waiting=args.waiting,
-                                  ir_share=share)
+                                  ir_share=share, means=means)
     behind = "N/2" if args.waiting is None else f"{args.waiting:,}"
     print(f"schedule() median, µs ({args.steps} decode steps in 10 interleaved rounds, N running + {behind} waiting); "
-          "x = / vllm's; IR = share of steps that ran their IR (the rest: steady steps)")
-    print(f"{'preset':<18}" + "".join(f"{f'N={n}':>24}" for n in sizes))
+          "x = / vllm's; IR = share of steps that ran their IR (the rest: steady steps); mean = every step's "
+          "mean, µs (the IR steps' cost shows there)")
+    print(f"{'preset':<18}" + "".join(f"{f'N={n}':>33}" for n in sizes))
     for p in presets:
         cells = "".join(f"{results[(p, n)]:10.1f} {results[(p, n)] / results[('vllm', n)]:5.2f}x "
-                        f"{share[(p, n)]:4.0%} IR" for n in sizes)
+                        f"{share[(p, n)]:4.0%} IR {means[(p, n)]:8.1f}" for n in sizes)
         print(f"{p:<18}{cells}")
     return 0
 
