@@ -39,11 +39,10 @@ def feasible_first(arrival_us: np.ndarray, need: np.ndarray, slo_us: np.ndarray,
 
 
 @numba.njit(cache=True, nogil=True)
-def all_feasible(arrival: np.ndarray, computed: np.ndarray, total: np.ndarray, slo_ms: np.ndarray,
-                 waiting: np.ndarray, default_slo_ms: int, now_us: int, tokens_per_us: float) -> bool:
-    """Whether every one of `waiting` (ids into the columns) would meet its target served now,
-    first come first served, with nothing ahead of them (`feasible_first` with no backlog: every
-    running request decodes)."""
+def _targets(arrival: np.ndarray, computed: np.ndarray, total: np.ndarray, slo_ms: np.ndarray, waiting: np.ndarray,
+             default_slo_ms: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """`waiting`'s arrival (µs), tokens left, TTFT target (µs) and first-come order, gathered
+    from the whole-table columns (ids into them)."""
     n = waiting.size
     arr = np.empty(n, dtype=np.int64)
     need = np.empty(n, dtype=np.int64)
@@ -54,6 +53,17 @@ def all_feasible(arrival: np.ndarray, computed: np.ndarray, total: np.ndarray, s
         need[i] = total[r] - computed[r]
         slo[i] = (slo_ms[r] if slo_ms[r] > 0 else default_slo_ms) * 1000
     order = np.argsort(arr, kind="mergesort")
+    return arr, need, slo, order
+
+
+@numba.njit(cache=True, nogil=True)
+def all_feasible(arrival: np.ndarray, computed: np.ndarray, total: np.ndarray, slo_ms: np.ndarray,
+                 waiting: np.ndarray, default_slo_ms: int, now_us: int, tokens_per_us: float) -> bool:
+    """Whether every one of `waiting` (ids into the columns) would meet its target served now,
+    first come first served, with nothing ahead of them (`feasible_first` with no backlog: every
+    running request decodes)."""
+    arr, need, slo, order = _targets(arrival, computed, total, slo_ms, waiting, default_slo_ms)
+    n = waiting.size
     ok = feasible_first(arr[order], need[order], slo[order], now_us, 0, tokens_per_us)
     for i in range(n):
         if ok[i] == 0:
@@ -72,16 +82,8 @@ def last_feasible_us(arrival: np.ndarray, computed: np.ndarray, total: np.ndarra
     the clock moves), so a steady step compares the clock with it, read once while the queue
     stays as it is, not the whole queue every step. Each bound is solved from `feasible_first`'s
     own arithmetic, then nudged to the exact integer where that arithmetic flips."""
+    arr, need, slo, order = _targets(arrival, computed, total, slo_ms, waiting, default_slo_ms)
     n = waiting.size
-    arr = np.empty(n, dtype=np.int64)
-    need = np.empty(n, dtype=np.int64)
-    slo = np.empty(n, dtype=np.int64)
-    for i in range(n):
-        r = waiting[i]
-        arr[i] = arrival[r]
-        need[i] = total[r] - computed[r]
-        slo[i] = (slo_ms[r] if slo_ms[r] > 0 else default_slo_ms) * 1000
-    order = np.argsort(arr, kind="mergesort")
     last = _FAR_US
     work = 0.0
     for k in range(n):
