@@ -345,6 +345,8 @@ class FleetSimulator:
         manager = self.manager
         skeleton = self.route_steps()  # builds each arrival batch's routing step (arrays, or a recycled IR)
         program = lower_router(manager) if self.lowered and self.route_steps is ArrayRouteSteps else None
+        if program is not None:
+            program.warm()  # its compile is not the routing's cost (the timing below)
         route_step_no = 1  # as the IR numbers it (engine steps count from 1 too)
         dumps = fc.dump_steps if isinstance(fc.dump_steps, str) else frozenset(fc.dump_steps)
         done = 0
