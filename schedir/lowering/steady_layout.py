@@ -17,9 +17,10 @@ it answers with no batch order, 1 when it wrote the batch order (positions in `r
 `m` is the pass's memo (int64[MEMO_WIDTH]) over the requests that do not run: what its answer
 reads of the waiting and swapped queues, summarised once (`m[MEMO_SET]` 0: not yet; the pass
 sets it to 1 when it writes its summary). Nothing a steady step does changes those requests
-(it writes the batch's rows only), so the program keeps the memo while the waiting and swapped
-queues are the same arrays and no other request's state was written (an IR step, an arrival:
-`SteadyProgram.answer`'s key), and clears it otherwise. A summary that depends on the step
+(it writes the batch's rows only), so the memo is kept with the runtime's other answers over the
+queued requests (`Scheduler._queued_answers`, as `WindowContext.queued`), while the waiting and
+swapped queues are the same arrays and no other request's state was written (an IR step, an
+arrival), and made again otherwise. A summary that depends on the step
 (a starvation deadline) is kept as the step it changes at. With it a steady step's cost does not
 grow with the queue (FastServe with 5,000 waiting: `python benchmarks/preset_step.py --waiting 5000`).
 """

@@ -17,7 +17,7 @@ inherit its parent's kernel) and none writes scheduler state (constants, transit
 asked in Python). The answers are the same as asking the passes (tested step by step; `python
 benchmarks/parity_fuzz.py --steady` checks the steady steps against the IR). Lowered: FastServe's
 `mlfq-*` passes, whose four Python answers cost 2-3x `vllm`'s whole steady step; the program
-makes `fastserve`'s step 0.69x / 0.75x at 32 / 256 running (`python benchmarks/steady_answers.py`).
+makes `fastserve`'s step 0.66x / 0.75x at 32 / 256 running (`python benchmarks/steady_answers.py`).
 Lowering v0's and `memory-aware-preemption`'s answers was tried and measured slower (1.15-1.6x):
 each is one cheap kernel already, below the program's dispatch and inputs.
 """
@@ -97,10 +97,7 @@ class SteadyProgram:
     first_write: np.ndarray  # int64: each one's first row of the written request state
     writes: tuple[str, ...]  # the request state written for the batch's rows, in pipeline order
     asked: tuple[StepPass, ...]  # the passes keeping the default answer (asked in Python)
-    # each pass's memo over the waiting and swapped queues, and what it was made under (`answer`)
-    memo: np.ndarray = attrs.field(eq=False, repr=False)
-    memo_key: list = attrs.field(factory=lambda: [None], eq=False, repr=False)
-    memo_kept: list = attrs.field(factory=lambda: [0], eq=False, repr=False)  # steps that reused it
+    memo_kept: list = attrs.field(factory=lambda: [0], eq=False, repr=False)  # steps that reused its memo
 
     @classmethod
     def lower(cls, passes: Sequence[StepPass], layout: SteadyLayout) -> SteadyProgram | None:
@@ -124,22 +121,22 @@ class SteadyProgram:
         for i, r in enumerate(rows):
             options[i, :len(r)] = r
         return cls(np.asarray(codes, dtype=np.int64), options, np.asarray(first, dtype=np.int64), tuple(writes),
-                   tuple(asked), np.zeros((len(codes), MEMO_WIDTH), dtype=np.int64))
+                   tuple(asked))
 
     def answer(self, D: np.ndarray, ST: np.ndarray, NB: np.ndarray, running: np.ndarray, waiting: np.ndarray,
-               swapped: np.ndarray, sc: np.ndarray, written: int) -> tuple[np.ndarray | None, tuple] | None:
+               swapped: np.ndarray, sc: np.ndarray, held: dict) -> tuple[np.ndarray | None, tuple] | None:
         """(batch order or None, request-state rows as (name, values) pairs), or None: the IR decides.
-        `written`: the runtime's count of writes to the state of requests outside a steady batch;
-        the memos hold while it and the waiting and swapped arrays (by identity: the runtime
-        replaces a queue array when the queue changes) are what they were made under."""
-        key = self.memo_key[0]
-        fresh = key is None or key[0] is not waiting or key[1] is not swapped or key[2] != written
+        `held`: the runtime's answers over the queued requests (`Scheduler._queued_answers`, dropped
+        when the queue or a queued request's state changes): the passes' memo rows live there."""
+        key = ("steady-program", id(self))
+        memo = held.get(key)
+        fresh = memo is None
         if fresh:
-            self.memo_key[0] = (waiting, swapped, written)
+            memo = held[key] = np.zeros((self.codes.size, MEMO_WIDTH), dtype=np.int64)
         else:
             self.memo_kept[0] += 1
         flags, order, rows = run_steady(self.codes, self.options, self.first_write, len(self.writes), D, ST, NB,
-                                        running, waiting, swapped, sc, self.memo, fresh)
+                                        running, waiting, swapped, sc, memo, fresh)
         if not flags[0]:
             return None
         return (order if flags[1] else None), tuple(zip(self.writes, rows, strict=True))

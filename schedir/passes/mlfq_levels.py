@@ -60,32 +60,6 @@ def place_levels(level: np.ndarray, start: np.ndarray, last_run: np.ndarray, pro
     return out
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _hold(rows: np.ndarray, level: np.ndarray, start: np.ndarray, last_run: np.ndarray, prompt: np.ndarray,
-          prefill: np.ndarray, decode: np.ndarray, step: int, quantum: int, ratio: int, levels: int,
-          prefill_cost: int, starve_steps: int) -> bool:
-    for r in rows:
-        lv, st, last = _place(level[r], start[r], last_run[r], prompt[r], prefill[r], decode[r], step, quantum,
-                              ratio, levels, prefill_cost, starve_steps)
-        if lv != level[r] or st != start[r] or last != last_run[r]:
-            return False
-    return True
-
-
-@numba.njit(cache=True, nogil=True)
-def levels_hold(running: np.ndarray, waiting: np.ndarray, swapped: np.ndarray, level: np.ndarray, start: np.ndarray,
-                last_run: np.ndarray, prompt: np.ndarray, prefill: np.ndarray, decode: np.ndarray, step: int,
-                quantum: int, ratio: int, levels: int, prefill_cost: int, starve_steps: int) -> bool:
-    """Whether `place_levels` changes none of the three queues' rows (the columns are indexed by
-    row id: the runtime's whole-table views, so a steady step gathers nothing)."""
-    return (_hold(running, level, start, last_run, prompt, prefill, decode, step, quantum, ratio, levels,
-                  prefill_cost, starve_steps)
-            and _hold(waiting, level, start, last_run, prompt, prefill, decode, step, quantum, ratio, levels,
-                      prefill_cost, starve_steps)
-            and _hold(swapped, level, start, last_run, prompt, prefill, decode, step, quantum, ratio, levels,
-                      prefill_cost, starve_steps))
-
-
 NEVER = np.iinfo(np.int64).max
 
 
@@ -102,6 +76,29 @@ def _next_change(rows: np.ndarray, level: np.ndarray, start: np.ndarray, last_ru
         if lv > 0:  # `_place`'s starvation rule promotes it at this step
             first = min(first, last + starve_steps)
     return first
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _hold(rows: np.ndarray, level: np.ndarray, start: np.ndarray, last_run: np.ndarray, prompt: np.ndarray,
+          prefill: np.ndarray, decode: np.ndarray, step: int, quantum: int, ratio: int, levels: int,
+          prefill_cost: int, starve_steps: int) -> bool:
+    """`place_levels` changes none of `rows` this step."""
+    return _next_change(rows, level, start, last_run, prompt, prefill, decode, step, quantum, ratio, levels,
+                        prefill_cost, starve_steps) > step
+
+
+@numba.njit(cache=True, nogil=True)
+def levels_hold(running: np.ndarray, waiting: np.ndarray, swapped: np.ndarray, level: np.ndarray, start: np.ndarray,
+                last_run: np.ndarray, prompt: np.ndarray, prefill: np.ndarray, decode: np.ndarray, step: int,
+                quantum: int, ratio: int, levels: int, prefill_cost: int, starve_steps: int) -> bool:
+    """Whether `place_levels` changes none of the three queues' rows (the columns are indexed by
+    row id: the runtime's whole-table views, so a steady step gathers nothing)."""
+    return (_hold(running, level, start, last_run, prompt, prefill, decode, step, quantum, ratio, levels,
+                  prefill_cost, starve_steps)
+            and _hold(waiting, level, start, last_run, prompt, prefill, decode, step, quantum, ratio, levels,
+                      prefill_cost, starve_steps)
+            and _hold(swapped, level, start, last_run, prompt, prefill, decode, step, quantum, ratio, levels,
+                      prefill_cost, starve_steps))
 
 
 @numba.njit(cache=True, nogil=True)

@@ -231,6 +231,9 @@ class MlfqOrder(StepPass):
         `waiting_window` leaves them), as `run` sorts the waiting and swapped jobs."""
         if self.queue != "waiting" or ctx.column_of is None or ctx.state_of is None:
             return None
+        return ctx.shared(("mlfq-rank", self), lambda: self._rank(ctx))  # type: ignore[return-value]
+
+    def _rank(self, ctx: WindowContext) -> tuple[np.ndarray, np.ndarray] | None:
         placed = ctx.memo.get("mlfq-placed-levels")
         swapped = ctx.swapped if self.preemption == "swap" else _NONE
         if placed is None:  # no mlfq-levels before it: the levels as they stand

@@ -796,11 +796,17 @@ class Scheduler:
         ctx.step = step
         ctx.swapped = self.swapped
         ctx.host_free_blocks = self._host_free()
+        ctx.queued_memo = self._queued_answers(waiting)
+        return ctx
+
+    def _queued_answers(self, waiting: np.ndarray) -> dict:
+        """The answers held over the queued requests (`WindowContext.queued`, the steady program's
+        memo): kept while `waiting` and the swapped queue are the same arrays (the runtime replaces
+        a queue array when the queue changes) and no queued request's state was written."""
         held = self._queued_memo
         if held[0] is not waiting or held[1] is not self.swapped or held[2] != self._queued_state_writes:
             held = self._queued_memo = (waiting, self.swapped, self._queued_state_writes, {})
-        ctx.queued_memo = held[3]
-        return ctx
+        return held[3]
 
     def _host_free(self) -> int:
         """The host tier's free blocks as the step's `host_free_blocks` fact shows them (-1: no
@@ -884,7 +890,7 @@ class Scheduler:
                        cfg.max_num_batched_tokens, cfg.max_model_len), dtype=np.int64)
         table = self.table
         return (table.data, table.state, self.pool.nblk, self.running, self.waiting, self.swapped, sc,
-                self._queued_state_writes)
+                self._queued_answers(self.waiting))
 
     def _steady_radix(self, step: int, rows: np.ndarray) -> SchedulerOutput | None:
         """`_steady_step` on the radix pool: each of `rows` (the batch, in its order) gets one more
