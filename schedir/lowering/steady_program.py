@@ -17,7 +17,7 @@ inherit its parent's kernel) and none writes scheduler state (constants, transit
 asked in Python). The answers are the same as asking the passes (tested step by step; `python
 benchmarks/parity_fuzz.py --steady` checks the steady steps against the IR). Lowered: FastServe's
 `mlfq-*` passes, whose four Python answers cost 2-3x `vllm`'s whole steady step; the program
-makes `fastserve`'s step 0.66x / 0.75x at 32 / 256 running (`python benchmarks/steady_answers.py`).
+makes `fastserve`'s step 0.64x / 0.76x at 32 / 256 running (`python benchmarks/steady_answers.py`).
 Lowering v0's and `memory-aware-preemption`'s answers was tried and measured slower (1.15-1.6x):
 each is one cheap kernel already, below the program's dispatch and inputs.
 """
