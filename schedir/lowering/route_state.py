@@ -23,7 +23,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from schedir.ir.route_step import _rows_of, chains_by_row, prefix_hit_kernel
+from schedir.ir.route_step import _rows_of, chains_by_row, lower_bound, prefix_hit_kernel
 
 # the fleet's and the arrivals' columns as the kernel takes them (F[i], A[i])
 FLEET_LAYOUT = ("id", "role", "queued", "running", "free_blocks", "total_blocks", "position", "queued_tokens",
@@ -77,7 +77,7 @@ def rows_in(source: np.ndarray, query: np.ndarray) -> np.ndarray:
             return _rows_of(source, query)
     out = np.full(query.size, -1, dtype=np.int64)
     for i in range(query.size):
-        j = np.searchsorted(source, query[i])
+        j = lower_bound(source, query[i])
         if j < source.size and source[j] == query[i]:
             out[i] = j
     return out
@@ -181,13 +181,31 @@ def route_picks(F, A, S, rows: np.ndarray, hits: np.ndarray, pick: np.ndarray, b
                 cache_why: int, other_why: int) -> None:
     """A cache-aware choice's `cluster.route`: arrival `rows[i]` (hits `hits[i]`) to fleet row
     `pick[i]` where one was picked, why `cache_why` where picked for its cache, else `other_why`."""
-    ok = np.flatnonzero(pick >= 0)
-    inst = pick[ok]
-    why = np.where(by_cache[ok] == 1, cache_why, other_why)
-    hit = np.empty(ok.size, dtype=np.int64)
-    for i in range(ok.size):
-        hit[i] = hits[ok[i], inst[i]]
-    route(F, A, S, rows[ok], inst, why, inst, hit)
+    n = 0
+    for i in range(pick.size):
+        if pick[i] >= 0:
+            n += 1
+    if n == 0:
+        return
+    decided, extra, cols = S[0], S[1], S[4]
+    r = _open(S, ROUTE, -1)
+    c = S[5][1]
+    for i in range(pick.size):  # `route` of the picked rows, written in place (no temporaries)
+        j = pick[i]
+        if j < 0:
+            continue
+        cols[0, c] = A[A_ID][rows[i]]
+        cols[1, c] = F[F_ID][j]
+        cols[2, c] = F[F_ID][j]
+        cols[3, c] = hits[i, j]
+        cols[4, c] = cache_why if by_cache[i] == 1 else other_why
+        cols[5, c] = rows[i]
+        cols[6, c] = j
+        cols[7, c] = j
+        decided[rows[i]] = True
+        extra[j] += 1
+        c += 1
+    _close(S, r, n)
 
 
 @nb.njit(cache=True)

@@ -129,26 +129,52 @@ def slo_miss_kernel(prompt: np.ndarray, hits: np.ndarray, queued_tokens: np.ndar
     arrays): best TTFT over the instances that prefill, best TBT over those that decode; True
     where either misses its SLO (x `slack`; an SLO of 0 is none). Same arithmetic, same order,
     as the formulas in the pass's docstring, so the same floats."""
-    k, m = hits.shape
-    tbt = np.inf
-    for j in range(m):
-        if role[j] != prefill_role:
-            t = (decode_us + per_running_us * (running[j] + 1)) / 1e3
-            if t < tbt:
-                tbt = t
+    k = hits.shape[0]
+    tbt = best_tbt_ms(running, role, decode_us, per_running_us, prefill_role)
     miss = np.zeros(k, dtype=np.bool_)
     for i in range(k):
-        ttft = np.inf
-        for j in range(m):
-            if role[j] != decode_role:
-                uncached = max(prompt[i] - hits[i, j] * block_tokens, 1)
-                t = (queued_tokens[j] + uncached) / prefill_per_us / 1e3
-                if t < ttft:
-                    ttft = t
-        ttft_slo = float(ttft_slo_ms[i]) * slack
-        tbt_slo = float(tbt_slo_ms[i]) * slack
-        miss[i] = (ttft_slo > 0 and ttft > ttft_slo) or (tbt_slo > 0 and tbt > tbt_slo)
+        ttft = best_ttft_ms(prompt[i], hits, i, queued_tokens, role, block_tokens, prefill_per_us, decode_role)
+        miss[i] = slo_missed(ttft, tbt, ttft_slo_ms[i], tbt_slo_ms[i], slack)
     return miss
+
+
+@nb.njit(cache=True)
+def best_tbt_ms(running: np.ndarray, role: np.ndarray, decode_us: float, per_running_us: float,
+                prefill_role: int) -> float:
+    """The least predicted decode step (ms) over the instances that decode: a step at their
+    running batch + 1. The division is monotone, so it is taken once, of the least numerator
+    (the same float as the least quotient)."""
+    best = np.inf
+    for j in range(running.size):
+        if role[j] != prefill_role:
+            t = decode_us + per_running_us * (running[j] + 1)
+            if t < best:
+                best = t
+    return best / 1e3
+
+
+@nb.njit(cache=True)
+def best_ttft_ms(prompt: int, hits: np.ndarray, i: int, queued_tokens: np.ndarray, role: np.ndarray,
+                 block_tokens: int, prefill_per_us: float, decode_role: int) -> float:
+    """The least predicted TTFT (ms) of request row i over the instances that prefill: tokens
+    queued there plus its uncached tokens, at the prefill rate (divided once, as above)."""
+    best = -1
+    for j in range(queued_tokens.size):
+        if role[j] != decode_role:
+            tokens = queued_tokens[j] + max(prompt - hits[i, j] * block_tokens, 1)
+            if best < 0 or tokens < best:
+                best = tokens
+    if best < 0:
+        return np.inf
+    return best / prefill_per_us / 1e3
+
+
+@nb.njit(cache=True)
+def slo_missed(ttft: float, tbt: float, ttft_slo_ms: int, tbt_slo_ms: int, slack: float) -> bool:
+    """True where either prediction misses its SLO (x `slack`; an SLO of 0 is none)."""
+    ttft_slo = float(ttft_slo_ms) * slack
+    tbt_slo = float(tbt_slo_ms) * slack
+    return (ttft_slo > 0 and ttft > ttft_slo) or (tbt_slo > 0 and tbt > tbt_slo)
 
 
 @nb.njit(cache=True)
@@ -172,42 +198,58 @@ def _moves_us(src_pos: np.ndarray, dst_pos: np.ndarray, nbytes: np.ndarray, intr
 
 
 @nb.njit(cache=True)
+def pull_one(hits: np.ndarray, i: int, at: int, position: np.ndarray, block_tokens: int, kv_bytes_per_token: int,
+             intra_gbs: float, inter_gbs: float, intra_latency_us: float, inter_latency_us: float,
+             prefill_per_us: float) -> tuple[int, int, float, int]:
+    """topology-distance's test for one routed request (row i of `hits`, routed to column `at`):
+    the nearest instance with the longest hit as the source, and whether moving the extra blocks
+    over the link (`one_move_us`) beats recomputing them. Returns (source column, bytes, gain µs,
+    the longest hit); source -1 where nothing moves."""
+    m = hits.shape[1]
+    have = hits[i, at]
+    best = hits[i, 0]
+    for j in range(1, m):
+        if hits[i, j] > best:
+            best = hits[i, j]
+    if best <= have:
+        return -1, 0, 0.0, best
+    here = position[at]
+    pick = -1
+    near = 0
+    for j in range(m):
+        if hits[i, j] == best:
+            d = abs(position[j] - here)
+            if pick < 0 or d < near:
+                pick = j
+                near = d
+    extra = best - have
+    size = extra * block_tokens * kv_bytes_per_token
+    move = one_move_us(position[pick], here, size, intra_gbs, inter_gbs, intra_latency_us, inter_latency_us)
+    g = extra * block_tokens / prefill_per_us - move
+    if g > 0:
+        return pick, size, g, best
+    return -1, 0, 0.0, best
+
+
+@nb.njit(cache=True)
 def pull_kernel(hits: np.ndarray, inst: np.ndarray, skip: np.ndarray, position: np.ndarray, block_tokens: int,
                 kv_bytes_per_token: int, intra_gbs: float, inter_gbs: float, intra_latency_us: float,
                 inter_latency_us: float, prefill_per_us: float):
-    """topology-distance's test per routed request (row i of `hits`, routed to column `inst[i]`,
-    `skip[i]` for one that moves its KV anyway): the nearest instance with the longest hit as the
-    source, and whether moving the extra blocks over the link (`link_us`'s model) beats
-    recomputing them. Returns (requests kept, source column, bytes, gain µs), in request order;
-    the same arithmetic, in the same order, as the numpy formulas it replaces."""
-    k, m = hits.shape
+    """`pull_one` per routed request (row i of `hits`, routed to column `inst[i]`, `skip[i]` for
+    one that moves its KV anyway). Returns (requests kept, source column, bytes, gain µs), in
+    request order; the same arithmetic, in the same order, as the numpy formulas it replaces."""
+    k = hits.shape[0]
     want = np.empty(k, dtype=np.int64)
     src = np.empty(k, dtype=np.int64)
     nbytes = np.empty(k, dtype=np.int64)
     gain = np.empty(k, dtype=np.float64)
     n = 0
     for i in range(k):
-        have = hits[i, inst[i]]
-        best = hits[i, 0]
-        for j in range(1, m):
-            if hits[i, j] > best:
-                best = hits[i, j]
-        if best <= have or skip[i]:
+        if skip[i]:
             continue
-        here = position[inst[i]]
-        pick = -1
-        near = 0
-        for j in range(m):
-            if hits[i, j] == best:
-                d = abs(position[j] - here)
-                if pick < 0 or d < near:
-                    pick = j
-                    near = d
-        extra = best - have
-        size = extra * block_tokens * kv_bytes_per_token
-        move = one_move_us(position[pick], here, size, intra_gbs, inter_gbs, intra_latency_us, inter_latency_us)
-        g = extra * block_tokens / prefill_per_us - move
-        if g > 0:
+        pick, size, g, _ = pull_one(hits, i, inst[i], position, block_tokens, kv_bytes_per_token, intra_gbs,
+                                    inter_gbs, intra_latency_us, inter_latency_us, prefill_per_us)
+        if pick >= 0:
             want[n] = i
             src[n] = pick
             nbytes[n] = size

@@ -11,7 +11,7 @@ import numpy as np
 from schedir.dialects.codes import Role, Why
 from schedir.ir.route_step import RouteView
 from schedir.lowering import route_state as rs
-from schedir.passes.route_kernels import CostOptions, slo_miss_kernel
+from schedir.passes.route_kernels import CostOptions, best_tbt_ms, best_ttft_ms, slo_miss_kernel, slo_missed
 
 _SLO, _PREFILL, _DECODE = int(Why.SLO), int(Role.PREFILL), int(Role.DECODE)
 
@@ -20,13 +20,19 @@ _SLO, _PREFILL, _DECODE = int(Why.SLO), int(Role.PREFILL), int(Role.DECODE)
 def slo_early_reject_lowered(F, A, P, S, o) -> None:  # noqa: ANN001
     """`SloEarlyReject.run` inside the routing program (the fleet's `queued_tokens`); `o` = (slack,
     block tokens, the cost model's rates)."""
-    rows = rs.pending(S)
-    if rows.size == 0:
-        return
-    miss = slo_miss_kernel(A[rs.A_PROMPT][rows], S[2][rows], F[rs.F_QUEUED_TOKENS], F[rs.F_RUNNING], F[rs.F_ROLE],
-                           A[rs.A_TTFT][rows], A[rs.A_TBT][rows], o[0], int(o[1]), o[2], o[3], o[4], _PREFILL,
-                           _DECODE)
-    rs.reject(A, S, rows[miss], _SLO)
+    decided, hits = S[0], S[2]
+    tbt = best_tbt_ms(F[rs.F_RUNNING], F[rs.F_ROLE], o[3], o[4], _PREFILL)
+    miss = np.empty(decided.size, dtype=np.int64)
+    n = 0
+    for i in range(decided.size):  # the pending rows, tested in place (`slo_miss_kernel`, row by row)
+        if decided[i]:
+            continue
+        ttft = best_ttft_ms(A[rs.A_PROMPT][i], hits, i, F[rs.F_QUEUED_TOKENS], F[rs.F_ROLE], int(o[1]), o[2],
+                            _DECODE)
+        if slo_missed(ttft, tbt, A[rs.A_TTFT][i], A[rs.A_TBT][i], o[0]):
+            miss[n] = i
+            n += 1
+    rs.reject(A, S, miss[:n], _SLO)
 
 
 @dataclass(frozen=True)

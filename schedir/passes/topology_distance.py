@@ -12,39 +12,54 @@ from schedir.dialects.cluster import ReplicateOp
 from schedir.dialects.codes import Why
 from schedir.ir.route_step import RouteView, positions
 from schedir.lowering import route_state as rs
-from schedir.passes.route_kernels import LinkOptions, pull_kernel
+from schedir.passes.route_kernels import LinkOptions, pull_kernel, pull_one
 
 _DISAGGREGATED = int(Why.DISAGGREGATED)
 
 
 @nb.njit(cache=True)
 def topology_distance_lowered(F, A, P, S, o) -> None:  # noqa: ANN001
-    """`TopologyDistance.run` inside the routing program; `o` = `LinkOptions.link_options`."""
-    rows, inst, whys = rs.routed_rows(S)
-    if rows.size == 0 or not S[6]:
+    """`TopologyDistance.run` inside the routing program; `o` = `LinkOptions.link_options`. The
+    routes are read from the log in place and each tested by `pull_one` (the Python pass's
+    `pull_kernel`, request by request): no temporaries but the moves'."""
+    if not S[6]:
         return
-    hits = S[2][rows]
-    want, src, nbytes, gain = pull_kernel(hits, inst, whys == _DISAGGREGATED, F[rs.F_POSITION], int(o[0]),
-                                          int(o[1]), o[2], o[3], o[4], o[5], o[6])
-    if want.size == 0:
-        return
+    hits, records, cols, counts = S[2], S[3], S[4], S[5]
     chain, starts = P[2], P[3]
-    last = np.empty(want.size, dtype=np.int64)
-    for j in range(want.size):
-        best = hits[want[j], 0]
-        for c in range(1, hits.shape[1]):
-            best = max(best, hits[want[j], c])
-        last[j] = chain[starts[rows[want[j]]] + best - 1]  # the hash ending the moved chain
-    dst = inst[want]
-    keep = np.zeros(want.size, dtype=np.bool_)  # one move per (chain, target), the first
-    for j in range(want.size):
-        keep[j] = True
-        for i in range(j):
-            if keep[i] and last[i] == last[j] and dst[i] == dst[j]:
-                keep[j] = False
-                break
-    at = np.flatnonzero(keep)
-    rs.replicate(F, P, S, last[at], src[at], dst[at], nbytes[at], np.rint(gain[at]).astype(np.int64))
+    n = 0
+    for r in range(counts[0]):
+        if records[0, r] == rs.ROUTE:
+            n += records[2, r] - records[1, r]
+    if n == 0:
+        return
+    last = np.empty(n, dtype=np.int64)  # the hash ending the moved chain
+    src = np.empty(n, dtype=np.int64)
+    dst = np.empty(n, dtype=np.int64)
+    nbytes = np.empty(n, dtype=np.int64)
+    gain = np.empty(n, dtype=np.int64)
+    n = 0
+    for r in range(counts[0]):  # the routes made so far, in order (`rs.routed_rows`)
+        if records[0, r] != rs.ROUTE:
+            continue
+        for c in range(records[1, r], records[2, r]):
+            if cols[4, c] == _DISAGGREGATED:  # moves its KV anyway (cluster.transfer)
+                continue
+            row, at = cols[5, c], cols[6, c]
+            pick, size, g, best = pull_one(hits, row, at, F[rs.F_POSITION], int(o[0]), int(o[1]), o[2], o[3], o[4],
+                                           o[5], o[6])
+            if pick < 0:
+                continue
+            h = chain[starts[row] + best - 1]
+            seen = False  # one move per (chain, target), the first
+            for j in range(n):
+                if last[j] == h and dst[j] == at:
+                    seen = True
+                    break
+            if seen:
+                continue
+            last[n], src[n], dst[n], nbytes[n], gain[n] = h, pick, at, size, np.rint(g)
+            n += 1
+    rs.replicate(F, P, S, last[:n], src[:n], dst[:n], nbytes[:n], gain[:n])
 
 
 @dataclass(frozen=True)

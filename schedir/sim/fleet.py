@@ -43,6 +43,7 @@ from schedir.ir.errors import PipelineError
 from schedir.ir.pipeline import Instrumentation, PassManager
 from schedir.ir.route_arrays import ArrayRouteSteps, RouteArrays
 from schedir.ir.route_step import RouteStep, build_route_step, route_steps_of
+from schedir.lowering import route_state as rs
 from schedir.lowering.route_program import lower_router
 from schedir.passes.route_kernels import LinkOptions
 from schedir.sim.config import SimConfig
@@ -291,7 +292,7 @@ class FleetSimulator:
 
     def run(self, workload: Workload, progress: Progress | None = None, progress_every: int = 500) -> FleetResult:
         cfg, fc = self.engine_config, self.fleet_config
-        n, m = len(workload), fc.instances
+        m = fc.instances
         arrivals = np.asarray(workload.arrival_s, dtype=np.float64)
         reqs = RequestLog(arrivals, workload.input_len, workload.output_len)
         logs = [StepLog(1024) for _ in range(m)]
@@ -362,14 +363,15 @@ class FleetSimulator:
             t0 = time.perf_counter()
             ids = np.asarray(batch, dtype=np.int64)
             live = np.flatnonzero(alive)
-            f = np.ascontiguousarray(instances.facts(live).T)  # a contiguous row per fact
-            fleet = {"id": live, "role": roles[live], "queued": f[0], "running": f[1],
-                     "free_blocks": f[3], "total_blocks": f[4], "position": position[live],
-                     "queued_tokens": f[2],
-                     "digest_blocks": np.array([len(index.lru[i]) for i in live.tolist()], np.int64)}
+            f = instances.facts(live).T  # a row per fact (FACTS order)
             k = ids.size
-            arr = {"id": ids, "prompt": input_len[ids], "output": output_len[ids],
-                   "ttft_slo_ms": np.full(k, ttft_ms, np.int64), "tbt_slo_ms": np.full(k, tbt_ms, np.int64)}
+            F = np.empty((len(rs.FLEET_LAYOUT), live.size), dtype=np.int64)  # the lowered router's layout
+            F[rs.F_ID], F[rs.F_ROLE], F[rs.F_POSITION] = live, roles[live], position[live]
+            F[rs.F_QUEUED], F[rs.F_RUNNING], F[rs.F_QUEUED_TOKENS], F[rs.F_FREE], F[rs.F_TOTAL] = f
+            F[rs.F_DIGEST_BLOCKS] = [len(index.lru[i]) for i in live.tolist()]
+            A = np.empty((len(rs.ARRIVAL_LAYOUT), k), dtype=np.int64)
+            A[rs.A_ID], A[rs.A_PROMPT], A[rs.A_OUTPUT] = ids, input_len[ids], output_len[ids]
+            A[rs.A_TTFT], A[rs.A_TBT] = ttft_ms, tbt_ms
             starts, ends = offsets[ids], offsets[ids + 1]
             counts = ends - starts
             p_id = np.repeat(ids, counts)
@@ -382,23 +384,25 @@ class FleetSimulator:
             dumped = bool(dumps) and (dumps == "all" or route_step_no in dumps)
             if program is not None and not dumped:  # the pipeline lowered: one kernel call
                 t1 = time.perf_counter()
-                decisions = program.run(route_step_no, round(at * 1e6), fleet, arr, pairs, (p_id, p_hash)).decisions()
+                decisions = [(kind, cols) for kind, _, cols in program.decide(F, A, pairs, (p_id, p_hash))]
             else:
+                fleet, arr = dict(zip(rs.FLEET_LAYOUT, F, strict=True)), dict(zip(rs.ARRIVAL_LAYOUT, A, strict=True))
                 built = (build_route_step(route_step_no, round(at * 1e6), fleet, arr, pairs, (p_id, p_hash))
                          if dumped else skeleton.build(route_step_no, round(at * 1e6), fleet, arr, pairs,
                                                        (p_id, p_hash)))
                 t1 = time.perf_counter()
-                decisions = self._decide(manager, built, dumped, route_step_no)
+                decisions = [(kind, {name: v.tolist() for name, v in cols.items()})
+                             for kind, cols in self._decide(manager, built, dumped, route_step_no)]
             route_step_no += 1
             stats["pipeline_wall_s"] += time.perf_counter() - t1  # type: ignore[operator]
-            decided = np.zeros(0, dtype=np.int64)
+            decided: list[int] = []
             moves: list[tuple[bool, int, int, int, int]] = []  # (migrate, hash, src, dst, bytes)
             adds: dict[int, tuple[list[int], list[int]]] = {}  # instance -> (requests, max tokens), routing order
             for kind, cols in decisions:
                 if kind is RouteOp:
                     rid, inst, dec, why = cols["id"], cols["instance"], cols["decode"], cols["why"]
-                    decided = np.concatenate([decided, rid])
-                    for r, i, j, w in zip(rid.tolist(), inst.tolist(), dec.tolist(), why.tolist(), strict=True):
+                    decided += rid
+                    for r, i, j, w in zip(rid, inst, dec, why, strict=True):
                         split = j != i and max_tokens[r] > 1
                         queue = adds.get(i)
                         if queue is None:
@@ -416,21 +420,20 @@ class FleetSimulator:
                         stats["why"][name] = stats["why"].get(name, 0) + 1  # type: ignore[index]
                 elif kind is RejectOp:
                     rid, why = cols["id"], cols["why"]
-                    decided = np.concatenate([decided, rid])
-                    for r, w in zip(rid.tolist(), why.tolist(), strict=True):
+                    decided += rid
+                    for r, w in zip(rid, why, strict=True):
                         reject_why[r] = reqs.rejected[r] = f"router: {keyword(Why, w)}"
                         settled[r] = True
                         done += 1
                 elif kind is ReplicateOp or kind is MigrateOp:
                     key = "replicas" if kind is ReplicateOp else "migrations"
                     stats[key] += len(cols["hash"])  # type: ignore[operator]
-                    stats["replica_bytes"] += int(cols["bytes"].sum())  # type: ignore[operator]
-                    lists = [cols[c].tolist() for c in ("hash", "src", "dst", "bytes")]
+                    stats["replica_bytes"] += sum(cols["bytes"])  # type: ignore[operator]
+                    lists = [cols[c] for c in ("hash", "src", "dst", "bytes")]
                     moves.extend((kind is MigrateOp, *move) for move in zip(*lists, strict=True))
                 elif kind is TransferOp:
                     stats["transfers"] += len(cols["id"])  # type: ignore[operator]
-                    for r, j, lat in zip(cols["id"].tolist(), cols["dst"].tolist(), cols["latency_us"].tolist(),
-                                         strict=True):
+                    for r, j, lat in zip(cols["id"], cols["dst"], cols["latency_us"], strict=True):
                         if r in handoff:
                             handoff[r] = (j, lat * 1e-6)
             left = ids[~np.isin(ids, decided)]
@@ -672,13 +675,13 @@ class FleetSimulator:
                                  "finished": int(((instance_of == i) & (finish_count > 0)).sum()),
                                  "steps": int(log.size), "gpu_busy_s": busy,
                                  "mean_running": float(log.column("num_reqs").mean()) if log.size else 0.0})
-        rs = int(stats["route_steps"])  # type: ignore[arg-type]
+        route_steps = int(stats["route_steps"])  # type: ignore[arg-type]
         routed = max(int(stats["routed"]), 1)  # type: ignore[arg-type]
         load = _load_series(logs)
         rejected = sorted(reqs.rejected)
         routed_at = np.where(finish_count > 0, instance_of, -1)
         fleet_info = {"router": fc.router, "pipeline": manager.spec, "instances": m,
-                      "route_steps": rs, "routed": stats["routed"],
+                      "route_steps": route_steps, "routed": stats["routed"],
                       # the whole router (fleet state, IR, pipeline, queueing on the instances) and
                       # the routing step alone (IR built and run), per routed request
                       "route_us_per_request": float(stats["route_wall_s"]) * 1e6 / routed,  # type: ignore[arg-type]

@@ -208,9 +208,15 @@ class RayInstances:
         self.on_close = on_close
         self.actors = list(actors)
         shared = ray.put(workload)
+        resets = [a.reset.remote(config, sizes, shared, kind) for a in self.actors]
         try:
-            ray.get([a.reset.remote(config, sizes, shared, kind) for a in self.actors], timeout=READY_TIMEOUT_S)
+            ray.get(resets, timeout=READY_TIMEOUT_S)
         except ray.exceptions.RayTaskError as e:
+            for ref in resets:  # every actor fails alike: fetch each error, or Ray logs the rest later,
+                try:  # a traceback after the one-line error (and into the next run of a test process)
+                    ray.get(ref, timeout=READY_TIMEOUT_S)
+                except Exception:  # noqa: BLE001, S110 - the first one is the error reported
+                    pass
             raise own_error(e) from None
         except ray.exceptions.GetTimeoutError:
             cpus = ray.cluster_resources().get("CPU", 0)
