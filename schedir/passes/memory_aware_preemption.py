@@ -37,12 +37,13 @@ def _ran(computed: np.ndarray, seen: np.ndarray) -> np.ndarray:
 
 
 @numba.njit(cache=True, nogil=True)
-def steady_tracking(running: np.ndarray, waiting: np.ndarray, computed: np.ndarray, prompt: np.ndarray,
+def steady_tracking(running: np.ndarray, most_urgent: int, computed: np.ndarray, prompt: np.ndarray,
                     priority: np.ndarray, seen: np.ndarray, last: np.ndarray,
                     step: int) -> tuple[bool, np.ndarray, np.ndarray]:
     """A steady step's answer in one pass over whole-table views indexed by row id: (whether a
-    running decode is less urgent than the most urgent waiting request, so that the pass could
-    preempt; computed now and last run per running request: `_track`'s writes, its `_ran` rule)."""
+    running decode is less urgent than `most_urgent`, the waiting queue's least priority value,
+    so that the pass could preempt; computed now and last run per running request: `_track`'s
+    writes, its `_ran` rule)."""
     n = running.size
     now = np.empty(n, dtype=np.int64)
     last_run = np.empty(n, dtype=np.int64)
@@ -54,10 +55,15 @@ def steady_tracking(running: np.ndarray, waiting: np.ndarray, computed: np.ndarr
         last_run[i] = step - 1 if (c > s and s >= 0) or (s < 0 and c > 0) else last[r]
         if c >= prompt[r] and priority[r] > least_urgent:
             least_urgent = priority[r]
-    most_urgent = np.iinfo(np.int64).max
-    for r in waiting:
-        most_urgent = min(most_urgent, priority[r])
     return least_urgent > most_urgent, now, last_run
+
+
+def waiting_urgency_and_blocks(waiting: np.ndarray, priority: np.ndarray, total: np.ndarray,
+                               block_size: int) -> tuple[int, int]:
+    """(the waiting queue's most urgent priority value, the blocks its requests' tokens fill):
+    what a steady step reads of the queue, held while the queue stays as it is."""
+    most_urgent = int(priority[waiting].min()) if waiting.size else int(np.iinfo(np.int64).max)
+    return most_urgent, int(blocks_for(total[waiting], block_size).sum())
 
 
 def blocks_for(tokens: np.ndarray, block_size: int) -> np.ndarray:
@@ -100,14 +106,16 @@ class MemoryAwarePreemption(StepPass):
         request, or the whole waiting queue's blocks, prefix hits aside, fit beside the running
         requests' growth (so no request is short). Else None: the IR decides."""
         running = ctx.running
-        waiting = ctx.waiting
-        urgent, now, last = steady_tracking(running, waiting, ctx.column_of("computed"), ctx.column_of("prompt"),
-                                            ctx.column_of("priority"), ctx.state_of(SEEN_COMPUTED.name),
-                                            ctx.state_of(LAST_RUN.name), ctx.step)
+        bs = ctx.block_size
+        priority = ctx.column_of("priority")
+        most_urgent, need = ctx.queued(  # the queue's part: held across steady steps (a queue of 5,000)
+            "memory-aware-preemption-urgency-blocks",
+            lambda: waiting_urgency_and_blocks(ctx.waiting, priority, ctx.column_of("total"), bs))
+        urgent, now, last = steady_tracking(running, most_urgent, ctx.column_of("computed"), ctx.column_of("prompt"),
+                                            priority, ctx.state_of(SEEN_COMPUTED.name), ctx.state_of(LAST_RUN.name),
+                                            ctx.step)
         if urgent:  # it could preempt: only if some waiting request is short of blocks
-            bs = ctx.block_size
             growth = np.maximum(blocks_for(ctx.column("total", running), bs) - ctx.column("blocks", running), 0)
-            need = int(blocks_for(ctx.column("total", waiting), bs).sum())
             if need > ctx.free_blocks - int(growth.sum()):
                 return None
         return {SEEN_COMPUTED.name: now, LAST_RUN.name: last}
