@@ -358,12 +358,14 @@ def test_a_full_batch_keeps_a_long_queue_out_of_the_step(pipeline):
     assert len(out.req_ids) == 4  # the batch decodes
 
 
-def _fastserve_overload(ranked: bool, num_blocks: int, seed: int = 9) -> tuple[list[tuple], Scheduler, list[int]]:
+def _fastserve_overload(ranked: bool, num_blocks: int, seed: int = 9, num_cpu_blocks: int = 60,
+                        swapped_sizes: list[tuple[int, int]] | None = None) -> tuple[list[tuple], Scheduler, list[int]]:
     """FastServe behind 4 seats with ~300 waiting (mixed prompt lengths: several skip-join levels,
     demotions and swaps); returns the decisions, the scheduler and the waiting queue's length in
-    each IR step built."""
+    each IR step built (`swapped_sizes`: the swapped queue's and the step's swapped requests, per
+    step built over a ranked window)."""
     cfg = SchedulerConfig(num_blocks=num_blocks, block_size=4, max_num_batched_tokens=64, max_num_seqs=4,
-                          max_model_len=256, pipeline="fastserve", num_cpu_blocks=60)
+                          max_model_len=256, pipeline="fastserve", num_cpu_blocks=num_cpu_blocks)
     sched = Scheduler(cfg, clock=lambda: 0.0)
     if not ranked:
         sched._declared_window = False
@@ -372,6 +374,8 @@ def _fastserve_overload(ranked: bool, num_blocks: int, seed: int = 9) -> tuple[l
 
     def spy(step, waiting, dumping):  # type: ignore[no-untyped-def]
         built.append(waiting.size)
+        if swapped_sizes is not None and sched._ranked_prefix is not None:
+            swapped_sizes.append((sched.swapped.size, sched._ranked_prefix[3].size))
         return real(step, waiting, dumping)
 
     sched._build_and_run = spy  # type: ignore[method-assign]
@@ -385,7 +389,8 @@ def _fastserve_overload(ranked: bool, num_blocks: int, seed: int = 9) -> tuple[l
         decisions.append((tuple(out.req_ids), tuple(out.num_tokens.tolist()), tuple(out.computed.tolist()),
                           tuple(sorted(out.preempted_req_ids | out.swapped_out_req_ids)),
                           out.blocks_to_swap_out.tobytes(), out.blocks_to_swap_in.tobytes(),
-                          sched.table.state[:, np.sort(np.concatenate([sched.running, sched.waiting]))].tobytes()))
+                          sched.table.state[:, np.sort(np.concatenate([sched.running, sched.waiting,
+                                                                       sched.swapped]))].tobytes()))
         sched.update(out, np.where(out.sampled, 7, -1))
         assert len(decisions) < 50000
     return decisions, sched, built
@@ -415,6 +420,25 @@ def test_fastserve_ir_steps_carry_the_head_of_its_order(num_blocks):
         assert a == b, f"step {step + 1} differs"
 
 
+@pytest.mark.parametrize("num_blocks", [600, 60])
+def test_fastserve_ir_steps_carry_the_head_of_a_long_swapped_queue(num_blocks):
+    """With a host tier large enough that ~150 jobs wait swapped out, FastServe's ranked IR steps
+    carry the head of the swapped queue too (the first max_num_seqs + 16 by rank, and the jobs
+    mlfq-levels moves, `StepPass.swapped_window`): swap-in resumes a job only into a free seat,
+    so its walk stops within that head. Decisions, swaps and every job's state (the swapped ones'
+    levels included) equal the whole queues' at every step."""
+    sizes: list[tuple[int, int]] = []
+    windowed, sched, _ = _fastserve_overload(True, num_blocks, num_cpu_blocks=4000, swapped_sizes=sizes)
+    whole, _, _ = _fastserve_overload(False, num_blocks, num_cpu_blocks=4000)
+    long = [(queue, in_step) for queue, in_step in sizes if queue > 4 + 16]
+    assert len(long) > 100 and max(queue for queue, _ in long) > 100  # the swapped queue grew long
+    assert all(in_step < queue for queue, in_step in long)  # ... and the steps held its head only
+    assert sorted(in_step for _, in_step in long)[len(long) // 2] <= 4 + 16 + 4
+    assert len(windowed) == len(whole)
+    for step, (a, b) in enumerate(zip(windowed, whole, strict=True)):
+        assert a == b, f"step {step + 1} differs"
+
+
 @pytest.mark.parametrize("mutation", ["no exhaustion check", "no swapped check"])
 def test_a_ranked_window_needs_both_checks(mutation, monkeypatch):
     """Without either half of `_ranked_window_held` (admission out of seats or tokens within the
@@ -423,9 +447,9 @@ def test_a_ranked_window_needs_both_checks(mutation, monkeypatch):
     real = Scheduler._ranked_window_held
 
     def mutated(self, module, facts):  # type: ignore[no-untyped-def]
-        head, window, behind = self._ranked_prefix
+        head, window, behind, _ = self._ranked_prefix
         if mutation == "no swapped check":
-            self._ranked_prefix = (head, window, behind[:0])
+            self._ranked_prefix = (head, window, behind[:0], self._ranked_prefix[3])
             return real(self, module, facts)
         from schedir.ir.step import Step
         used = Step(steps_of(module)[0]).usage()

@@ -99,6 +99,14 @@ class StepPass(ModulePass):
         step unless every pass of its pipeline answers; see `schedir.ir.window`)."""
         return None
 
+    def swapped_window(self, ctx: WindowContext) -> np.ndarray | None:
+        """The swapped requests this pass could act on in a step built over a ranked window
+        (`walks_ranked`): their positions in `ctx.swapped`, or None for every one (the default). A
+        ranked walker's None stands for the head of the swapped queue by rank, which the runtime
+        adds (its walk resumes a swapped request only into a free seat, so it stops within the
+        first max_num_seqs + 1 of them); any other pass's None keeps the whole swapped queue."""
+        return None
+
     # it walks the waiting (and swapped) queue in the step's rank order (`waiting_rank`), acting on
     # a request only while a sequence slot and token budget remain (admit-greedy, mlfq-swap-in):
     # where its window is the whole queue, the runtime may build the step over a prefix of that

@@ -20,7 +20,10 @@ past the head and ran out of slots or budget within it, and a swapped request ra
 request left out was not reached (deferred for slots or budget). Where the check fails the step
 is built again over the whole queue, so the decisions are always the whole queue's. A pass that
 frees slots by its own rule (`mlfq-order` displacing running jobs) says so (`frees_seats`), so
-admission does not answer "nobody" from `seats_stay_taken`.
+admission does not answer "nobody" from `seats_stay_taken`. A long swapped queue gets the same
+treatment (`StepPass.swapped_window`): the step holds the first max_num_seqs + 16 swapped
+requests by rank plus what the passes name (the jobs `mlfq-levels` moves), since a walk that
+resumes a swapped request only into a free seat stops within the first max_num_seqs + 1.
 """
 
 from __future__ import annotations

@@ -64,6 +64,10 @@ class AdmitGreedy(StepPass):
         where an order pass ranks it: `walks_ranked`)."""
         return ctx.nobody_while_seats_stay_taken(self.queue, self.running)
 
+    def swapped_window(self, ctx: WindowContext) -> np.ndarray | None:
+        """Nobody swapped, unless its queue is the swapped one."""
+        return ctx.NONE if self.queue != "swapped" else None
+
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)
         if pending is None:

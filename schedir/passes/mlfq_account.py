@@ -58,6 +58,8 @@ class MlfqAccount(StepPass):
     def waiting_window(self, ctx: WindowContext) -> np.ndarray:
         """Nobody of its own: it accounts what the step scheduled."""
         return ctx.NONE
+
+    swapped_window = waiting_window
     steady_lowered_writes = (SERVED_DECODE.name, LAST_RUN.name)
 
     def steady_lowered_options(self, layout) -> tuple[float, ...]:  # noqa: ANN001

@@ -186,12 +186,25 @@ class MlfqLevels(StepPass):
         `mlfq-order`'s rank (`ctx.shared("mlfq-placed-levels")`)."""
         if ctx.state_of is None or ctx.column_of is None:
             return None
-        state_of = ctx.state_of
         placed = self.placed(ctx, ctx.waiting)
-        level = state_of(LEVEL.name)
-        changed = ((placed[0] != level[ctx.waiting]) | (placed[1] != state_of(LEVEL_START.name)[ctx.waiting])
-                   | (placed[2] != state_of(LAST_RUN.name)[ctx.waiting]))
-        ctx.memo["mlfq-placed-levels"] = (placed[0], self.placed(ctx, ctx.swapped)[0])
+        swapped = ctx.memo[("mlfq-placed-swapped", self)] = self.placed(ctx, ctx.swapped)
+        ctx.memo["mlfq-placed-levels"] = (placed[0], swapped[0])
+        return self._changed(ctx, ctx.waiting, placed)
+
+    def swapped_window(self, ctx: WindowContext) -> np.ndarray | None:
+        """The swapped jobs it places, demotes or promotes in a step built now (as `waiting_window`:
+        a starving one goes back to the top level)."""
+        if ctx.state_of is None or ctx.column_of is None:
+            return None
+        placed = ctx.memo.get(("mlfq-placed-swapped", self))
+        return self._changed(ctx, ctx.swapped, self.placed(ctx, ctx.swapped) if placed is None else placed)
+
+    @staticmethod
+    def _changed(ctx: WindowContext, rows: np.ndarray, placed: np.ndarray) -> np.ndarray:
+        """Positions in `rows` whose placement (`placed`) writes their state."""
+        state_of = ctx.state_of
+        changed = ((placed[0] != state_of(LEVEL.name)[rows]) | (placed[1] != state_of(LEVEL_START.name)[rows])
+                   | (placed[2] != state_of(LAST_RUN.name)[rows]))
         return np.flatnonzero(changed)
 
     def steady_lowered_options(self, layout) -> tuple[float, ...]:  # noqa: ANN001

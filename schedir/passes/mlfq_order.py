@@ -260,6 +260,17 @@ class MlfqOrder(StepPass):
             return None
         return first_by_rank(rank[0], ctx.max_seqs + 1)
 
+    def swapped_window(self, ctx: WindowContext) -> np.ndarray | None:
+        """The swapped jobs its pick can reach: the first max_seqs + 1 by rank, as `waiting_window`
+        (the pick walks swapped and waiting jobs in one order); nobody when it preempts by
+        recompute (it reads no swapped queue then)."""
+        if self.preemption != "swap":
+            return ctx.NONE
+        rank = self.waiting_rank(ctx)
+        if rank is None or self.swapped != "swapped":
+            return None
+        return first_by_rank(rank[1], ctx.max_seqs + 1)
+
     def steady_order(self, ctx: WindowContext) -> np.ndarray | None:
         """The batch in (level, arrival) order, as `run` sorts the running queue (None: already so)."""
         order = self._steady_pick(ctx)[0]

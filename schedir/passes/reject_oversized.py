@@ -58,6 +58,10 @@ class RejectOversized(StepPass):
         """The waiting requests its rule refuses (the runtime flags them at arrival with `oversized`)."""
         return ctx.oversized if self.queue == "waiting" else ctx.NONE
 
+    def swapped_window(self, ctx: WindowContext) -> np.ndarray | None:
+        """Nobody swapped (it judges its own queue), unless its queue is the swapped one."""
+        return ctx.NONE if self.queue != "swapped" else None
+
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)
         if pending is None:

@@ -49,6 +49,10 @@ class ScheduleRunning(StepPass):
         for want of blocks: see `WindowContext.seats_stay_taken`)."""
         return ctx.NONE if self.queue != "waiting" else None
 
+    def swapped_window(self, ctx: WindowContext) -> np.ndarray | None:
+        """Nobody swapped: it schedules its own queue (the running one)."""
+        return ctx.NONE if self.queue != "swapped" else None
+
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)
         if pending is None:

@@ -98,6 +98,8 @@ class VerifyStep(StepPass):
         """Nobody of its own: it checks the decisions on whatever the step holds."""
         return ctx.NONE
 
+    swapped_window = waiting_window
+
     def run(self, step: Step) -> None:
         problems = self.problems(step)
         if problems:

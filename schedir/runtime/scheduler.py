@@ -136,7 +136,7 @@ class Scheduler:
         # computed from the queued requests alone (SteadyProgram.answer's memo, WindowContext.queued)
         self._queued_state_writes = 0
         self._queued_memo: tuple = (None, None, -1, {})  # (waiting, swapped, writes, answers)
-        self._ranked_prefix: tuple | None = None  # (head, window, swapped behind): _waiting_window
+        self._ranked_prefix: tuple | None = None  # (head, window, swapped behind, swapped in step): _waiting_window
         self._ranked_backoff = 0  # window asks to skip after the next ranked window that does not hold
         self._ranked_wait = 0  # ... left to skip now
         self._back = 0  # FCFS key of the next arrival
@@ -517,6 +517,8 @@ class Scheduler:
         pool = self.pool
         d = self.table.data
         running = self.running
+        # a ranked window's swapped queue may be its head too (`_swapped_window`)
+        swapped = self.swapped if self._ranked_prefix is None else self._ranked_prefix[3]
         work_pool = pool.copy() if dumping and self.pool_level else pool
         facts = StepFacts(step=step, token_budget=cfg.max_num_batched_tokens, max_seqs=cfg.max_num_seqs,
                           block_size=cfg.block_size, free_blocks=pool.num_free,
@@ -530,7 +532,7 @@ class Scheduler:
         if self._state_rows.size:
             queues = {"running": self._queue_attr(running, True), "waiting": self._queue_attr(waiting, False)}
             if self.swap_queue:
-                queues["swapped"] = self._queue_attr(self.swapped, False, host_blocks)
+                queues["swapped"] = self._queue_attr(swapped, False, host_blocks)
             state = {n: self.scheduler_state[n] for n in self._state_names} if self._state_names else None
         else:  # the common case, inline: no declared request state
             queues = {"running": ColumnsAttr.of_matrix(_QUEUE_NAMES, queue_columns(d, running, pool.nblk, True),
@@ -538,7 +540,6 @@ class Scheduler:
                       "waiting": ColumnsAttr.of_matrix(_QUEUE_NAMES, queue_columns(d, waiting, pool.nblk, False),
                                                        copy=False) if waiting.size else _NO_REQUESTS}
             if self.swap_queue:
-                swapped = self.swapped
                 queues["swapped"] = (ColumnsAttr.of_matrix(
                     _QUEUE_NAMES, queue_columns(d, swapped, pool.nblk if host_blocks is None else host_blocks,
                                                 host_blocks is not None),
@@ -716,6 +717,7 @@ class Scheduler:
         window = waiting[at]
         if walkers and window.size < waiting.size:
             keys, swapped_keys = rank  # type: ignore[misc]
+            swapped_at = self._swapped_window(ctx, swapped_keys)
             behind = _NO_ROWS
             if swapped_keys.size:
                 # swapped requests ranked after a waiting one left out (equal keys: swapped first, as
@@ -724,14 +726,40 @@ class Scheduler:
                 inside[at] = True
                 left_out = keys[~inside]
                 late = swapped_keys > left_out.min()
+                if swapped_at is not None:  # of those in the step (the rest rank behind them all)
+                    in_step = np.zeros(swapped_keys.size, dtype=np.bool_)
+                    in_step[swapped_at] = True
+                    late &= in_step
                 if late.any():
                     behind = self.swapped[late]
                     extra = inside.copy()
                     extra[prefix] = False
                     if (keys[extra] < swapped_keys[late].max()).any():
                         return waiting  # requests outside the head ranked among them: no ranked window
-            self._ranked_prefix = (waiting[prefix], window, behind)
+            self._ranked_prefix = (waiting[prefix], window, behind,
+                                   self.swapped if swapped_at is None else self.swapped[swapped_at])
         return window
+
+    def _swapped_window(self, ctx: WindowContext, swapped_keys: np.ndarray) -> np.ndarray | None:
+        """Positions in the swapped queue that a step over a ranked window needs: the first
+        max_num_seqs + 16 by the order pass's rank and what each pass names
+        (`StepPass.swapped_window`); None (all of them) for a short queue, or where a pass names
+        none and walks no ranked order. Swapped requests left out rank behind that head; the
+        walk that could resume them resumes one only into a free seat, so it has stopped (or
+        filled every seat) within the head's max_num_seqs + 1 first: they stay swapped, as the
+        whole queue would decide (`_ranked_window_held` checks the rest)."""
+        k = self.config.max_num_seqs + WINDOW_SLACK
+        if swapped_keys.size <= k or swapped_keys.size != self.swapped.size:
+            return None
+        parts = [first_by_rank(swapped_keys, k)]
+        for p in self.manager.passes:
+            at = p.swapped_window(ctx)
+            if at is None:
+                if not p.walks_ranked:
+                    return None
+            elif at.size:
+                parts.append(at)
+        return np.unique(np.concatenate(parts))
 
     def _ranked_head(self, rank: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray | None:
         """Positions in the waiting queue of a ranked window's head: the first max_num_seqs + 16
@@ -751,7 +779,7 @@ class Scheduler:
         and the walkers (`StepPass.walks_ranked`) took nobody ranked after the head and ran out of
         sequence slots or token budget within it, so nobody left out could have been taken.
         Otherwise the runtime builds the step again over the whole queue."""
-        head, window, behind = self._ranked_prefix
+        head, window, behind, _ = self._ranked_prefix
         step = Step(steps_of(module)[0])
         used = step.usage()
         if (used.tokens < facts.token_budget
