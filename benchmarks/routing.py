@@ -4,6 +4,7 @@
     python benchmarks/routing.py --part cost             # µs per routed request at 8 and 64 instances
     python benchmarks/routing.py --part compare --num-requests 3000   # a prefix of the trace
     python benchmarks/routing.py --part compare --num-requests 4000 --rate 10   # near saturation
+    python benchmarks/routing.py --part capacity         # each router's highest rate keeping 90% in SLO
 
 Part 1 (cost) builds a `cluster.route_step` over a synthetic fleet (queues, running
 requests, a digest of the instances' cached prefix blocks) and a batch of arrivals with
@@ -24,6 +25,12 @@ simulated H100s serving Llama-3-8B (the vllm preset on each) behind each router,
 goodput (TTFT <= 2 s and mean TBT <= 100 ms per request), prefix-hit rate, TTFT/TBT
 percentiles and the load each instance carried. The trace is read from ../shared/data/traces
 (not shipped); without it, part 2 is skipped with a message.
+
+Part 3 (capacity, only when asked) measures goodput as DistServe defines it: per router, the
+highest arrival rate at which at least 90% of the trace's first 3,000 requests (rescaled to
+that rate) finish within both SLOs, by bisection between 2 and 16 req/s. At the trace's own
+rate every router keeps most requests within the SLO (part 2), so goodput as requests within
+the SLO per second cannot tell them apart there; the rate each can carry can.
 """
 
 from __future__ import annotations
@@ -168,14 +175,70 @@ def compare(console: Console, args: argparse.Namespace) -> list[dict]:
     return runs
 
 
+def capacity(console: Console, args: argparse.Namespace) -> list[dict]:
+    """Goodput as DistServe defines it: the highest arrival rate at which a router keeps at least
+    `--attainment` of the requests within both SLOs (TTFT <= 2 s, mean TBT <= 100 ms; a rejected
+    request misses), found by bisection (geometric, `--capacity-steps` halvings between the
+    bracket's ends) over the trace's first `--num-requests` requests rescaled to each rate."""
+    if not TRACE.exists():
+        console.print(f"[yellow]skipped the capacity search: {TRACE} is absent[/]")
+        return []
+    workload = load_trace(TRACE).head(args.num_requests or 3000)
+    lo0, hi0 = args.capacity_range
+    console.print(f"[bold]capacity[/] (DistServe's goodput): the highest rate with >= {args.attainment:.0%} of "
+                  f"{len(workload)} requests of {TRACE.name} within the SLOs, {args.instances} x H100, Llama-3-8B, "
+                  f"vllm preset; rates searched in [{lo0:g}, {hi0:g}] req/s")
+    rows = []
+    for router in args.routers.split(","):
+        tried: dict[float, float] = {}
+
+        def attainment(rate: float, router: str = router, tried: dict[float, float] = tried) -> float:
+            sim = FleetSimulator(SimConfig(), FleetConfig(instances=args.instances, router=router))
+            tried[rate] = summarize(sim.run(workload.with_rate(rate)).result)["slo_attainment"]
+            return tried[rate]
+
+        lo, hi = lo0, hi0
+        if attainment(lo) < args.attainment:
+            best = None  # even the bracket's low end misses
+        elif attainment(hi) >= args.attainment:
+            best = hi  # (at least) the high end
+        else:
+            for _ in range(args.capacity_steps):
+                mid = float(np.sqrt(lo * hi))
+                if attainment(mid) >= args.attainment:
+                    lo = mid
+                else:
+                    hi = mid
+            best = lo
+        row = {"router": router, "capacity_req_s": best, "attainment_there": tried.get(best) if best else None,
+               "next_rate_missed": hi if best not in (None, hi0) else None,
+               "tried": dict(sorted(tried.items()))}
+        rows.append(row)
+        console.print(f"  {router}: {'< ' + format(lo0, 'g') if best is None else format(best, '.2f')} req/s "
+                      f"({', '.join(f'{r:.2f}: {a:.1%}' for r, a in sorted(tried.items()))})")
+    base = rows[0]["capacity_req_s"] if rows else None
+    console.print(f"{'router':16s} {'capacity req/s':>15s} {'x ' + rows[0]['router'] if rows else '':>18s}")
+    for row in rows:
+        c = row["capacity_req_s"]
+        ratio = f"{c / base:.2f}x" if c and base else "-"
+        console.print(f"{row['router']:16s} {c if c is None else round(c, 2)!s:>15s} {ratio:>18s}")
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--part", choices=("cost", "compare", "all"), default="all")
+    parser.add_argument("--part", choices=("cost", "compare", "capacity", "all"), default="all",
+                        help="all: cost and compare (capacity runs only when named: ~28 fleet runs)")
     parser.add_argument("--reps", type=int, default=200, help="routing steps timed per configuration")
     parser.add_argument("--num-requests", type=int, help="replay only the trace's first N requests")
     parser.add_argument("--rate", type=float, help="rescale the trace's arrivals to R req/s (default: its own)")
     parser.add_argument("--instances", type=int, default=8)
     parser.add_argument("--routers", default=",".join(ROUTERS))
+    parser.add_argument("--attainment", type=float, default=0.9,
+                        help="capacity: the share of requests within the SLOs a rate must keep (DistServe: 90%%)")
+    parser.add_argument("--capacity-range", type=float, nargs=2, default=(2.0, 16.0), metavar=("LO", "HI"),
+                        help="capacity: the rates (req/s) the search starts between")
+    parser.add_argument("--capacity-steps", type=int, default=5, help="capacity: bisection steps per router")
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args()
     console = Console(width=200)
@@ -184,6 +247,8 @@ def main() -> None:
         out["cost"] = routing_cost(console, args.reps)
     if args.part in ("compare", "all"):
         out["compare"] = compare(console, args)
+    if args.part == "capacity":
+        out["capacity"] = capacity(console, args)
     if args.json:
         args.json.write_text(json.dumps(out, indent=1, default=str))
         console.print(f"wrote {args.json}")
