@@ -228,7 +228,8 @@ def test_which_steady_answers_lower():
 
     sched = Scheduler(SchedulerConfig(pipeline="fastserve", num_cpu_blocks=16))
     program = sched._answers.program
-    assert program is not None and program.writes == ("mlfq_decode", "mlfq_last_run")
+    assert program is not None and program.writes == ("mlfq_level", "mlfq_level_start", "mlfq_decode", "mlfq_last_run")
+    assert program.writer == (0, 0, 3, 3)  # mlfq-levels (a demotion), mlfq-account (every step)
     assert [p.name for p in program.asked] == ["reject-oversized", "schedule-running", "admit-greedy", "verify-step"]
     assert Scheduler(SchedulerConfig(pipeline="vllm-v0", enable_prefix_caching=False))._answers.program is None
     assert Scheduler(SchedulerConfig(pipeline="vllm"))._answers.program is None  # no stateful pass

@@ -91,6 +91,10 @@ class WindowContext:
     # answers computed from the queued requests alone, held by the runtime across steps (`queued`);
     # None outside a runtime that holds them
     queued_memo: dict | None = None
+    # request state of the running requests (aligned with `running`) that the passes asked before
+    # this one answered for a steady step (`StepPass.steady_state`): what the IR would show the
+    # passes after a state write (`mlfq-levels`' demotions, read by `mlfq-order`)
+    batch_state: dict = attrs.field(factory=dict)
 
     NONE: ClassVar[np.ndarray] = np.zeros(0, dtype=np.int64)  # nobody
 

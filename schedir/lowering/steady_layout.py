@@ -9,10 +9,14 @@ holds what the pass reads is fixed when the program is built (`SteadyLayout`) an
 pass as numbers, with its options.
 
 A lowered answer has one signature, `f(D, ST, NB, running, waiting, swapped, sc, o, order,
-rows, w, m) -> int`: -1 when `steady_state` would answer None (the IR decides the step), 0 when
-it answers with no batch order, 1 when it wrote the batch order (positions in `running`) into
-`order`; a pass that writes request state for the batch's rows writes them into `rows[w]`,
-`rows[w + 1]`, ... in the order of its `steady_lowered_writes`.
+rows, w, m, over) -> int`: -1 when `steady_state` would answer None (the IR decides the step),
+0 when it answers with no batch order and writes nothing, 1 when it wrote the batch order
+(positions in `running`) into `order`, 2 when it wrote request state for the batch's rows into
+`rows[w]`, `rows[w + 1]`, ... in the order of its `steady_lowered_writes` (a pass that writes
+sometimes returns 0 the other times). What a pass wrote is what the passes after it read of
+the batch's rows, as the IR shows a state write to the passes after it: `over[r]` is the row
+of `rows` holding `ST[r]`'s values for the running requests (aligned with `running`), -1 where
+no pass wrote it (`running_state`).
 
 `m` is the pass's memo (int64[MEMO_WIDTH]) over the requests that do not run: what its answer
 reads of the waiting and swapped queues, summarised once (`m[MEMO_SET]` 0: not yet; the pass
@@ -30,12 +34,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import attrs
+import numba
+import numpy as np
 
 # the step's facts in `sc`
 SC_STEP, SC_MAX_SEQS, SC_FREE_BLOCKS, SC_BLOCK_SIZE, SC_HOST_FREE, SC_NOW_US, SC_TOKEN_BUDGET, SC_MAX_MODEL_LEN = \
     range(8)
 SC_SIZE = 8
-ASK_IR, ANSWERED, ORDERED = -1, 0, 1  # what a lowered answer returns
+ASK_IR, ANSWERED, ORDERED, WROTE = -1, 0, 1, 2  # what a lowered answer returns
 MEMO_WIDTH = 4  # a pass's memo: m[MEMO_SET] (0: empty), then its summary in m[1:]
 MEMO_SET = 0
 
@@ -53,3 +59,11 @@ class SteadyLayout:
 
     def state(self, name: str) -> int:
         return self.states[name]
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def running_state(ST: np.ndarray, rows: np.ndarray, over: np.ndarray, r: int, running: np.ndarray, k: int) -> int:
+    """Declared request state `ST[r]` of the k-th running request as this step's answers so far
+    leave it: what an earlier pass wrote (`rows[over[r], k]`), else the table's value."""
+    at = over[r]
+    return rows[at, k] if at >= 0 else ST[r, running[k]]

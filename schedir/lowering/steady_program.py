@@ -32,7 +32,7 @@ import numpy as np
 
 from schedir.ir.pass_base import StepPass
 from schedir.lowering.own_kernel import definer, own_kernel
-from schedir.lowering.steady_layout import ASK_IR, MEMO_SET, MEMO_WIDTH, ORDERED, SteadyLayout
+from schedir.lowering.steady_layout import ASK_IR, MEMO_SET, MEMO_WIDTH, ORDERED, WROTE, SteadyLayout
 from schedir.passes.mlfq_account import account_steady_lowered
 from schedir.passes.mlfq_levels import levels_steady_lowered
 from schedir.passes.mlfq_order import order_steady_lowered
@@ -43,38 +43,48 @@ LOWERED = (levels_steady_lowered, order_steady_lowered, swap_in_steady_lowered, 
 
 
 @nb.njit(cache=True, nogil=True)
-def run_steady(codes: np.ndarray, options: np.ndarray, first_write: np.ndarray, writes: int, D: np.ndarray,
-               ST: np.ndarray, NB: np.ndarray, running: np.ndarray, waiting: np.ndarray, swapped: np.ndarray,
-               sc: np.ndarray, memo: np.ndarray, fresh: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def run_steady(codes: np.ndarray, options: np.ndarray, first_write: np.ndarray, write_rows: np.ndarray,
+               D: np.ndarray, ST: np.ndarray, NB: np.ndarray, running: np.ndarray, waiting: np.ndarray,
+               swapped: np.ndarray, sc: np.ndarray, memo: np.ndarray, fresh: bool) -> tuple[np.ndarray, np.ndarray,
+                                                                                         np.ndarray]:
     """Ask the lowered answers `codes` in pipeline order; returns (flags, order, rows): flags[0]
     0 when one would let the IR decide, flags[1] 1 when a pass ordered the batch (the first
-    that did: `order`), `rows` the request state written for the batch's rows. `memo`: each
-    pass's memo row, emptied first when `fresh` (see `schedir.lowering.steady_layout`)."""
+    that did: `order`), flags[2 + i] 1 when pass i wrote its request state for the batch's rows
+    (`rows[first_write[i]:...]`; `write_rows`: the `ST` row of each). What a pass wrote the
+    passes after it read (`over`, `steady_layout.running_state`). `memo`: each pass's memo row,
+    emptied first when `fresh` (see `schedir.lowering.steady_layout`)."""
     if fresh:
         for i in range(memo.shape[0]):
             memo[i, MEMO_SET] = 0
     nr = running.size
-    flags = np.zeros(2, dtype=np.int64)
+    writes = write_rows.size
+    flags = np.zeros(2 + codes.size, dtype=np.int64)
     order = np.empty(nr, dtype=np.int64)
     scratch = np.empty(nr, dtype=np.int64)
     rows = np.empty((writes, nr), dtype=np.int64)
+    over = np.full(ST.shape[0], -1, dtype=np.int64)
     for i in range(codes.size):
         c = codes[i]
         o = options[i]
         w = first_write[i]
         into = order if flags[1] == 0 else scratch  # the first pass that orders the batch decides
         if c == 0:
-            r = levels_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w, memo[i])
+            r = levels_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w, memo[i], over)
         elif c == 1:
-            r = order_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w, memo[i])
+            r = order_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w, memo[i], over)
         elif c == 2:
-            r = swap_in_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w, memo[i])
+            r = swap_in_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w, memo[i], over)
         else:
-            r = account_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w, memo[i])
+            r = account_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w, memo[i], over)
         if r == ASK_IR:
             return flags, order, rows
         if r == ORDERED:
             flags[1] = 1
+        elif r == WROTE:
+            flags[2 + i] = 1
+            end = first_write[i + 1] if i + 1 < codes.size else writes
+            for j in range(w, end):
+                over[write_rows[j]] = j
     flags[0] = 1
     return flags, order, rows
 
@@ -96,6 +106,8 @@ class SteadyProgram:
     options: np.ndarray  # float64[passes, width]: each one's `steady_lowered_options(layout)`
     first_write: np.ndarray  # int64: each one's first row of the written request state
     writes: tuple[str, ...]  # the request state written for the batch's rows, in pipeline order
+    write_rows: np.ndarray  # int64: the `ST` row of each of `writes` (the layout's)
+    writer: tuple[int, ...]  # the pass (its place in `codes`) that writes each of `writes`
     asked: tuple[StepPass, ...]  # the passes keeping the default answer (asked in Python)
     memo_kept: list = attrs.field(factory=lambda: [0], eq=False, repr=False)  # steps that reused its memo
 
@@ -120,8 +132,10 @@ class SteadyProgram:
         options = np.zeros((len(rows), width), dtype=np.float64)
         for i, r in enumerate(rows):
             options[i, :len(r)] = r
+        ends = first[1:] + [len(writes)]
+        writer = tuple(i for i, (a, b) in enumerate(zip(first, ends, strict=True)) for _ in range(a, b))
         return cls(np.asarray(codes, dtype=np.int64), options, np.asarray(first, dtype=np.int64), tuple(writes),
-                   tuple(asked))
+                   np.asarray([layout.state(n) for n in writes], dtype=np.int64), writer, tuple(asked))
 
     def answer(self, D: np.ndarray, ST: np.ndarray, NB: np.ndarray, running: np.ndarray, waiting: np.ndarray,
                swapped: np.ndarray, sc: np.ndarray, held: dict) -> tuple[np.ndarray | None, tuple] | None:
@@ -135,8 +149,10 @@ class SteadyProgram:
             memo = held[key] = np.zeros((self.codes.size, MEMO_WIDTH), dtype=np.int64)
         else:
             self.memo_kept[0] += 1
-        flags, order, rows = run_steady(self.codes, self.options, self.first_write, len(self.writes), D, ST, NB,
+        flags, order, rows = run_steady(self.codes, self.options, self.first_write, self.write_rows, D, ST, NB,
                                         running, waiting, swapped, sc, memo, fresh)
         if not flags[0]:
             return None
-        return (order if flags[1] else None), tuple(zip(self.writes, rows, strict=True))
+        wrote = flags[2:].tolist()
+        return (order if flags[1] else None), tuple(
+            (name, values) for name, values, by in zip(self.writes, rows, self.writer, strict=True) if wrote[by])

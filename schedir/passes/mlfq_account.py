@@ -11,7 +11,7 @@ import numpy as np
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
 from schedir.ir.window import WindowContext
-from schedir.lowering.steady_layout import ANSWERED, SC_STEP
+from schedir.lowering.steady_layout import SC_STEP, WROTE
 from schedir.passes.mlfq_state import LAST_RUN, MLFQ_STATE, SERVED_DECODE, SERVED_PREFILL
 
 
@@ -25,14 +25,14 @@ def _served_one(rows: np.ndarray, decode: np.ndarray, step: int) -> tuple[np.nda
 
 
 @numba.njit(cache=True, nogil=True)
-def account_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, order, rows, w, m) -> int:  # noqa: ANN001
+def account_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, order, rows, w, m, over) -> int:  # noqa: ANN001
     """`MlfqAccount.steady_state` in the steady program: the batch's rows' decode service and
     last run, into `rows[w]` and `rows[w + 1]`."""
     decode = ST[int(o[0])]
     for i in range(running.size):
         rows[w, i] = decode[running[i]] + 1
         rows[w + 1, i] = sc[SC_STEP]
-    return ANSWERED
+    return WROTE
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import numpy as np
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
 from schedir.ir.window import WindowContext
-from schedir.lowering.steady_layout import ANSWERED, ASK_IR, MEMO_SET, SC_STEP
+from schedir.lowering.steady_layout import ANSWERED, ASK_IR, MEMO_SET, SC_STEP, WROTE
 from schedir.passes.mlfq_state import LAST_RUN, LEVEL, LEVEL_START, MLFQ_STATE, SERVED_DECODE, SERVED_PREFILL
 
 
@@ -88,20 +88,6 @@ def _hold(rows: np.ndarray, level: np.ndarray, start: np.ndarray, last_run: np.n
 
 
 @numba.njit(cache=True, nogil=True)
-def levels_hold(running: np.ndarray, waiting: np.ndarray, swapped: np.ndarray, level: np.ndarray, start: np.ndarray,
-                last_run: np.ndarray, prompt: np.ndarray, prefill: np.ndarray, decode: np.ndarray, step: int,
-                quantum: int, ratio: int, levels: int, prefill_cost: int, starve_steps: int) -> bool:
-    """Whether `place_levels` changes none of the three queues' rows (the columns are indexed by
-    row id: the runtime's whole-table views, so a steady step gathers nothing)."""
-    return (_hold(running, level, start, last_run, prompt, prefill, decode, step, quantum, ratio, levels,
-                  prefill_cost, starve_steps)
-            and _hold(waiting, level, start, last_run, prompt, prefill, decode, step, quantum, ratio, levels,
-                      prefill_cost, starve_steps)
-            and _hold(swapped, level, start, last_run, prompt, prefill, decode, step, quantum, ratio, levels,
-                      prefill_cost, starve_steps))
-
-
-@numba.njit(cache=True, nogil=True)
 def queued_next_change(waiting: np.ndarray, swapped: np.ndarray, level: np.ndarray, start: np.ndarray,
                        last_run: np.ndarray, prompt: np.ndarray, prefill: np.ndarray, decode: np.ndarray, step: int,
                        quantum: int, ratio: int, levels: int, prefill_cost: int, starve_steps: int) -> int:
@@ -116,10 +102,32 @@ def queued_next_change(waiting: np.ndarray, swapped: np.ndarray, level: np.ndarr
 
 
 @numba.njit(cache=True, nogil=True)
-def levels_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, order, rows, w, m) -> int:  # noqa: ANN001
-    """`MlfqLevels.steady_state` in the steady program (`schedir.lowering.steady_program`):
-    `levels_hold` over the running jobs, and over the queued ones the step at which one changes,
-    kept in the memo (`queued_next_change`) while they stay queued as they are."""
+def demoted_running(running: np.ndarray, level: np.ndarray, start: np.ndarray, last_run: np.ndarray,
+                    prompt: np.ndarray, prefill: np.ndarray, decode: np.ndarray, step: int, quantum: int, ratio: int,
+                    levels: int, prefill_cost: int, starve_steps: int, out: np.ndarray) -> int:
+    """`place_levels` over the running jobs, into `out[0]` (level) and `out[1]` (level start),
+    aligned with `running`: 0 when none changes, 1 when some job is demoted and nothing else
+    changes, -1 when a running job would be placed otherwise (skip-join, or starvation moving
+    its last run): the IR decides that."""
+    moved = 0
+    for k in range(running.size):
+        r = running[k]
+        lv, st, last = _place(level[r], start[r], last_run[r], prompt[r], prefill[r], decode[r], step, quantum,
+                              ratio, levels, prefill_cost, starve_steps)
+        if last != last_run[r] or level[r] < 0:
+            return -1
+        if lv != level[r] or st != start[r]:
+            moved = 1
+        out[0, k] = lv
+        out[1, k] = st
+    return moved
+
+
+@numba.njit(cache=True, nogil=True)
+def levels_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, order, rows, w, m, over) -> int:  # noqa: ANN001
+    """`MlfqLevels.steady_state` in the steady program (`schedir.lowering.steady_program`): over
+    the queued jobs, the step at which one changes, kept in the memo (`queued_next_change`) while
+    they stay queued as they are; the running jobs' demotions into `rows[w]` / `rows[w + 1]`."""
     step = sc[SC_STEP]
     if m[MEMO_SET] == 0:
         m[1] = queued_next_change(waiting, swapped, ST[int(o[0])], ST[int(o[1])], ST[int(o[2])], D[int(o[3])],
@@ -128,9 +136,11 @@ def levels_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, order, ro
         m[MEMO_SET] = 1
     if step >= m[1]:
         return ASK_IR
-    held = _hold(running, ST[int(o[0])], ST[int(o[1])], ST[int(o[2])], D[int(o[3])], ST[int(o[4])], ST[int(o[5])],
-                 step, int(o[6]), int(o[7]), int(o[8]), int(o[9]), int(o[10]))
-    return ANSWERED if held else ASK_IR
+    moved = demoted_running(running, ST[int(o[0])], ST[int(o[1])], ST[int(o[2])], D[int(o[3])], ST[int(o[4])],
+                            ST[int(o[5])], step, int(o[6]), int(o[7]), int(o[8]), int(o[9]), int(o[10]), rows[w:w + 2])
+    if moved < 0:
+        return ASK_IR
+    return WROTE if moved else ANSWERED
 
 
 @dataclass(frozen=True)
@@ -159,16 +169,26 @@ class MlfqLevels(StepPass):
     steady_when: ClassVar[dict[str, str]] = {}
     steady_swapped: ClassVar[bool] = True  # its answer judges the swapped jobs too
 
-    def steady_state(self, ctx: WindowContext) -> dict[str, float] | None:
+    def steady_state(self, ctx: WindowContext) -> dict[str, np.ndarray] | None:
         """Nothing written, when no running, waiting or swapped job is placed, demoted or
-        promoted this step (every queue's levels as `run` would place them); else None: the IR
-        decides (a demotion can cost a job its seat, a promotion bring a swapped one back)."""
+        promoted this step (every queue's levels as `run` would place them); the running jobs'
+        new level and level start (aligned with `ctx.running`) when the only change is the
+        demotion of running jobs (the passes after it read them: `mlfq-order` then judges
+        whether a demoted job gives way); else None: the IR decides (a queued job placed or
+        promoted can take a seat)."""
         state_of = ctx.state_of
-        held = levels_hold(ctx.running, ctx.waiting, ctx.swapped, state_of(LEVEL.name), state_of(LEVEL_START.name),
-                           state_of(LAST_RUN.name), ctx.column_of("prompt"), state_of(SERVED_PREFILL.name),
-                           state_of(SERVED_DECODE.name), ctx.step, self.quantum, self.quantum_ratio, self.levels,
-                           self.prefill_cost, self.starve_steps)
-        return {} if held else None
+        args = (state_of(LEVEL.name), state_of(LEVEL_START.name), state_of(LAST_RUN.name), ctx.column_of("prompt"),
+                state_of(SERVED_PREFILL.name), state_of(SERVED_DECODE.name), ctx.step, self.quantum,
+                self.quantum_ratio, self.levels, self.prefill_cost, self.starve_steps)
+        if queued_next_change(ctx.waiting, ctx.swapped, *args) <= ctx.step:
+            return None
+        out = np.empty((2, ctx.running.size), dtype=np.int64)
+        moved = demoted_running(ctx.running, *args, out)
+        if moved < 0:
+            return None
+        return {LEVEL.name: out[0], LEVEL_START.name: out[1]} if moved else {}
+
+    steady_lowered_writes = (LEVEL.name, LEVEL_START.name)
 
     steady_lowered = staticmethod(levels_steady_lowered)
 

@@ -13,7 +13,7 @@ from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
 from schedir.ir.window import WindowContext, first_by_rank
 from schedir.lowering.steady_layout import ANSWERED, ASK_IR, MEMO_SET, ORDERED, SC_BLOCK_SIZE, SC_FREE_BLOCKS, \
-    SC_HOST_FREE, SC_MAX_SEQS
+    SC_HOST_FREE, SC_MAX_SEQS, running_state
 from schedir.passes.mlfq_state import LEVEL, MLFQ_STATE, SERVED_DECODE, SERVED_PREFILL
 
 
@@ -101,15 +101,14 @@ def queue_head(swapped: np.ndarray, waiting: np.ndarray, level: np.ndarray, arri
 
 
 @numba.njit(cache=True, nogil=True)
-def pick_against(running: np.ndarray, run_blocks: np.ndarray, head: int, level: np.ndarray, arrival: np.ndarray,
-                 total: np.ndarray, prefill: np.ndarray, decode: np.ndarray, seats: int, free_blocks: int,
-                 block_size: int, host_free: int) -> tuple[np.ndarray, bool]:
-    """`steady_pick` with the head of the jobs that want a seat given (`queue_head`; -1: none)."""
+def pick_against(running: np.ndarray, run_blocks: np.ndarray, lv: np.ndarray, head: int, level: np.ndarray,
+                 arrival: np.ndarray, total: np.ndarray, prefill: np.ndarray, decode: np.ndarray, seats: int,
+                 free_blocks: int, block_size: int, host_free: int) -> tuple[np.ndarray, bool]:
+    """`steady_pick` with the running jobs' levels (`lv`, aligned with `running`: as this step's
+    placement leaves them) and the head of the jobs that want a seat given (`queue_head`; -1: none)."""
     nr = running.size
-    lv = np.empty(nr, dtype=np.int64)
     ar = np.empty(nr, dtype=np.int64)
     for i in range(nr):
-        lv[i] = level[running[i]]
         ar[i] = arrival[running[i]]
     by_arrival = np.argsort(ar, kind="mergesort")
     order = by_arrival[np.argsort(lv[by_arrival], kind="mergesort")]
@@ -132,9 +131,10 @@ def pick_against(running: np.ndarray, run_blocks: np.ndarray, head: int, level: 
 
 
 @numba.njit(cache=True, nogil=True)
-def steady_pick(running: np.ndarray, run_blocks: np.ndarray, swapped: np.ndarray, waiting: np.ndarray,
-                level: np.ndarray, arrival: np.ndarray, total: np.ndarray, prefill: np.ndarray, decode: np.ndarray,
-                seats: int, free_blocks: int, block_size: int, host_free: int) -> tuple[np.ndarray, bool]:
+def steady_pick(running: np.ndarray, run_blocks: np.ndarray, run_level: np.ndarray, swapped: np.ndarray,
+                waiting: np.ndarray, level: np.ndarray, arrival: np.ndarray, total: np.ndarray, prefill: np.ndarray,
+                decode: np.ndarray, seats: int, free_blocks: int, block_size: int,
+                host_free: int) -> tuple[np.ndarray, bool]:
     """A steady step's batch order and whether nobody gives way, in one call: (positions of
     `running` in (level, arrival) order, ties in queue order as `_sorted`'s stable lexsort; True
     when `mlfq_pick` keeps every running job against the jobs that want a seat, `swapped` then
@@ -144,12 +144,12 @@ def steady_pick(running: np.ndarray, run_blocks: np.ndarray, swapped: np.ndarray
     the head of the wanting jobs in (level, arrival) order (its walk stops there or displaces
     someone, and its memory rule reads the head), so this is one pass over them, not a sort, and
     the steady program keeps the head while the queues stay as they are."""
-    return pick_against(running, run_blocks, queue_head(swapped, waiting, level, arrival), level, arrival, total,
-                        prefill, decode, seats, free_blocks, block_size, host_free)
+    return pick_against(running, run_blocks, run_level, queue_head(swapped, waiting, level, arrival), level, arrival,
+                        total, prefill, decode, seats, free_blocks, block_size, host_free)
 
 
 @numba.njit(cache=True, nogil=True)
-def order_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, order, rows, w, m) -> int:  # noqa: ANN001
+def order_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, order, rows, w, m, over) -> int:  # noqa: ANN001
     """`MlfqOrder.steady_state` and `steady_order` in the steady program: `steady_pick` over the
     same queues, the head of the queued jobs kept in the memo while they stay as they are; the
     batch order written when it is not running order."""
@@ -159,10 +159,12 @@ def order_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, order, row
         m[MEMO_SET] = 1
     nr = running.size
     blocks = np.empty(nr, dtype=np.int64)
+    run_level = np.empty(nr, dtype=np.int64)  # as `mlfq-levels` leaves them this step (a demotion)
     for i in range(nr):
         blocks[i] = NB[running[i]]
-    picked, ok = pick_against(running, blocks, m[1], ST[int(o[0])], D[int(o[1])], D[int(o[2])], ST[int(o[3])],
-                              ST[int(o[4])], sc[SC_MAX_SEQS], sc[SC_FREE_BLOCKS], sc[SC_BLOCK_SIZE],
+        run_level[i] = running_state(ST, rows, over, int(o[0]), running, i)
+    picked, ok = pick_against(running, blocks, run_level, m[1], ST[int(o[0])], D[int(o[1])], D[int(o[2])],
+                              ST[int(o[3])], ST[int(o[4])], sc[SC_MAX_SEQS], sc[SC_FREE_BLOCKS], sc[SC_BLOCK_SIZE],
                               sc[SC_HOST_FREE] if swap else -1)
     if not ok:
         return ASK_IR
@@ -289,8 +291,12 @@ class MlfqOrder(StepPass):
         def pick() -> tuple[np.ndarray, bool]:
             state_of = ctx.state_of
             swap = self.preemption == "swap"
-            return steady_pick(ctx.running, ctx.column("blocks", ctx.running), ctx.swapped if swap else _NONE,
-                               ctx.waiting, state_of(LEVEL.name), ctx.column_of("arrival"), ctx.column_of("total"),
+            level = state_of(LEVEL.name)
+            run_level = ctx.batch_state.get(LEVEL.name)  # a demotion `mlfq-levels` answered this step
+            return steady_pick(ctx.running, ctx.column("blocks", ctx.running),
+                               level[ctx.running] if run_level is None else run_level,
+                               ctx.swapped if swap else _NONE, ctx.waiting, level, ctx.column_of("arrival"),
+                               ctx.column_of("total"),
                                state_of(SERVED_PREFILL.name), state_of(SERVED_DECODE.name), ctx.max_seqs,
                                ctx.free_blocks, ctx.block_size, ctx.host_free_blocks if swap else -1)
 

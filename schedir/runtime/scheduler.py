@@ -819,6 +819,7 @@ class Scheduler:
         ctx.oversized = oversized
         ctx.scheduler_state = scheduler_state
         ctx.memo = {}
+        ctx.batch_state = {}
         ctx.steady = steady
         ctx.now_us = now_us
         ctx.step = step

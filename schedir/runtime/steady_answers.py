@@ -84,7 +84,7 @@ class SteadyAnswers:
                 continue
             for name, value in said.items():
                 if name in requests:  # the batch's rows' values, aligned with ctx.running
-                    rows[name] = value
+                    rows[name] = ctx.batch_state[name] = value  # the passes after it read them
                 elif type(value) is Decay:
                     if name in constants:  # set earlier this step: the result is a constant too
                         constants[name] = value.apply(constants[name])
