@@ -16,7 +16,7 @@ rows, w, m, over) -> int`: -1 when `steady_state` would answer None (the IR deci
 sometimes returns 0 the other times). What a pass wrote is what the passes after it read of
 the batch's rows, as the IR shows a state write to the passes after it: `over[r]` is the row
 of `rows` holding `ST[r]`'s values for the running requests (aligned with `running`), -1 where
-no pass wrote it (`running_state`).
+no pass wrote it (`running_state` reads either).
 
 `m` is the pass's memo (int64[MEMO_WIDTH]) over the requests that do not run: what its answer
 reads of the waiting and swapped queues, summarised once (`m[MEMO_SET]` 0: not yet; the pass
@@ -61,9 +61,16 @@ class SteadyLayout:
         return self.states[name]
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def running_state(ST: np.ndarray, rows: np.ndarray, over: np.ndarray, r: int, running: np.ndarray, k: int) -> int:
-    """Declared request state `ST[r]` of the k-th running request as this step's answers so far
-    leave it: what an earlier pass wrote (`rows[over[r], k]`), else the table's value."""
+@numba.njit(cache=True, nogil=True)
+def running_state(ST: np.ndarray, rows: np.ndarray, over: np.ndarray, r: int, running: np.ndarray) -> np.ndarray:
+    """Declared request state `ST[r]` of the running requests (aligned with `running`) as this
+    step's answers so far leave it: the row an earlier pass wrote (`rows[over[r]]`), else the
+    table's values."""
     at = over[r]
-    return rows[at, k] if at >= 0 else ST[r, running[k]]
+    if at >= 0:
+        return rows[at]
+    row = ST[r]
+    out = np.empty(running.size, dtype=np.int64)
+    for k in range(running.size):
+        out[k] = row[running[k]]
+    return out

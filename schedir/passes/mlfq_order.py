@@ -159,10 +159,9 @@ def order_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, order, row
         m[MEMO_SET] = 1
     nr = running.size
     blocks = np.empty(nr, dtype=np.int64)
-    run_level = np.empty(nr, dtype=np.int64)  # as `mlfq-levels` leaves them this step (a demotion)
     for i in range(nr):
         blocks[i] = NB[running[i]]
-        run_level[i] = running_state(ST, rows, over, int(o[0]), running, i)
+    run_level = running_state(ST, rows, over, int(o[0]), running)  # as `mlfq-levels` leaves them (a demotion)
     picked, ok = pick_against(running, blocks, run_level, m[1], ST[int(o[0])], D[int(o[1])], D[int(o[2])],
                               ST[int(o[3])], ST[int(o[4])], sc[SC_MAX_SEQS], sc[SC_FREE_BLOCKS], sc[SC_BLOCK_SIZE],
                               sc[SC_HOST_FREE] if swap else -1)
