@@ -180,7 +180,9 @@ class MlfqLevels(StepPass):
         args = (state_of(LEVEL.name), state_of(LEVEL_START.name), state_of(LAST_RUN.name), ctx.column_of("prompt"),
                 state_of(SERVED_PREFILL.name), state_of(SERVED_DECODE.name), ctx.step, self.quantum,
                 self.quantum_ratio, self.levels, self.prefill_cost, self.starve_steps)
-        if queued_next_change(ctx.waiting, ctx.swapped, *args) <= ctx.step:
+        # the step at which a queued job is next placed otherwise, held while the queues stay as they are
+        if ctx.queued(("mlfq-levels-next-change", self),
+                      lambda: queued_next_change(ctx.waiting, ctx.swapped, *args)) <= ctx.step:
             return None
         out = np.empty((2, ctx.running.size), dtype=np.int64)
         moved = demoted_running(ctx.running, *args, out)
