@@ -27,7 +27,7 @@ KERNEL_MODULES = (  # every module with a Numba kernel (tests/test_kernel_cache.
     "ir/route_step.py", "lowering/batch_plan.py", "lowering/hashing.py", "lowering/host_pool.py",
     "lowering/kv_pool.py", "lowering/radix_cache.py", "lowering/radix_pool.py", "lowering/rows.py",
     "lowering/route_driver.py", "lowering/route_program.py", "lowering/route_state.py",
-    "lowering/steady_program.py", "passes/pd_disaggregate.py",
+    "lowering/steady_layout.py", "lowering/steady_program.py", "passes/pd_disaggregate.py",
     "passes/replicate_hot_prefix.py", "passes/route_cache_aware.py", "passes/route_cache_balance.py",
     "passes/route_least_load.py", "passes/route_round_robin.py", "passes/slo_early_reject.py",
     "passes/topology_distance.py",
