@@ -108,6 +108,8 @@ class SteadyProgram:
     writes: tuple[str, ...]  # the request state written for the batch's rows, in pipeline order
     write_rows: np.ndarray  # int64: the `ST` row of each of `writes` (the layout's)
     writer: tuple[int, ...]  # the pass (its place in `codes`) that writes each of `writes`
+    # per writing pass: (its flag in `run_steady`'s flags, its (name, row of `rows`) pairs)
+    slots: tuple[tuple[int, tuple[tuple[str, int], ...]], ...]
     asked: tuple[StepPass, ...]  # the passes keeping the default answer (asked in Python)
     memo_kept: list = attrs.field(factory=lambda: [0], eq=False, repr=False)  # steps that reused its memo
 
@@ -134,8 +136,10 @@ class SteadyProgram:
             options[i, :len(r)] = r
         ends = first[1:] + [len(writes)]
         writer = tuple(i for i, (a, b) in enumerate(zip(first, ends, strict=True)) for _ in range(a, b))
+        slots = tuple((2 + i, tuple((writes[j], j) for j in range(a, b)))
+                      for i, (a, b) in enumerate(zip(first, ends, strict=True)) if b > a)
         return cls(np.asarray(codes, dtype=np.int64), options, np.asarray(first, dtype=np.int64), tuple(writes),
-                   np.asarray([layout.state(n) for n in writes], dtype=np.int64), writer, tuple(asked))
+                   np.asarray([layout.state(n) for n in writes], dtype=np.int64), writer, slots, tuple(asked))
 
     def answer(self, D: np.ndarray, ST: np.ndarray, NB: np.ndarray, running: np.ndarray, waiting: np.ndarray,
                swapped: np.ndarray, sc: np.ndarray, held: dict) -> tuple[np.ndarray | None, tuple] | None:
@@ -151,8 +155,11 @@ class SteadyProgram:
             self.memo_kept[0] += 1
         flags, order, rows = run_steady(self.codes, self.options, self.first_write, self.write_rows, D, ST, NB,
                                         running, waiting, swapped, sc, memo, fresh)
-        if not flags[0]:
+        f = flags.tolist()
+        if not f[0]:
             return None
-        wrote = flags[2:].tolist()
-        return (order if flags[1] else None), tuple(
-            (name, values) for name, values, by in zip(self.writes, rows, self.writer, strict=True) if wrote[by])
+        out = []
+        for flag, named in self.slots:  # the rows of the passes that wrote this step
+            if f[flag]:
+                out += [(name, rows[j]) for name, j in named]
+        return (order if f[1] else None), tuple(out)
