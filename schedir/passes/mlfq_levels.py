@@ -78,15 +78,6 @@ def _next_change(rows: np.ndarray, level: np.ndarray, start: np.ndarray, last_ru
     return first
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _hold(rows: np.ndarray, level: np.ndarray, start: np.ndarray, last_run: np.ndarray, prompt: np.ndarray,
-          prefill: np.ndarray, decode: np.ndarray, step: int, quantum: int, ratio: int, levels: int,
-          prefill_cost: int, starve_steps: int) -> bool:
-    """`place_levels` changes none of `rows` this step."""
-    return _next_change(rows, level, start, last_run, prompt, prefill, decode, step, quantum, ratio, levels,
-                        prefill_cost, starve_steps) > step
-
-
 @numba.njit(cache=True, nogil=True)
 def queued_next_change(waiting: np.ndarray, swapped: np.ndarray, level: np.ndarray, start: np.ndarray,
                        last_run: np.ndarray, prompt: np.ndarray, prefill: np.ndarray, decode: np.ndarray, step: int,
