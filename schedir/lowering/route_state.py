@@ -146,23 +146,29 @@ def route(F, A, S, rows: np.ndarray, inst: np.ndarray, why: np.ndarray, dec: np.
     hits and whys; returns its record (-1: no rows, no op), which a transfer names."""
     if rows.size == 0:
         return -1
-    decided, extra, cols = S[0], S[1], S[4]
     r = _open(S, ROUTE, -1)
     at = S[5][1]
     for i in range(rows.size):
-        c = at + i
-        cols[0, c] = A[A_ID][rows[i]]
-        cols[1, c] = F[F_ID][inst[i]]
-        cols[2, c] = F[F_ID][dec[i]]
-        cols[3, c] = hit_blocks[i]
-        cols[4, c] = why[i]
-        cols[5, c] = rows[i]
-        cols[6, c] = inst[i]
-        cols[7, c] = dec[i]
-        decided[rows[i]] = True
-        extra[inst[i]] += 1
+        _route_row(F, A, S, at + i, rows[i], inst[i], dec[i], hit_blocks[i], why[i])
     _close(S, r, rows.size)
     return r
+
+
+@nb.njit(cache=True)
+def _route_row(F, A, S, c: int, row: int, inst: int, dec: int, hit: int, why: int) -> None:  # noqa: ANN001
+    """Column `c` of the log: arrival `row` routed to fleet row `inst` (decode on `dec`); the
+    arrival is decided and the instance carries one more request this step."""
+    cols = S[4]
+    cols[0, c] = A[A_ID][row]
+    cols[1, c] = F[F_ID][inst]
+    cols[2, c] = F[F_ID][dec]
+    cols[3, c] = hit
+    cols[4, c] = why
+    cols[5, c] = row
+    cols[6, c] = inst
+    cols[7, c] = dec
+    S[0][row] = True
+    S[1][inst] += 1
 
 
 @nb.njit(cache=True)
@@ -187,24 +193,13 @@ def route_picks(F, A, S, rows: np.ndarray, hits: np.ndarray, pick: np.ndarray, b
             n += 1
     if n == 0:
         return
-    decided, extra, cols = S[0], S[1], S[4]
     r = _open(S, ROUTE, -1)
     c = S[5][1]
     for i in range(pick.size):  # `route` of the picked rows, written in place (no temporaries)
         j = pick[i]
-        if j < 0:
-            continue
-        cols[0, c] = A[A_ID][rows[i]]
-        cols[1, c] = F[F_ID][j]
-        cols[2, c] = F[F_ID][j]
-        cols[3, c] = hits[i, j]
-        cols[4, c] = cache_why if by_cache[i] == 1 else other_why
-        cols[5, c] = rows[i]
-        cols[6, c] = j
-        cols[7, c] = j
-        decided[rows[i]] = True
-        extra[j] += 1
-        c += 1
+        if j >= 0:
+            _route_row(F, A, S, c, rows[i], j, j, hits[i, j], cache_why if by_cache[i] == 1 else other_why)
+            c += 1
     _close(S, r, n)
 
 

@@ -107,7 +107,6 @@ class SteadyProgram:
     first_write: np.ndarray  # int64: each one's first row of the written request state
     writes: tuple[str, ...]  # the request state written for the batch's rows, in pipeline order
     write_rows: np.ndarray  # int64: the `ST` row of each of `writes` (the layout's)
-    writer: tuple[int, ...]  # the pass (its place in `codes`) that writes each of `writes`
     # per writing pass: (its flag in `run_steady`'s flags, its (name, row of `rows`) pairs)
     slots: tuple[tuple[int, tuple[tuple[str, int], ...]], ...]
     asked: tuple[StepPass, ...]  # the passes keeping the default answer (asked in Python)
@@ -135,11 +134,15 @@ class SteadyProgram:
         for i, r in enumerate(rows):
             options[i, :len(r)] = r
         ends = first[1:] + [len(writes)]
-        writer = tuple(i for i, (a, b) in enumerate(zip(first, ends, strict=True)) for _ in range(a, b))
         slots = tuple((2 + i, tuple((writes[j], j) for j in range(a, b)))
                       for i, (a, b) in enumerate(zip(first, ends, strict=True)) if b > a)
         return cls(np.asarray(codes, dtype=np.int64), options, np.asarray(first, dtype=np.int64), tuple(writes),
-                   np.asarray([layout.state(n) for n in writes], dtype=np.int64), writer, slots, tuple(asked))
+                   np.asarray([layout.state(n) for n in writes], dtype=np.int64), slots, tuple(asked))
+
+    @property
+    def writer(self) -> tuple[int, ...]:
+        """The pass (its place in `codes`) that writes each of `writes` (from `slots`)."""
+        return tuple(flag - 2 for flag, named in self.slots for _ in named)
 
     def answer(self, D: np.ndarray, ST: np.ndarray, NB: np.ndarray, running: np.ndarray, waiting: np.ndarray,
                swapped: np.ndarray, sc: np.ndarray, held: dict) -> tuple[np.ndarray | None, tuple] | None:
