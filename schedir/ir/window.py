@@ -95,6 +95,8 @@ class WindowContext:
     # this one answered for a steady step (`StepPass.steady_state`): what the IR would show the
     # passes after a state write (`mlfq-levels`' demotions, read by `mlfq-order`)
     batch_state: dict = attrs.field(factory=dict)
+    # how many of the rank's first the runtime's ranked window takes (`first_by_rank`; 0: none)
+    head_size: int = 0
 
     NONE: ClassVar[np.ndarray] = np.zeros(0, dtype=np.int64)  # nobody
 
@@ -135,6 +137,17 @@ class WindowContext:
         if key not in self.memo:
             self.memo[key] = compute()
         return self.memo[key]
+
+    def first_by_rank(self, keys: np.ndarray, k: int) -> np.ndarray:
+        """`first_by_rank(keys, k)` for rank keys this context's passes share (`waiting_rank`):
+        the order pass's window and the runtime's ranked head both ask it of the same thousands of
+        keys, so their head in rank order is found once, at least `head_size` long, and sliced."""
+        key = ("first-by-rank", id(keys))
+        held = self.memo.get(key)
+        if held is None or held[0] is not keys or held[1].size < min(k, keys.size):
+            head = first_by_rank(keys, max(k, self.head_size))
+            held = self.memo[key] = (keys, head[np.argsort(keys[head], kind="stable")])
+        return np.sort(held[1][:k])
 
     def queued(self, key: object, compute: Callable[[], object]) -> object:
         """`compute()` when it reads only the queued requests (`waiting`, `swapped`: their columns

@@ -60,6 +60,30 @@ def place_levels(level: np.ndarray, start: np.ndarray, last_run: np.ndarray, pro
     return out
 
 
+@numba.njit(cache=True, nogil=True)
+def place_rows(rows: np.ndarray, level: np.ndarray, start: np.ndarray, last_run: np.ndarray, prompt: np.ndarray,
+               prefill: np.ndarray, decode: np.ndarray, step: int, quantum: int, ratio: int, levels: int,
+               prefill_cost: int, starve_steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """`place_levels` over the requests `rows`, the columns read by row id (whole-table views: no
+    gather per column, which cost a queue of thousands ~200 µs a step): (int64[3, n] as
+    `place_levels`, positions in `rows` whose placement changes their state)."""
+    n = rows.size
+    out = np.empty((3, n), dtype=np.int64)
+    changed = np.empty(n, dtype=np.int64)
+    c = 0
+    for i in range(n):
+        r = rows[i]
+        lv, st, last = _place(level[r], start[r], last_run[r], prompt[r], prefill[r], decode[r], step, quantum,
+                              ratio, levels, prefill_cost, starve_steps)
+        out[0, i] = lv
+        out[1, i] = st
+        out[2, i] = last
+        if lv != level[r] or st != start[r] or last != last_run[r]:
+            changed[c] = i
+            c += 1
+    return out, changed[:c]
+
+
 NEVER = np.iinfo(np.int64).max
 
 
@@ -185,13 +209,14 @@ class MlfqLevels(StepPass):
 
     steady_lowered = staticmethod(levels_steady_lowered)
 
-    def placed(self, ctx: WindowContext, rows: np.ndarray) -> np.ndarray:
-        """`place_levels` over `rows` as the next step will place them: int64[3, n]."""
+    def placed(self, ctx: WindowContext, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`place_levels` over `rows` as the next step will place them, and the positions in
+        `rows` whose state that placement writes (`place_rows`)."""
         state_of = ctx.state_of
-        return place_levels(state_of(LEVEL.name)[rows], state_of(LEVEL_START.name)[rows], state_of(LAST_RUN.name)[rows],
-                            ctx.column_of("prompt")[rows], state_of(SERVED_PREFILL.name)[rows],
-                            state_of(SERVED_DECODE.name)[rows], ctx.step, self.quantum, self.quantum_ratio,
-                            self.levels, self.prefill_cost, self.starve_steps)
+        return place_rows(rows, state_of(LEVEL.name), state_of(LEVEL_START.name), state_of(LAST_RUN.name),
+                          ctx.column_of("prompt"), state_of(SERVED_PREFILL.name), state_of(SERVED_DECODE.name),
+                          ctx.step, self.quantum, self.quantum_ratio, self.levels, self.prefill_cost,
+                          self.starve_steps)
 
     def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
         """The waiting jobs it places, demotes or promotes in a step built now (the only ones it
@@ -199,10 +224,10 @@ class MlfqLevels(StepPass):
         `mlfq-order`'s rank (`ctx.shared("mlfq-placed-levels")`)."""
         if ctx.state_of is None or ctx.column_of is None:
             return None
-        placed = self.placed(ctx, ctx.waiting)
+        placed, changed = self.placed(ctx, ctx.waiting)
         swapped = ctx.memo[("mlfq-placed-swapped", self)] = self.placed(ctx, ctx.swapped)
-        ctx.memo["mlfq-placed-levels"] = (placed[0], swapped[0])
-        return self._changed(ctx, ctx.waiting, placed)
+        ctx.memo["mlfq-placed-levels"] = (placed[0], swapped[0][0])
+        return changed
 
     def swapped_window(self, ctx: WindowContext) -> np.ndarray | None:
         """The swapped jobs it places, demotes or promotes in a step built now (as `waiting_window`:
@@ -210,15 +235,7 @@ class MlfqLevels(StepPass):
         if ctx.state_of is None or ctx.column_of is None:
             return None
         placed = ctx.memo.get(("mlfq-placed-swapped", self))
-        return self._changed(ctx, ctx.swapped, self.placed(ctx, ctx.swapped) if placed is None else placed)
-
-    @staticmethod
-    def _changed(ctx: WindowContext, rows: np.ndarray, placed: np.ndarray) -> np.ndarray:
-        """Positions in `rows` whose placement (`placed`) writes their state."""
-        state_of = ctx.state_of
-        changed = ((placed[0] != state_of(LEVEL.name)[rows]) | (placed[1] != state_of(LEVEL_START.name)[rows])
-                   | (placed[2] != state_of(LAST_RUN.name)[rows]))
-        return np.flatnonzero(changed)
+        return (self.placed(ctx, ctx.swapped) if placed is None else placed)[1]
 
     def steady_lowered_options(self, layout) -> tuple[float, ...]:  # noqa: ANN001
         return (layout.state(LEVEL.name), layout.state(LEVEL_START.name), layout.state(LAST_RUN.name),

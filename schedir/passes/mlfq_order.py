@@ -11,7 +11,7 @@ from xdsl.ir import SSAValue
 
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
-from schedir.ir.window import WindowContext, first_by_rank
+from schedir.ir.window import WindowContext
 from schedir.lowering.steady_layout import ANSWERED, ASK_IR, MEMO_SET, ORDERED, SC_BLOCK_SIZE, SC_FREE_BLOCKS, \
     SC_HOST_FREE, SC_MAX_SEQS, running_state
 from schedir.passes.mlfq_state import LEVEL, MLFQ_STATE, SERVED_DECODE, SERVED_PREFILL
@@ -88,6 +88,21 @@ def mlfq_pick(run_level: np.ndarray, run_blocks: np.ndarray, run_total: np.ndarr
 
 
 @numba.njit(cache=True, nogil=True)
+def rank_keys(rows: np.ndarray, levels: np.ndarray, arrival: np.ndarray) -> np.ndarray:
+    """The rank key `level << 47 | arrival` of each of `rows` (`levels` aligned with `rows`,
+    `arrival` by row id), or an empty array when a level or an arrival does not fit the key."""
+    n = rows.size
+    keys = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        at = arrival[rows[i]]
+        lv = levels[i]
+        if at < 0 or at >= _ARRIVAL_SPAN or lv < 0 or lv >= 1 << 15:
+            return np.empty(0, dtype=np.int64)
+        keys[i] = (lv << _ARRIVAL_BITS) | at
+    return keys
+
+
+@numba.njit(cache=True, nogil=True)
 def queue_head(swapped: np.ndarray, waiting: np.ndarray, level: np.ndarray, arrival: np.ndarray) -> int:
     """The row of the first of the lowest (level, arrival) among `swapped` then `waiting` (a
     stable sort's head), or -1 when both are empty."""
@@ -107,11 +122,19 @@ def pick_against(running: np.ndarray, run_blocks: np.ndarray, lv: np.ndarray, he
     """`steady_pick` with the running jobs' levels (`lv`, aligned with `running`: as this step's
     placement leaves them) and the head of the jobs that want a seat given (`queue_head`; -1: none)."""
     nr = running.size
-    ar = np.empty(nr, dtype=np.int64)
-    for i in range(nr):
-        ar[i] = arrival[running[i]]
-    by_arrival = np.argsort(ar, kind="mergesort")
-    order = by_arrival[np.argsort(lv[by_arrival], kind="mergesort")]
+    in_order = True  # already in (level, arrival) order (the batch of most steady steps): the stable sort
+    for i in range(nr - 1):  # would leave it as it is
+        if lv[i] > lv[i + 1] or (lv[i] == lv[i + 1] and arrival[running[i]] > arrival[running[i + 1]]):
+            in_order = False
+            break
+    if in_order:
+        order = np.arange(nr)
+    else:
+        ar = np.empty(nr, dtype=np.int64)
+        for i in range(nr):
+            ar[i] = arrival[running[i]]
+        by_arrival = np.argsort(ar, kind="mergesort")
+        order = by_arrival[np.argsort(lv[by_arrival], kind="mergesort")]
     if head < 0:
         return order, True
     if nr < seats:
@@ -243,10 +266,10 @@ class MlfqOrder(StepPass):
         arrival = ctx.column_of("arrival")
         keys = []
         for rows, levels in ((ctx.waiting, placed[0]), (swapped, placed[1][:swapped.size])):
-            at = arrival[rows]
-            if rows.size and (at.min() < 0 or at.max() >= _ARRIVAL_SPAN or levels.min() < 0 or levels.max() >= 1 << 15):
+            key = rank_keys(rows, levels, arrival)
+            if key.size < rows.size:
                 return None
-            keys.append((levels.astype(np.int64) << _ARRIVAL_BITS) | at)
+            keys.append(key)
         return keys[0], keys[1]
 
     def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
@@ -259,7 +282,7 @@ class MlfqOrder(StepPass):
         rank = self.waiting_rank(ctx)
         if rank is None:
             return None
-        return first_by_rank(rank[0], ctx.max_seqs + 1)
+        return ctx.first_by_rank(rank[0], ctx.max_seqs + 1)
 
     def swapped_window(self, ctx: WindowContext) -> np.ndarray | None:
         """The swapped jobs its pick can reach: the first max_seqs + 1 by rank, as `waiting_window`
@@ -270,7 +293,7 @@ class MlfqOrder(StepPass):
         rank = self.waiting_rank(ctx)
         if rank is None or self.swapped != "swapped":
             return None
-        return first_by_rank(rank[1], ctx.max_seqs + 1)
+        return ctx.first_by_rank(rank[1], ctx.max_seqs + 1)
 
     def steady_order(self, ctx: WindowContext) -> np.ndarray | None:
         """The batch in (level, arrival) order, as `run` sorts the running queue (None: already so)."""

@@ -42,7 +42,7 @@ from schedir.ir.pipeline import Instrumentation, PassManager
 from schedir.ir.running_step import RunningStep
 from schedir.ir.state import RequestState
 from schedir.ir.step import Step, root_queue, steps_of
-from schedir.ir.window import WindowContext, first_by_rank
+from schedir.ir.window import WindowContext
 from schedir.lowering.hashing import extend_hashes
 from schedir.lowering.kv_pool import KVPool, commit, match_rows
 from schedir.lowering.host_pool import swap_in_row, swap_out_row
@@ -707,7 +707,7 @@ class Scheduler:
             if at.size:
                 parts.append(at)
         if walkers:  # a ranked window: the head of the step's order, checked after the step
-            prefix = self._ranked_head(rank)
+            prefix = self._ranked_head(ctx, rank)
             if prefix is None:
                 return waiting
             parts.append(prefix)
@@ -751,7 +751,7 @@ class Scheduler:
         k = self.config.max_num_seqs + WINDOW_SLACK
         if swapped_keys.size <= k or swapped_keys.size != self.swapped.size:
             return None
-        parts = [first_by_rank(swapped_keys, k)]
+        parts = [ctx.first_by_rank(swapped_keys, k)]
         for p in self.manager.passes:
             at = p.swapped_window(ctx)
             if at is None:
@@ -761,7 +761,7 @@ class Scheduler:
                 parts.append(at)
         return np.unique(np.concatenate(parts))
 
-    def _ranked_head(self, rank: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray | None:
+    def _ranked_head(self, ctx: WindowContext, rank: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray | None:
         """Positions in the waiting queue of a ranked window's head: the first max_num_seqs + 16
         waiting requests by the order pass's rank (`StepPass.waiting_rank`; equal keys in queue
         order); None (the whole queue) without a rank."""
@@ -771,7 +771,7 @@ class Scheduler:
         k = self.config.max_num_seqs + WINDOW_SLACK
         if keys.size <= k:
             return None
-        return first_by_rank(keys, k)
+        return ctx.first_by_rank(keys, k)
 
     def _ranked_window_held(self, module: ModuleOp, facts: StepFacts) -> bool:
         """Whether a step built over a ranked window (`_waiting_window`) decided as over the whole
@@ -811,7 +811,7 @@ class Scheduler:
                 self.running, waiting, cfg.max_num_seqs, pool.num_free, pool.usable_blocks,
                 cfg.max_num_batched_tokens, cfg.block_size, cfg.max_model_len, oversized, scheduler_state,
                 self._request_state_of, self._column_of, {}, steady, self._state_of, self._table_column, now_us,
-                step)
+                step, head_size=cfg.max_num_seqs + WINDOW_SLACK)
         ctx.running = self.running
         ctx.waiting = waiting
         ctx.free_blocks = pool.num_free
