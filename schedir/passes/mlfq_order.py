@@ -43,8 +43,9 @@ def mlfq_pick(run_level: np.ndarray, run_blocks: np.ndarray, run_total: np.ndarr
     fate = np.zeros(nr, dtype=np.int64)
     host_left = host_free
     need = 0
-    for k in range(nr):
-        need += max((run_total[k] + block_size) // block_size - run_blocks[k], 0)  # room for its next token
+    for k in range(nr):  # room for its next token (a division only where it needs a block: most steps none)
+        if run_total[k] >= run_blocks[k] * block_size:
+            need += (run_total[k] + block_size) // block_size - run_blocks[k]
     free_seats = seats - nr
     worst = nr - 1  # the lowest-ranked running job still running
     for j in range(wait_level.size):

@@ -389,3 +389,12 @@ def apply_samples(rows, generation, offsets, toks, one_each: bool, data, tail, r
         if done[i] != NOT_DONE:
             attention += 1
     return done, attention
+
+
+@nb.njit(cache=True, nogil=True)
+def write_state_row(state, r: int, rows, values) -> None:
+    """`state[r, rows] = values` (a steady step's answer for the batch's rows, `Scheduler._declared_steady_step`):
+    a loop, where numpy's fancy assignment costs ~1.6 µs a row of 256."""
+    row = state[r]
+    for k in range(rows.size):
+        row[rows[k]] = values[k]

@@ -65,6 +65,7 @@ from schedir.runtime.kernels import (
     settle_step,
     steady_decode,
     steady_settle,
+    write_state_row,
 )
 from schedir.runtime.metrics import RuntimeMetrics
 from schedir.runtime.output import SchedulerOutput
@@ -901,7 +902,7 @@ class Scheduler:
             if answer[3]:  # request state of the batch's rows
                 table = self.table
                 for name, values in answer[3]:
-                    table.state[table.state_index[name], running] = values
+                    write_state_row(table.state, table.state_index[name], running, values)
                 self._request_state_writes += 1
         return out
 
