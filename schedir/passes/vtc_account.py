@@ -11,7 +11,7 @@ import numpy as np
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
 from schedir.ir.window import WindowContext
-from schedir.passes.vtc_state import COUNTERS, TENANT
+from schedir.passes.vtc_state import COUNTERS, TENANT, counters_in
 
 
 _NONE = np.zeros(0, dtype=np.int64)
@@ -52,7 +52,7 @@ class VtcAccount(StepPass):
         which `ctx.scheduler_state` already holds)."""
         if ctx.state_of is None:
             return None
-        counters = np.asarray(ctx.scheduler_state.get(COUNTERS.name, COUNTERS.initial()), dtype=np.float64)
+        counters = counters_in(ctx.scheduler_state)
         return {COUNTERS.name: charged(counters, ctx.state_of(TENANT.name), ctx.running, _NONE, _NONE,
                                        float(self.w_in), float(self.w_out))}
 

@@ -12,7 +12,7 @@ from schedir.ir.errors import PassFailure
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
 from schedir.ir.window import WindowContext
-from schedir.passes.vtc_state import COUNTERS, MAX_TENANTS, TENANT
+from schedir.passes.vtc_state import COUNTERS, MAX_TENANTS, TENANT, counters_in
 
 
 @numba.njit(cache=True, nogil=True)
@@ -117,7 +117,7 @@ class VtcOrder(StepPass):
             return {}
         if ctx.state_of is None:
             return None
-        counters = np.asarray(ctx.scheduler_state.get(COUNTERS.name, COUNTERS.initial()), dtype=np.float64)
+        counters = counters_in(ctx.scheduler_state)
         tenant = ctx.state_of(TENANT.name)
         # the lift reads which tenants wait: one waiting request per tenant, held while the queue
         # stays as it is (`WindowContext.queued`), so the step does not grow with the queue

@@ -8,6 +8,10 @@ the backlogged client with the smallest counter. schedir keeps the counters as s
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+import numpy as np
+
 from schedir.ir.state import RequestState, SchedulerState
 
 MAX_TENANTS = 64
@@ -15,3 +19,12 @@ TENANT = RequestState("tenant", default=0, doc=f"the client this request is serv
                       bounds=(0, MAX_TENANTS - 1))
 COUNTERS = SchedulerState("vtc_counter", default=0.0, size=MAX_TENANTS,
                           doc="weighted tokens each tenant has been served (VTC)")
+
+
+def counters_in(state: Mapping[str, float | np.ndarray]) -> np.ndarray:
+    """The counters as `state` holds them (float64), their initial value where it holds none:
+    read before every steady step, so the default is built only when it is needed."""
+    held = state.get(COUNTERS.name)
+    if type(held) is np.ndarray and held.dtype == np.float64:
+        return held
+    return np.asarray(COUNTERS.initial() if held is None else held, dtype=np.float64)
