@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from schedir import Request, Scheduler, SchedulerConfig
 from schedir.dialects.codes import Reason, Status
+from schedir.ir.errors import PassFailure
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step, steps_of
 from schedir.lowering.hashing import extend_hashes
@@ -628,3 +629,38 @@ def test_base_running_set_stays_within_max_num_seqs_with_steps_in_flight() -> No
     second = sched.schedule()  # `first` is still in flight
     assert first.req_ids == ["a"]
     assert second.req_ids == [] and sched.running.size == 1
+
+
+@dataclasses.dataclass(frozen=True)
+class _SwapEveryone(StepPass):
+    """Test-only: swap every running request out, whatever room the host tier has."""
+
+    name: ClassVar[str] = "test-swap-everyone"
+    requires: ClassVar[frozenset[str]] = frozenset({"swapped-queue"})
+
+    def run(self, step: Step) -> None:
+        running = step.pending("running")
+        if running is not None:
+            step.preempt(running, "swap", step.ids(running))
+
+
+def test_a_swap_out_past_the_host_tier_names_the_request() -> None:
+    """The runtime copies a count-level pass's swaps in one kernel call (`host_pool.swap_rows`); a
+    swap-out the host tier cannot hold is a PassFailure naming the step, the request and both
+    block counts, the requests before it moved (as the row-by-row copies left them)."""
+    register_pass(_SwapEveryone)
+    try:
+        sched = Scheduler(SchedulerConfig(
+            num_blocks=40, block_size=4, max_num_batched_tokens=64, max_model_len=64, num_cpu_blocks=3,
+            pipeline="reject-oversized,mlfq-levels,mlfq-order{preemption=swap},test-swap-everyone,schedule-running,"
+                     "mlfq-swap-in,admit-greedy,mlfq-account"))
+    finally:
+        del PASSES[_SwapEveryone.name]  # other tests list every registered pass
+    sched.add_request(Request("a", list(range(1, 9)), max_tokens=16, arrival_time=0.0))
+    sched.add_request(Request("b", list(range(20, 30)), max_tokens=16, arrival_time=1.0))
+    out = sched.schedule()
+    sched.update(out, np.where(out.sampled, 9, -1))
+    with pytest.raises(PassFailure, match=r"step 2 swapped out request 'b' but its 3 KV blocks do not fit in the "
+                                          r"host tier's 1 free blocks"):
+        sched.schedule()
+    assert sched.pool.host.num_free == 1  # 'a' moved first (2 blocks)

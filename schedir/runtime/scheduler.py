@@ -45,7 +45,7 @@ from schedir.ir.step import Step, root_queue, steps_of
 from schedir.ir.window import WindowContext
 from schedir.lowering.hashing import extend_hashes
 from schedir.lowering.kv_pool import KVPool, commit, match_rows
-from schedir.lowering.host_pool import swap_in_row, swap_out_row
+from schedir.lowering.host_pool import swap_rows
 from schedir.lowering.radix_pool import KIND as RADIX_KIND
 from schedir.lowering.radix_pool import RadixKVPool
 from schedir.passes.admit_greedy import running_not_scheduled
@@ -978,19 +978,19 @@ class Scheduler:
         if host is None:
             raise PassFailure(self.spec, f"step {step} swapped request(s) but the scheduler has no host tier "
                               "(num_cpu_blocks = 0)")
-        for r in out_rows.tolist():
-            if swap_out_row(r, pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache,
-                            pool.table, pool.nblk, pool.ncached, host.hfree, host.hmeta, host.htable, host.hnblk,
-                            host.log) < 0:
-                raise PassFailure(self.spec, f"step {step} swapped out request '{names[r]}' but its "
-                                  f"{int(pool.nblk[r])} KV blocks do not fit in the host tier's "
-                                  f"{host.num_free} free blocks")
-        for r in in_rows.tolist():
-            if swap_in_row(r, pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache,
-                           pool.table, pool.nblk, host.hfree, host.hmeta, host.htable, host.hnblk, host.log) < 0:
-                raise PassFailure(self.spec, f"step {step} swapped in request '{names[r]}' but its "
-                                  f"{int(host.hnblk[r])} host blocks do not fit in the device pool's "
-                                  f"{pool.num_free} free blocks")
+        side, at = swap_rows(out_rows, in_rows, pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta,
+                             pool.cache, pool.table, pool.nblk, pool.ncached, host.hfree, host.hmeta, host.htable,
+                             host.hnblk, host.log)
+        if at >= 0 and side == 0:
+            r = int(out_rows[at])
+            raise PassFailure(self.spec, f"step {step} swapped out request '{names[r]}' but its "
+                              f"{int(pool.nblk[r])} KV blocks do not fit in the host tier's "
+                              f"{host.num_free} free blocks")
+        if at >= 0:
+            r = int(in_rows[at])
+            raise PassFailure(self.spec, f"step {step} swapped in request '{names[r]}' but its "
+                              f"{int(host.hnblk[r])} host blocks do not fit in the device pool's "
+                              f"{pool.num_free} free blocks")
 
     def _run_dumped(self, module: ModuleOp, step: int) -> None:
         cfg = self.config
