@@ -37,6 +37,11 @@ and half again the timed steps.
     git worktree add --detach /tmp/base HEAD~1
     python benchmarks/ab_step.py /tmp/base . --presets vllm,sglang --size 32 --rounds 10
     python benchmarks/ab_step.py . . --presets vllm,sglang --size 32 --rounds 4   # A/A: every ratio near 1
+    python benchmarks/ab_step.py /tmp/base . --presets fastserve --size 256 --waiting 5000 --stat mean
+
+`--stat mean` compares each round's mean step instead of its median: the steps that run their IR
+(FastServe's swaps and admissions) weigh in. Both trees take the same decisions, so each worker's
+IR steps fall on the same step numbers and the rounds compare like with like.
 """
 
 from __future__ import annotations
@@ -50,12 +55,13 @@ from pathlib import Path
 import numpy as np
 
 
-def worker(tree: str, presets: list[str], size: int) -> None:
+def worker(tree: str, presets: list[str], size: int, waiting: int | None = None) -> None:
     """Serve `preset n` lines on stdin with the µs of each of n more steps of that preset."""
     sys.path.insert(0, str(Path(tree) / "benchmarks"))
     import preset_step as P  # noqa: PLC0415 (imported from this worker's tree)
 
-    schedulers = {p: P._decoding_scheduler(p, size) for p in presets}
+    schedulers = {p: (P._decoding_scheduler(p, size) if waiting is None else P._decoding_scheduler(p, size, waiting))
+                  for p in presets}
     for s in schedulers.values():
         P._timed_steps(s, 30, [])  # Numba, caches, the steady state
     print("ready", flush=True)
@@ -101,11 +107,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="skip the A/A control (a second worker of tree A: the A'/A column)")
     ap.add_argument("--cpu", type=int, default=None,
                     help="the CPU every worker is pinned to (default: the last allowed; -1: no pinning)")
+    ap.add_argument("--waiting", type=int, help="requests waiting behind the full batch (default N/2)")
+    ap.add_argument("--stat", choices=("median", "mean"), default="median",
+                    help="each round's figure: the median step (the steady steps), or the mean (the steps that "
+                         "run their IR weigh in: both trees take the same decisions, so the same steps)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     presets = [p for p in args.presets.split(",") if p]
     if args.worker:
-        worker(args.tree_a, presets, args.size)
+        worker(args.tree_a, presets, args.size, args.waiting)
         return 0
     trees = [str(Path(t).resolve()) for t in (args.tree_a, args.tree_b)]
     for t in trees:
@@ -118,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     for t in worker_trees:  # this file's worker in every tree (the protocol is its own); schedir from the tree's
         env = dict(os.environ, PYTHONPATH=t, PYTHONHASHSEED="0")
         cmd = [sys.executable, str(Path(__file__).resolve()), t, t, "--worker",
-               "--presets", ",".join(presets), "--size", str(args.size)]
+               "--presets", ",".join(presets), "--size", str(args.size),
+               *([] if args.waiting is None else ["--waiting", str(args.waiting)])]
         w = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         if cpu is not None:
             os.sched_setaffinity(w.pid, {cpu})  # before its warm-up: it warms up where it is timed
@@ -145,14 +156,15 @@ def main(argv: list[str] | None = None) -> int:
                     times[i] += ask(i, p, min(chunk, args.steps - start))
                 turn += 1
             for i, t in enumerate(times):
-                medians[(i, p)].append(float(np.median(t)))
+                medians[(i, p)].append(float(np.median(t) if args.stat == "median" else np.mean(t)))
     for w in workers:
         w.stdin.write("\n")  # type: ignore[union-attr]
         w.stdin.flush()  # type: ignore[union-attr]
         w.wait()
     pinned = "not pinned" if cpu is None else f"pinned to CPU {cpu}"
-    print(f"schedule() medians, µs, N={args.size} running + N/2 waiting, {args.rounds} rounds of {args.steps} "
-          f"steps taken {chunk} at a time in alternating order, workers {pinned}")
+    behind = "N/2" if args.waiting is None else f"{args.waiting:,}"
+    print(f"schedule() {args.stat}s, µs, N={args.size} running + {behind} waiting, {args.rounds} rounds of "
+          f"{args.steps} steps taken {chunk} at a time in alternating order, workers {pinned}")
     print(f"A = {trees[0]}\nB = {trees[1]}")
     if not args.no_control:
         print("A' = a second worker of A: A'/A is the A/A control, this run's noise floor for B/A")
