@@ -131,7 +131,10 @@ def test_passes_show_which_declare_steady_steps(capsys):
     assert "held:        its steady answers are asked again only when the queues, the request state or one of " \
         "sglang_batch_full, sglang_batch_size, sglang_chunked change" in sections["sglang-decode"]
     assert "asked again only when the queues or the request state change" in sections["reject-oversized"]
-    assert "held:" not in sections["vtc-account"]
+    # VTC's lift and charge are transitions (`Lift`, `Charge`): held too
+    for vtc in ("vtc-account", "vtc-order"):
+        assert "asked again only when the queues or the request state change" in sections[vtc], vtc
+    assert "held:" not in sections["order-slo"]  # it judges the queue against the clock every step
 
 
 # ---------------------------------------------------------------- opt

@@ -422,10 +422,12 @@ def test_steady_steps_need_what_their_passes_declare(mutation, monkeypatch):
     assert any(replay(True, **case)[0] != replay(False, **case)[0] for case in SGLANG), mutation
 
 
-def test_held_steady_answers_decide_as_asked(monkeypatch):
-    """A run of sglang steady steps asks its passes again only when the queues, the request state
-    or a value they read changed (`StepPass.steady_reads`; the decaying ratio is a `Decay`
-    transition, applied to each step); the steps are those of asking every pass every step."""
+@pytest.mark.parametrize("family", ["sglang", "vtc"])
+def test_held_steady_answers_decide_as_asked(monkeypatch, family):
+    """A run of sglang (vtc) steady steps asks its passes again only when the queues, the request
+    state or a value they read changed (`StepPass.steady_reads`; the decaying ratio is a `Decay`
+    transition, VTC's lift and charge a `Lift` and a `Charge`, applied to each step); the steps
+    are those of asking every pass every step."""
     from schedir.runtime.steady_answers import SteadyAnswers
 
     asked = []
@@ -438,7 +440,7 @@ def test_held_steady_answers_decide_as_asked(monkeypatch):
         return out
 
     monkeypatch.setattr(SteadyAnswers, "answer", counted)
-    for case in SGLANG:
+    for case in (SGLANG if family == "sglang" else VTC):
         asked.clear()
         held, taken, _ = replay(True, **case)
         with_holding = sum(asked)
@@ -464,6 +466,7 @@ def test_holding_needs_unchanged_queues(monkeypatch):
 
     monkeypatch.setattr(SteadyAnswers, "answer", blind)
     assert any(replay(True, **case)[0] != replay(False, **case)[0] for case in SGLANG)
+    assert any(replay(True, **case)[0] != replay(False, **case)[0] for case in VTC)
 
 
 def test_holding_needs_the_ratio_as_a_transition(monkeypatch):
@@ -481,6 +484,26 @@ def test_holding_needs_the_ratio_as_a_transition(monkeypatch):
 
     monkeypatch.setattr(SglangDecode, "steady_state", valued)
     assert any(replay(True, **case)[0] != replay(False, **case)[0] for case in SGLANG)
+
+
+@pytest.mark.parametrize("which", ["charge", "lift"])
+def test_holding_needs_vtc_writes_as_transitions(monkeypatch, which):
+    """VTC's charge (lift) written as the counters it leads to, not as a `Charge` (`Lift`), is held
+    at those counters: the steps differ from the IR's."""
+    from schedir.passes.vtc_account import VtcAccount
+    from schedir.passes.vtc_order import VtcOrder
+
+    kind = VtcAccount if which == "charge" else VtcOrder
+    real = kind.steady_state
+
+    def valued(self, ctx):  # type: ignore[no-untyped-def]
+        said = real(self, ctx)
+        if said:
+            said = {k: v.apply(ctx.scheduler_state[k]) for k, v in said.items()}
+        return said
+
+    monkeypatch.setattr(kind, "steady_state", valued)
+    assert any(replay(True, **case)[0] != replay(False, **case)[0] for case in VTC)
 
 
 def test_held_answers_follow_what_the_passes_read():

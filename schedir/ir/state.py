@@ -94,8 +94,18 @@ class SchedulerState:
         return f"{self.name} ({shape}, starts at {self.default:g})" + (f": {self.doc}" if self.doc else "")
 
 
+class Transition:
+    """A steady step's write of scheduler state as a function of its value, not the value itself
+    (`StepPass.steady_state`): an answer written so does not depend on the value, so it holds
+    over a run of steps (`StepPass.steady_reads`) and is applied to each (`Decay`, VTC's charge
+    and lift in `schedir.passes.vtc_state`)."""
+
+    def apply(self, value: float | np.ndarray) -> float | np.ndarray:
+        raise NotImplementedError
+
+
 @attrs.frozen
-class Decay:
+class Decay(Transition):
     """A steady step's write of scheduler state as a transition of its value, not the value:
     `unset` where the value is below 0 (not set yet), then lowered by `by`, not below `floor`.
     SGLang's new_token_ratio after a decode step is `Decay(step, floor, init)`; `Decay(0, 0,

@@ -47,6 +47,9 @@ class VllmAdmit(StepPass):
     queue: str = "waiting"
     running: str = "running"
 
+    # its steady answer (its window's rule) reads the queues and max_seqs only: held with the others'
+    steady_reads: ClassVar[frozenset[str]] = frozenset()
+
     def waiting_window(self, ctx: WindowContext):  # noqa: ANN201
         """Nobody while max_seqs requests run (vLLM's waiting loop stops at once, and a step that
         preempts admits nobody either); else the whole queue."""

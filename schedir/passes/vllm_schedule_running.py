@@ -48,6 +48,9 @@ class VllmScheduleRunning(StepPass):
     long_prefill: int = 0
     queue: str = "running"
 
+    # its steady answer (its window's rule) reads the queues and max_seqs only: held with the others'
+    steady_reads: ClassVar[frozenset[str]] = frozenset()
+
     def waiting_window(self, ctx: WindowContext):  # noqa: ANN201
         """Nobody: it schedules the running queue (a long-prefill cap counts the waiting, so then all)."""
         return ctx.NONE if not self.long_prefill and self.queue == "running" else None

@@ -11,7 +11,7 @@ import numpy as np
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
 from schedir.ir.window import WindowContext
-from schedir.passes.vtc_state import COUNTERS, TENANT, counters_in
+from schedir.passes.vtc_state import COUNTERS, TENANT, Charge
 
 
 _NONE = np.zeros(0, dtype=np.int64)
@@ -46,15 +46,18 @@ class VtcAccount(StepPass):
     w_out: int = 2
 
     steady_when: ClassVar[dict[str, str]] = {}
+    # its steady answer is a transition (the charge, whatever the counters are): held while the
+    # batch and the tenants are the same
+    steady_reads: ClassVar[frozenset[str]] = frozenset()
 
-    def steady_state(self, ctx: WindowContext) -> dict[str, np.ndarray] | None:
-        """A steady step charges one output token per running request (after vtc-order's lift,
-        which `ctx.scheduler_state` already holds)."""
+    def steady_state(self, ctx: WindowContext) -> dict[str, Charge] | None:
+        """A steady step charges one output token per running request: `w-out` per request on its
+        tenant's counter, as a `Charge` (applied after vtc-order's lift, in pipeline order)."""
         if ctx.state_of is None:
             return None
-        counters = counters_in(ctx.scheduler_state)
-        return {COUNTERS.name: charged(counters, ctx.state_of(TENANT.name), ctx.running, _NONE, _NONE,
-                                       float(self.w_in), float(self.w_out))}
+        nothing = np.zeros(COUNTERS.size, dtype=np.float64)
+        return {COUNTERS.name: Charge(charged(nothing, ctx.state_of(TENANT.name), ctx.running, _NONE, _NONE,
+                                              float(self.w_in), float(self.w_out)))}
 
     def waiting_window(self, ctx: WindowContext) -> np.ndarray:
         """Nobody of its own: it charges what the other passes scheduled."""

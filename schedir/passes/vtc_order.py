@@ -12,7 +12,7 @@ from schedir.ir.errors import PassFailure
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
 from schedir.ir.window import WindowContext
-from schedir.passes.vtc_state import COUNTERS, MAX_TENANTS, TENANT, counters_in
+from schedir.passes.vtc_state import COUNTERS, MAX_TENANTS, TENANT, Lift
 
 
 @numba.njit(cache=True, nogil=True)
@@ -49,18 +49,27 @@ _OUT_OF_RANGE, _UNCHANGED, _LIFTED = range(3)
 
 
 @numba.njit(cache=True, nogil=True)
-def steady_lift(counters: np.ndarray, tenant: np.ndarray, waiting: np.ndarray, running: np.ndarray):
-    """`lift` for a steady step, by request id, in one call: (_LIFTED, counters) or
-    (_UNCHANGED, _) or (_OUT_OF_RANGE, _) when a waiting request's tenant has no counter."""
+def lift_sets(tenant: np.ndarray, waiting: np.ndarray, running: np.ndarray, tenants: int):
+    """`lift`'s sets for a steady step, by request id, in one call: (_LIFTED, back, served) when
+    some tenant waits with none of its requests running (`back`; `served`: the tenants running),
+    (_UNCHANGED, ...) when none does, (_OUT_OF_RANGE, ...) when a waiting request's tenant has no
+    counter."""
+    back = np.zeros(tenants, dtype=np.bool_)
+    served = np.zeros(tenants, dtype=np.bool_)
     for i in range(waiting.size):
         t = tenant[waiting[i]]
-        if t < 0 or t >= counters.size:
-            return _OUT_OF_RANGE, counters
-    lifted = lift(counters, tenant, waiting, running)
-    for t in range(counters.size):
-        if lifted[t] != counters[t]:
-            return _LIFTED, lifted
-    return _UNCHANGED, lifted
+        if t < 0 or t >= tenants:
+            return _OUT_OF_RANGE, back, served
+        back[t] = True
+    for i in range(running.size):
+        t = tenant[running[i]]
+        if 0 <= t < tenants:  # (checked at arrival: `TENANT`'s bounds)
+            back[t] = False
+            served[t] = True
+    for t in range(tenants):
+        if back[t] and running.size:
+            return _LIFTED, back, served
+    return _UNCHANGED, back, served
 
 
 @numba.njit(cache=True, nogil=True)
@@ -109,22 +118,28 @@ class VtcOrder(StepPass):
     running: str = "running"
 
     steady_when: ClassVar[dict[str, str]] = {"queue": "waiting", "running": "running"}
+    # its steady answer is a transition (the lift, whatever the counters are): held while the
+    # queues and the tenants are the same
+    steady_reads: ClassVar[frozenset[str]] = frozenset()
 
-    def steady_state(self, ctx: WindowContext) -> dict[str, np.ndarray] | None:
-        """A steady step sorts nobody admission could reach (its own window's rule) and writes the
-        counter lift, as `run` does; a tenant out of range takes the IR (and its error)."""
+    def steady_state(self, ctx: WindowContext) -> dict[str, Lift] | None:
+        """A steady step sorts nobody admission could reach (its own window's rule) and lifts the
+        counters as `run` does: a `Lift` of the tenants waiting and not served to the least
+        counter of those served, or nothing when every waiting tenant is served; a tenant out of
+        range takes the IR (and its error)."""
         if not ctx.waiting.size:
             return {}
         if ctx.state_of is None:
             return None
-        counters = counters_in(ctx.scheduler_state)
         tenant = ctx.state_of(TENANT.name)
         # the lift reads which tenants wait: one waiting request per tenant, held while the queue
         # stays as it is (`WindowContext.queued`), so the step does not grow with the queue
         waiting = ctx.queued("vtc-one-per-tenant", lambda: ctx.waiting[np.unique(tenant[ctx.waiting],
                                                                                  return_index=True)[1]])
-        outcome, lifted = steady_lift(counters, tenant, waiting, ctx.running)
-        return None if outcome == _OUT_OF_RANGE else {COUNTERS.name: lifted} if outcome == _LIFTED else {}
+        outcome, back, served = lift_sets(tenant, waiting, ctx.running, COUNTERS.size)
+        if outcome == _OUT_OF_RANGE:
+            return None
+        return {COUNTERS.name: Lift(back, served)} if outcome == _LIFTED else {}
 
     def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
         """One waiting request per tenant: the counter lift reads which tenants wait, not how many

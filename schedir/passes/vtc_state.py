@@ -8,11 +8,10 @@ the backlogged client with the smallest counter. schedir keeps the counters as s
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
+import attrs
 import numpy as np
 
-from schedir.ir.state import RequestState, SchedulerState
+from schedir.ir.state import RequestState, SchedulerState, Transition
 
 MAX_TENANTS = 64
 TENANT = RequestState("tenant", default=0, doc=f"the client this request is served for (0..{MAX_TENANTS - 1})",
@@ -21,10 +20,30 @@ COUNTERS = SchedulerState("vtc_counter", default=0.0, size=MAX_TENANTS,
                           doc="weighted tokens each tenant has been served (VTC)")
 
 
-def counters_in(state: Mapping[str, float | np.ndarray]) -> np.ndarray:
-    """The counters as `state` holds them (float64), their initial value where it holds none:
-    read before every steady step, so the default is built only when it is needed."""
-    held = state.get(COUNTERS.name)
-    if type(held) is np.ndarray and held.dtype == np.float64:
-        return held
-    return np.asarray(COUNTERS.initial() if held is None else held, dtype=np.float64)
+@attrs.frozen(eq=False)
+class Charge(Transition):
+    """A steady step's charge (`vtc-account`): `charge[t]` more weighted tokens on tenant t's
+    counter, whatever the counters are (the same requests decode one token each, every step)."""
+
+    charge: np.ndarray  # float64[MAX_TENANTS]
+
+    def apply(self, value: float | np.ndarray) -> np.ndarray:
+        return np.asarray(value, dtype=np.float64) + self.charge
+
+
+@attrs.frozen(eq=False)
+class Lift(Transition):
+    """VTC's counter lift as a steady step's transition (`vtc-order`): each tenant of `back`
+    (waiting, none of its requests served) comes back no lower than the least counter of the
+    tenants `served`, whatever the counters are (`vtc_order.lift`'s rule)."""
+
+    back: np.ndarray  # bool[MAX_TENANTS]
+    served: np.ndarray  # bool[MAX_TENANTS]
+
+    def apply(self, value: float | np.ndarray) -> np.ndarray:
+        counters = np.asarray(value, dtype=np.float64)
+        if not self.served.any():
+            return counters.copy()
+        lifted = counters.copy()
+        lifted[self.back] = np.maximum(counters[self.back], counters[self.served].min())
+        return lifted

@@ -4,7 +4,7 @@ A pipeline whose passes keep state answers, before each steady decode step, what
 writes (`StepPass.steady_state`) and in which order the batch decodes (`steady_order`). Over a
 run of decode steps the answers repeat: SGLang's passes answer the same thing until a request
 arrives or leaves, but for the ratio that decays every step, which they write as a transition
-(`schedir.ir.state.Decay`). When every pass names the scheduler state its answers read
+(`schedir.ir.state.Decay`; VTC's counters likewise, `Transition`). When every pass names the scheduler state its answers read
 (`StepPass.steady_reads`), the runtime asks them once and applies the answers it holds to the
 following steps, until the queues are other arrays, declared request state was written, or a
 value they read changed; then it asks again. A pipeline with a pass that does not declare is
@@ -19,7 +19,7 @@ from operator import itemgetter
 import numpy as np
 
 from schedir.ir.pass_base import StepPass
-from schedir.ir.state import Decay
+from schedir.ir.state import Transition
 from schedir.lowering.steady_program import SteadyProgram
 
 _NO_CONSTANTS: dict = {}  # read only
@@ -73,7 +73,7 @@ class SteadyAnswers:
         state = dict(scheduler_state)  # as each pass leaves it for the next
         ctx = ctx_of(state)
         constants: dict = {}
-        transitions: dict[str, list[Decay]] = {}
+        transitions: dict[str, list[Transition]] = {}
         rows: dict[str, np.ndarray] = {}
         requests = self.request_names
         for p in self.passes:
@@ -85,7 +85,7 @@ class SteadyAnswers:
             for name, value in said.items():
                 if name in requests:  # the batch's rows' values, aligned with ctx.running
                     rows[name] = ctx.batch_state[name] = value  # the passes after it read them
-                elif type(value) is Decay:
+                elif isinstance(value, Transition):
                     if name in constants:  # set earlier this step: the result is a constant too
                         constants[name] = value.apply(constants[name])
                     else:
