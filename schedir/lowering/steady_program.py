@@ -45,24 +45,22 @@ LOWERED = (levels_steady_lowered, order_steady_lowered, swap_in_steady_lowered, 
 @nb.njit(cache=True, nogil=True)
 def run_steady(codes: np.ndarray, options: np.ndarray, first_write: np.ndarray, write_rows: np.ndarray,
                D: np.ndarray, ST: np.ndarray, NB: np.ndarray, running: np.ndarray, waiting: np.ndarray,
-               swapped: np.ndarray, sc: np.ndarray, memo: np.ndarray, fresh: bool) -> tuple[np.ndarray, np.ndarray,
-                                                                                         np.ndarray]:
-    """Ask the lowered answers `codes` in pipeline order; returns (flags, order, rows): flags[0]
-    0 when one would let the IR decide, flags[1] 1 when a pass ordered the batch (the first
-    that did: `order`), flags[2 + i] 1 when pass i wrote its request state for the batch's rows
+               swapped: np.ndarray, sc: np.ndarray, memo: np.ndarray, fresh: bool, flags: np.ndarray,
+               order: np.ndarray, scratch: np.ndarray, rows: np.ndarray, over: np.ndarray) -> int:
+    """Ask the lowered answers `codes` in pipeline order, into the caller's buffers (kept across
+    steps: allocating and boxing them cost ~2 µs a step); returns flags[0], with flags[0] 0 when
+    one would let the IR decide, flags[1] 1 when a pass ordered the batch (the first that did:
+    `order`), flags[2 + i] 1 when pass i wrote its request state for the batch's rows
     (`rows[first_write[i]:...]`; `write_rows`: the `ST` row of each). What a pass wrote the
-    passes after it read (`over`, `steady_layout.running_state`). `memo`: each pass's memo row,
+    passes after it read (`over`, `steady_layout.running_state`). `order`, `scratch` and `rows`
+    are as long as `running`; `over` has a slot per `ST` row. `memo`: each pass's memo row,
     emptied first when `fresh` (see `schedir.lowering.steady_layout`)."""
     if fresh:
         for i in range(memo.shape[0]):
             memo[i, MEMO_SET] = 0
-    nr = running.size
     writes = write_rows.size
-    flags = np.zeros(2 + codes.size, dtype=np.int64)
-    order = np.empty(nr, dtype=np.int64)
-    scratch = np.empty(nr, dtype=np.int64)
-    rows = np.empty((writes, nr), dtype=np.int64)
-    over = np.full(ST.shape[0], -1, dtype=np.int64)
+    flags[:] = 0
+    over[:] = -1
     for i in range(codes.size):
         c = codes[i]
         o = options[i]
@@ -77,7 +75,7 @@ def run_steady(codes: np.ndarray, options: np.ndarray, first_write: np.ndarray, 
         else:
             r = account_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w, memo[i], over)
         if r == ASK_IR:
-            return flags, order, rows
+            return 0
         if r == ORDERED:
             flags[1] = 1
         elif r == WROTE:
@@ -86,7 +84,7 @@ def run_steady(codes: np.ndarray, options: np.ndarray, first_write: np.ndarray, 
             for j in range(w, end):
                 over[write_rows[j]] = j
     flags[0] = 1
-    return flags, order, rows
+    return 1
 
 
 def lowered_form(kind: type) -> object | None:
@@ -111,6 +109,8 @@ class SteadyProgram:
     slots: tuple[tuple[int, tuple[tuple[str, int], ...]], ...]
     asked: tuple[StepPass, ...]  # the passes keeping the default answer (asked in Python)
     memo_kept: list = attrs.field(factory=lambda: [0], eq=False, repr=False)  # steps that reused its memo
+    # run_steady's buffers (flags, order, scratch, rows, over), made again when the batch's size changes
+    buffers: list = attrs.field(factory=lambda: [None], eq=False, repr=False)
 
     @classmethod
     def lower(cls, passes: Sequence[StepPass], layout: SteadyLayout) -> SteadyProgram | None:
@@ -156,13 +156,20 @@ class SteadyProgram:
             memo = held[key] = np.zeros((self.codes.size, MEMO_WIDTH), dtype=np.int64)
         else:
             self.memo_kept[0] += 1
-        flags, order, rows = run_steady(self.codes, self.options, self.first_write, self.write_rows, D, ST, NB,
-                                        running, waiting, swapped, sc, memo, fresh)
-        f = flags.tolist()
-        if not f[0]:
+        nr = running.size
+        buffers = self.buffers[0]
+        if buffers is None or buffers[1].size != nr or buffers[4].size != ST.shape[0]:  # the batch's size changed
+            buffers = self.buffers[0] = (np.zeros(2 + self.codes.size, dtype=np.int64), np.empty(nr, dtype=np.int64),
+                                      np.empty(nr, dtype=np.int64),
+                                      np.empty((self.write_rows.size, nr), dtype=np.int64),
+                                      np.empty(ST.shape[0], dtype=np.int64))
+        flags, order, scratch, rows, over = buffers
+        if not run_steady(self.codes, self.options, self.first_write, self.write_rows, D, ST, NB, running, waiting,
+                          swapped, sc, memo, fresh, flags, order, scratch, rows, over):
             return None
+        f = flags.tolist()
         out = []
-        for flag, named in self.slots:  # the rows of the passes that wrote this step
+        for flag, named in self.slots:  # the rows of the passes that wrote this step (read before the next)
             if f[flag]:
                 out += [(name, rows[j]) for name, j in named]
-        return (order if f[1] else None), tuple(out)
+        return (order.copy() if f[1] else None), tuple(out)
