@@ -273,17 +273,12 @@ def test_steady_fuzz_mode_compares_every_step(tmp_path: Path) -> None:
     tally = json.loads(out.read_text())["presets"]["fastserve"]
     assert tally["cases"] == 3 and not tally["divergent"] and tally["shortcut_on"] > 10 and tally["shortcut_off"] == 0
 
-    real = SteadyProgram.answer
-
-    def unwritten(self, *inputs):  # type: ignore[no-untyped-def]
-        got = real(self, *inputs)
-        return got and (got[0], ())
-
-    SteadyProgram.answer = unwritten  # type: ignore[method-assign]
+    real = SteadyProgram.written
+    SteadyProgram.written = lambda self: ()  # type: ignore[method-assign]
     try:
         assert module.main(["--steady", "--cases", "3", "--size", "ci", "--presets", "fastserve"]) == 1
     finally:
-        SteadyProgram.answer = real  # type: ignore[method-assign]
+        SteadyProgram.written = real  # type: ignore[method-assign]
 
 
 def test_parity_fuzz_takes_preset_lists_and_refuses_bad_pipelines(tmp_path, capsys):

@@ -3,6 +3,7 @@ the IR does: every output field, the queues, the request table and the KV pool, 
 
 from __future__ import annotations
 
+import attrs
 import numpy as np
 import pytest
 
@@ -315,7 +316,7 @@ def test_steady_steps_with_a_waiting_queue_admission_cannot_reach(cfg):
 @pytest.mark.parametrize("mutation", ["running order", "no decay", "admission ignores its gate", "no vtc charge",
                                       "no vtc lift", "nobody hopeless", "no last run", "nobody to preempt",
                                       "v0 preempts nobody", "no v0 places", "mlfq running order",
-                                      "lowered running order", "lowered no last run", "lowered memo kept"])
+                                      "lowered order pass dropped", "lowered no last run", "lowered memo kept"])
 def test_steady_steps_need_what_their_passes_declare(mutation, monkeypatch):
     """The sglang, vtc, seed and v0 cases fail when a declaration is wrong: the batch decoded in
     running order instead of join order, the ratio not decayed, admission declared steady when its
@@ -381,18 +382,27 @@ def test_steady_steps_need_what_their_passes_declare(mutation, monkeypatch):
     if mutation.startswith("lowered"):  # the steady program's answer (schedir.lowering.steady_program)
         from schedir.lowering.steady_program import SteadyProgram
 
-        answered = SteadyProgram.answer
+        if mutation == "lowered order pass dropped":  # the program asks every lowered answer but mlfq-order's
+            lowered = SteadyProgram.lower
 
-        def mutated_answer(self, *inputs):  # type: ignore[no-untyped-def]
-            got = answered(self, *inputs)
-            if got is None:
-                return None
-            order, rows = got
-            if mutation == "lowered running order":
-                return None, rows
-            return order, tuple((name, values) for name, values in rows if name != "mlfq_last_run")
+            def without_order(passes, layout):  # type: ignore[no-untyped-def]
+                program = lowered(passes, layout)
+                if program is None:
+                    return None
+                gone = int(np.flatnonzero(program.codes == 1)[0])  # mlfq-order's opcode (steady_program.LOWERED),
+                keep = np.arange(program.codes.size) != gone      # which writes no request state
+                return attrs.evolve(program, codes=program.codes[keep], options=program.options[keep],
+                                    first_write=program.first_write[keep],
+                                    slots=tuple((flag - int(flag - 2 > gone), named) for flag, named in program.slots))
 
-        monkeypatch.setattr(SteadyProgram, "answer", mutated_answer)
+            monkeypatch.setattr(SteadyProgram, "lower", staticmethod(without_order))
+        else:
+            written = SteadyProgram.written
+
+            def without_last_run(self):  # type: ignore[no-untyped-def]
+                return tuple((name, values) for name, values in written(self) if name != "mlfq_last_run")
+
+            monkeypatch.setattr(SteadyProgram, "written", without_last_run)
         fastserve = [c for c in CASES if c["seed"] in (81, 82, 83)]
         assert any(replay(True, **case)[0] != replay(False, **case)[0] for case in fastserve), mutation
         return
@@ -459,10 +469,10 @@ def test_holding_needs_unchanged_queues(monkeypatch):
 
     real = SteadyAnswers.answer
 
-    def blind(self, running, waiting, writes, state, ctx_of, inputs_of=None):  # type: ignore[no-untyped-def]
+    def blind(self, running, waiting, writes, state, ctx_of):  # type: ignore[no-untyped-def]
         if self.held is not None:
             self.held = (running, waiting, writes, *self.held[3:])
-        return real(self, running, waiting, writes, state, ctx_of, inputs_of)
+        return real(self, running, waiting, writes, state, ctx_of)
 
     monkeypatch.setattr(SteadyAnswers, "answer", blind)
     assert any(replay(True, **case)[0] != replay(False, **case)[0] for case in SGLANG)
@@ -636,18 +646,18 @@ def test_the_steady_program_keeps_its_queue_memo():
     from schedir.lowering import steady_program
 
     program_of: list = []
-    real = steady_program.SteadyProgram.answer
+    real = steady_program.SteadyProgram.buffers_for
 
     def spy(self, *inputs):  # type: ignore[no-untyped-def]
         program_of.append(self)
         return real(self, *inputs)
 
-    steady_program.SteadyProgram.answer = spy  # type: ignore[method-assign]
+    steady_program.SteadyProgram.buffers_for = spy  # type: ignore[method-assign]
     try:
         case = next(c for c in CASES if c["seed"] == 84)
         _, taken, _ = replay(True, **case)
     finally:
-        steady_program.SteadyProgram.answer = real  # type: ignore[method-assign]
+        steady_program.SteadyProgram.buffers_for = real  # type: ignore[method-assign]
     program = program_of[-1]
     kept = program.memo_kept[0]
     assert taken > 10 and 0 < kept < len(program_of), (taken, kept, len(program_of))

@@ -144,11 +144,11 @@ class SteadyProgram:
         """The pass (its place in `codes`) that writes each of `writes` (from `slots`)."""
         return tuple(flag - 2 for flag, named in self.slots for _ in named)
 
-    def answer(self, D: np.ndarray, ST: np.ndarray, NB: np.ndarray, running: np.ndarray, waiting: np.ndarray,
-               swapped: np.ndarray, sc: np.ndarray, held: dict) -> tuple[np.ndarray | None, tuple] | None:
-        """(batch order or None, request-state rows as (name, values) pairs), or None: the IR decides.
-        `held`: the runtime's answers over the queued requests (`Scheduler._queued_answers`, dropped
-        when the queue or a queued request's state changes): the passes' memo rows live there."""
+    def buffers_for(self, held: dict, ST: np.ndarray, nr: int) -> tuple:
+        """(memo, fresh, flags, order, scratch, rows, over): what `run_steady` asks into for a batch
+        of `nr` (`schedir.runtime.steady_kernel`). `held`: the runtime's answers over the queued
+        requests (`Scheduler._queued_answers`, dropped when the queue or a queued request's state
+        changes): the passes' memo rows live there (`fresh`: made anew, to be filled)."""
         key = ("steady-program", id(self))
         memo = held.get(key)
         fresh = memo is None
@@ -156,20 +156,26 @@ class SteadyProgram:
             memo = held[key] = np.zeros((self.codes.size, MEMO_WIDTH), dtype=np.int64)
         else:
             self.memo_kept[0] += 1
-        nr = running.size
         buffers = self.buffers[0]
         if buffers is None or buffers[1].size != nr or buffers[4].size != ST.shape[0]:  # the batch's size changed
             buffers = self.buffers[0] = (np.zeros(2 + self.codes.size, dtype=np.int64), np.empty(nr, dtype=np.int64),
-                                      np.empty(nr, dtype=np.int64),
-                                      np.empty((self.write_rows.size, nr), dtype=np.int64),
-                                      np.empty(ST.shape[0], dtype=np.int64))
-        flags, order, scratch, rows, over = buffers
-        if not run_steady(self.codes, self.options, self.first_write, self.write_rows, D, ST, NB, running, waiting,
-                          swapped, sc, memo, fresh, flags, order, scratch, rows, over):
-            return None
+                                         np.empty(nr, dtype=np.int64),
+                                         np.empty((self.write_rows.size, nr), dtype=np.int64),
+                                         np.empty(ST.shape[0], dtype=np.int64))
+        return (memo, fresh, *buffers)
+
+    def written(self) -> tuple[tuple[str, np.ndarray], ...]:
+        """The request state the last answers wrote for the batch's rows, as (name, values aligned
+        with the running queue) pairs: views of the buffers, to be written before the next call."""
+        flags, _, _, rows, _ = self.buffers[0]
         f = flags.tolist()
-        out = []
-        for flag, named in self.slots:  # the rows of the passes that wrote this step (read before the next)
+        out: list[tuple[str, np.ndarray]] = []
+        for flag, named in self.slots:  # the rows of the passes that wrote this step
             if f[flag]:
                 out += [(name, rows[j]) for name, j in named]
-        return (order.copy() if f[1] else None), tuple(out)
+        return tuple(out)
+
+    def ordered(self) -> np.ndarray | None:
+        """The batch order the last answers gave (positions in the running queue; a copy), or None."""
+        flags, order = self.buffers[0][:2]
+        return order.copy() if flags[1] else None

@@ -71,7 +71,8 @@ from schedir.runtime.metrics import RuntimeMetrics
 from schedir.runtime.output import SchedulerOutput
 from schedir.lowering.steady_layout import SteadyLayout
 from schedir.lowering.steady_program import SteadyProgram
-from schedir.runtime.steady_answers import SteadyAnswers
+from schedir.runtime.steady_kernel import TAKEN, program_steady_settle
+from schedir.runtime.steady_answers import _NO_CONSTANTS, SteadyAnswers
 from schedir.runtime.window import admissible_bound, fcfs_head, vllm_passes
 
 _EMPTY = np.zeros(0, dtype=np.int64)
@@ -134,7 +135,7 @@ class Scheduler:
         self._front = 0  # FCFS key of the next request put back at the front (preempted)
         self._request_state_writes = 0  # bumped by every write of declared request state (SteadyAnswers)
         # ... but a steady step's to its batch's rows, and every IR step: what holds the answers
-        # computed from the queued requests alone (SteadyProgram.answer's memo, WindowContext.queued)
+        # computed from the queued requests alone (SteadyProgram.buffers_for's memo, WindowContext.queued)
         self._queued_state_writes = 0
         self._queued_memo: tuple = (None, None, -1, {})  # (waiting, swapped, writes, answers)
         self._ranked_prefix: tuple | None = None  # (head, window, swapped behind, swapped in step): _waiting_window
@@ -888,8 +889,12 @@ class Scheduler:
         running = self.running
         if not running.size or (self.swapped.size and not self._steady_swapped):
             return None
-        answer = self._answers.answer(running, self.waiting, self._request_state_writes, self.scheduler_state,
-                                      self._steady_context, self._steady_inputs)
+        answers = self._answers
+        if (answers.program is not None and answers.lowered and not self.radix
+                and answers.holding(running, self.waiting, self._request_state_writes, self.scheduler_state) is None):
+            return self._program_step(step, answers.program)
+        answer = answers.answer(running, self.waiting, self._request_state_writes, self.scheduler_state,
+                                self._steady_context)
         if answer is None:
             return None
         order = answer[2]
@@ -912,15 +917,50 @@ class Scheduler:
         now_us = max(round(self.clock() * 1e6), 0) if self._reads_clock else -1
         return self._window_context(self.waiting, True, state, now_us, self._step)
 
-    def _steady_inputs(self) -> tuple:
-        """The tables and facts the lowered steady answers read (`schedir.lowering.steady_layout`)."""
+    def _program_step(self, step: int, program: SteadyProgram) -> SchedulerOutput | None:
+        """`_declared_steady_step` for a pipeline whose answers are lowered (`SteadyProgram`): the
+        passes that keep the default answer asked in Python (only while requests wait), then one
+        kernel call asks the lowered answers and settles the step in their order
+        (`schedir.runtime.steady_kernel`); the rows' request state they wrote is written once the
+        step was taken. None, nothing changed, when an answer or the running requests leave the
+        step to the IR."""
+        answers = self._answers
+        answers.asked += 1
+        running, waiting = self.running, self.waiting
+        if waiting.size and program.asked:
+            ctx = self._steady_context(dict(self.scheduler_state))
+            for p in program.asked:
+                if p.steady_state(ctx) is None:
+                    return None
         cfg = self.config
-        now_us = max(round(self.clock() * 1e6), 0) if self._reads_clock else -1
-        sc = np.array((self._step, cfg.max_num_seqs, self.pool.num_free, cfg.block_size, self._host_free(), now_us,
-                       cfg.max_num_batched_tokens, cfg.max_model_len), dtype=np.int64)
+        pool = self.pool
         table = self.table
-        return (table.data, table.state, self.pool.nblk, self.running, self.waiting, self.swapped, sc,
-                self._queued_answers(self.waiting))
+        now_us = max(round(self.clock() * 1e6), 0) if self._reads_clock else -1
+        sc = np.array((self._step, cfg.max_num_seqs, pool.num_free, cfg.block_size, self._host_free(), now_us,
+                       cfg.max_num_batched_tokens, cfg.max_model_len), dtype=np.int64)
+        memo, fresh, flags, order, scratch, rows, over = program.buffers_for(self._queued_answers(waiting), table.state,
+                                                                             running.size)
+        if self._ones.size < running.size:
+            self._ones = np.ones(2 * running.size, dtype=np.int64)
+        tokens = self._ones[: running.size].copy()
+        code, batch, *settled = program_steady_settle(
+            program.codes, program.options, program.first_write, program.write_rows, table.state, self.swapped, sc,
+            memo, fresh, flags, order, scratch, rows, over, running, table.data, self._steady_budget,
+            cfg.max_model_len, pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache,
+            pool.table, pool.nblk, pool.ncached, pool.rhash, pool.nhash, tokens, self._front, waiting, cfg.block_size,
+            cfg.async_scheduling, cfg.batch_plan)
+        if code != TAKEN:
+            return None
+        out = self._output(step, batch, tokens, settled, _NO_ROWS, _NO_ROWS, {}, _NO_PAIRS, _NO_PAIRS)
+        written = program.written()
+        if written:  # request state of the batch's rows
+            for name, values in written:
+                write_state_row(table.state, table.state_index[name], running, values)
+            self._request_state_writes += 1
+        else:
+            answers.hold(running, waiting, self._request_state_writes, self.scheduler_state,
+                         (_NO_CONSTANTS, (), program.ordered(), ()))
+        return out
 
     def _steady_radix(self, step: int, rows: np.ndarray) -> SchedulerOutput | None:
         """`_steady_step` on the radix pool: each of `rows` (the batch, in its order) gets one more

@@ -4,11 +4,11 @@ A pipeline whose passes keep state answers, before each steady decode step, what
 writes (`StepPass.steady_state`) and in which order the batch decodes (`steady_order`). Over a
 run of decode steps the answers repeat: SGLang's passes answer the same thing until a request
 arrives or leaves, but for the ratio that decays every step, which they write as a transition
-(`schedir.ir.state.Decay`; VTC's counters likewise, `Transition`). When every pass names the scheduler state its answers read
-(`StepPass.steady_reads`), the runtime asks them once and applies the answers it holds to the
-following steps, until the queues are other arrays, declared request state was written, or a
-value they read changed; then it asks again. A pipeline with a pass that does not declare is
-asked every step. One `SteadyAnswers` per installed pipeline.
+(`schedir.ir.state.Decay`; VTC's counters likewise, `Transition`). When every pass names the
+scheduler state its answers read (`StepPass.steady_reads`), the runtime asks them once and
+applies the answers it holds to the following steps, until the queues are other arrays,
+declared request state was written, or a value they read changed; then it asks again. A
+pipeline with a pass that does not declare is asked every step. One `SteadyAnswers` per installed pipeline.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from schedir.ir.pass_base import StepPass
 from schedir.ir.state import Transition
 from schedir.lowering.steady_program import SteadyProgram
 
-_NO_CONSTANTS: dict = {}  # read only
+_NO_CONSTANTS: dict = {}  # read only (the constants of an answer that sets none)
 
 
 class SteadyAnswers:
@@ -54,22 +54,35 @@ class SteadyAnswers:
         self.held: tuple | None = None  # (running, waiting, request-state writes, read values, answer)
         self.asked = 0  # steps whose passes were asked (the others took held answers)
 
-    def answer(self, running: np.ndarray, waiting: np.ndarray, request_state_writes: int,
-               scheduler_state: Mapping[str, float | np.ndarray], ctx_of, inputs_of=None) -> tuple | None:  # noqa: ANN001
-        """This step's (constants, transitions, order, request-state rows), or None when a pass would decide it
-        otherwise; `ctx_of(state)` builds the passes' `WindowContext` over a state dict when
-        they must be asked, `inputs_of()` the lowered program's tables (`SteadyProgram.answer`)."""
+    def holding(self, running: np.ndarray, waiting: np.ndarray, request_state_writes: int,
+                scheduler_state: Mapping[str, float | np.ndarray]) -> tuple | None:
+        """The answer held from an earlier step when it still holds (the same queues, no request
+        state written, the same values read), else None (and it is dropped)."""
         held = self.held
         if held is not None:
             if (held[0] is running and held[1] is waiting and held[2] == request_state_writes
                     and held[3] == self.read_values(scheduler_state)):
                 return held[4]
             self.held = None
+        return None
+
+    def hold(self, running: np.ndarray, waiting: np.ndarray, request_state_writes: int,
+             scheduler_state: Mapping[str, float | np.ndarray], answer: tuple) -> None:
+        """Keep `answer` for the next steps, when the passes declare what they read and it writes
+        no request state (row values are written, so the next step asks again)."""
+        if self.holds and self.reuse and not answer[3]:
+            self.held = (running, waiting, request_state_writes, self.read_values(scheduler_state), answer)
+
+    def answer(self, running: np.ndarray, waiting: np.ndarray, request_state_writes: int,
+               scheduler_state: Mapping[str, float | np.ndarray], ctx_of) -> tuple | None:  # noqa: ANN001
+        """This step's (constants, transitions, order, request-state rows), or None when a pass would
+        decide it otherwise, the passes asked in Python (a lowered pipeline's steady step asks its
+        program in the runtime's kernel: `schedir.runtime.steady_kernel`); `ctx_of(state)` builds
+        the passes' `WindowContext` over a state dict when they must be asked."""
+        held = self.holding(running, waiting, request_state_writes, scheduler_state)
+        if held is not None:
+            return held
         self.asked += 1
-        program = self.program
-        if program is not None and self.lowered and inputs_of is not None:
-            return self._lowered(program, running, waiting, request_state_writes, scheduler_state, ctx_of,
-                                 inputs_of)
         state = dict(scheduler_state)  # as each pass leaves it for the next
         ctx = ctx_of(state)
         constants: dict = {}
@@ -101,27 +114,7 @@ class SteadyAnswers:
             if order is not None:
                 break
         answer = (constants, tuple(transitions.items()), order, tuple(rows.items()))
-        if self.holds and self.reuse and not rows:  # row values are written, so the next step asks again
-            self.held = (running, waiting, request_state_writes,
-                         self.read_values(scheduler_state), answer)
-        return answer
-
-    def _lowered(self, program: SteadyProgram, running: np.ndarray, waiting: np.ndarray, request_state_writes: int,
-                 scheduler_state: Mapping[str, float | np.ndarray], ctx_of, inputs_of) -> tuple | None:  # noqa: ANN001
-        """`answer` with the lowered passes asked in one kernel call, the default ones in Python
-        (they write nothing: `{}` or None, from their waiting window; `{}` when nobody waits)."""
-        if waiting.size and program.asked:
-            ctx = ctx_of(dict(scheduler_state))
-            for p in program.asked:
-                if p.steady_state(ctx) is None:
-                    return None
-        got = program.answer(*inputs_of())
-        if got is None:
-            return None
-        order, rows = got
-        answer = (_NO_CONSTANTS, (), order, rows)
-        if self.holds and self.reuse and not rows:
-            self.held = (running, waiting, request_state_writes, self.read_values(scheduler_state), answer)
+        self.hold(running, waiting, request_state_writes, scheduler_state, answer)
         return answer
 
     @staticmethod

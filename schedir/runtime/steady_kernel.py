@@ -1,0 +1,46 @@
+"""A lowered pipeline's steady decode step in one kernel call: its steady answers, then the step.
+
+With a steady program (`schedir.lowering.steady_program`) the runtime asked the lowered answers
+in one call and, when they let the step be steady, settled it in another (`steady_settle`),
+with Python between them: a second dispatch of ~20 arrays, the answers' arrays boxed and read
+back, the batch order applied. Here one call asks the answers into the program's buffers and,
+when they answered, settles the batch in the order they gave. The request state the answers
+write for the batch's rows is left in the buffers (`SteadyProgram.written`) and written by the
+runtime once the step was taken, as the IR's `req.set_state` is applied after the step.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from schedir.lowering.steady_program import run_steady
+from schedir.runtime.kernels import steady_settle
+
+ASKED_IR, NOT_STEADY, TAKEN = 0, -1, 1  # program_steady_settle's first result
+
+
+@nb.njit(cache=True)
+def program_steady_settle(codes, options, first_write, write_rows, ST, swapped, sc, memo, fresh: bool, flags, order,
+                          scratch, rows, over, running, data, budget: int, max_model_len: int, ref, bhash, dup_next,
+                          nxt, prv, meta, cache, table, nblk, ncached, rhash, nhash, tokens, front: int, waiting,
+                          block_size: int, async_mode: bool, plan: bool):
+    """`run_steady` over the program's opcodes and buffers, then, when every answer let the step be
+    steady, `steady_settle` for the batch in the order the answers gave (running order when none
+    did): (TAKEN, batch, per_request, sampled, tokens scheduled, query_start_loc, per_token,
+    seq_lens, block_table); (ASKED_IR, ...) when an answer leaves the step to the IR, (NOT_STEADY,
+    ...) when the running requests do not make a steady step (nothing changed either way but the
+    answers' memo of the queued requests, which holds)."""
+    nr = running.size
+    batch = np.empty(nr, dtype=np.int64)
+    if not run_steady(codes, options, first_write, write_rows, data, ST, nblk, running, waiting, swapped, sc, memo,
+                      fresh, flags, order, scratch, rows, over):
+        return ASKED_IR, batch, None, None, 0, None, None, None, None
+    for k in range(nr):
+        batch[k] = running[order[k]] if flags[1] else running[k]
+    taken, per_request, sampled, scheduled, qsl, per_token, seq_lens, block_table = steady_settle(
+        batch, running, data, budget, max_model_len, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk, ncached,
+        rhash, nhash, tokens, front, waiting, block_size, async_mode, plan)
+    if not taken:
+        return NOT_STEADY, batch, None, None, 0, None, None, None, None
+    return TAKEN, batch, per_request, sampled, scheduled, qsl, per_token, seq_lens, block_table
