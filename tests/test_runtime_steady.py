@@ -218,20 +218,22 @@ def test_lowered_steady_answers_decide_as_asked(case):
 
 
 def test_which_steady_answers_lower():
-    """The FastServe passes' answers lower (the default answers stay in Python); a pipeline with a
+    """The FastServe passes' answers lower, the default answers' window rules too; a pipeline with a
     stateful pass that has no lowered form does not; nor does a subclass that writes an answer of
-    its own without a kernel of its own."""
+    its own without a kernel of its own (a default answer over a window of its own: asked in Python)."""
     from dataclasses import dataclass
 
     from schedir.lowering.steady_layout import SteadyLayout
     from schedir.lowering.steady_program import SteadyProgram
+    from schedir.passes.admit_greedy import AdmitGreedy
     from schedir.passes.mlfq_order import MlfqOrder
 
     sched = Scheduler(SchedulerConfig(pipeline="fastserve", num_cpu_blocks=16))
     program = sched._answers.program
     assert program is not None and program.writes == ("mlfq_level", "mlfq_level_start", "mlfq_decode", "mlfq_last_run")
-    assert program.writer == (0, 0, 3, 3)  # mlfq-levels (a demotion), mlfq-account (every step)
-    assert [p.name for p in program.asked] == ["reject-oversized", "schedule-running", "admit-greedy", "verify-step"]
+    assert program.writer == (1, 1, 6, 6)  # mlfq-levels (a demotion), mlfq-account (every step)
+    assert program.asked == ()  # the default answers' window rules lower too (reject-oversized, admit-greedy, ...)
+    assert program.codes.tolist() == [4, 0, 1, 5, 2, 6, 3, 7]  # in pipeline order
     assert Scheduler(SchedulerConfig(pipeline="vllm-v0", enable_prefix_caching=False))._answers.program is None
     assert Scheduler(SchedulerConfig(pipeline="vllm"))._answers.program is None  # no stateful pass
 
@@ -242,6 +244,17 @@ def test_which_steady_answers_lower():
 
     layout = SteadyLayout({"prompt": 0, "arrival": 1, "total": 2}, {})
     assert SteadyProgram.lower([NeverReorders()], layout) is None
+
+    @dataclass(frozen=True)
+    class AdmitsFromTheHead(AdmitGreedy):  # a window of its own, and no kernel of its rule: asked in Python
+        def waiting_window(self, ctx):  # type: ignore[no-untyped-def]
+            return None
+
+    layout = SteadyLayout({"prompt": 0, "arrival": 1, "total": 2}, {"mlfq_level": 0, "mlfq_level_start": 1,
+                                                                    "mlfq_last_run": 2, "mlfq_prefill": 3,
+                                                                    "mlfq_decode": 4})
+    program = SteadyProgram.lower([MlfqOrder(), AdmitsFromTheHead(), AdmitGreedy()], layout)
+    assert program is not None and [type(p).__name__ for p in program.asked] == ["AdmitsFromTheHead"]
 
 
 @pytest.mark.parametrize("case", RUNNING, ids=[f"seed{c['seed']}" for c in RUNNING])
@@ -700,3 +713,54 @@ def test_answers_held_past_a_queue_change_are_caught(monkeypatch):
 
     monkeypatch.setattr(WindowContext, "queued", stale)
     assert any(replay(True, **case)[0] != replay(False, **case)[0] for case in QUEUED_HELD)
+
+
+
+@pytest.mark.parametrize("waiting", [0, 3])
+@pytest.mark.parametrize("running", [2, 4])
+@pytest.mark.parametrize("oversized", [0, 1])
+def test_lowered_window_rules_answer_as_the_default_answer(waiting, running, oversized):
+    """The default-answer passes' lowered window rules (reject-oversized, schedule-running,
+    admit-greedy, verify-step) answer as `StepPass.steady_state` over their `waiting_window` in a
+    steady step: nothing written (ANSWERED) where it answers `{}`, the IR (ASK_IR) where None."""
+    from schedir.ir.window import WindowContext
+    from schedir.lowering.steady_layout import ANSWERED, ASK_IR, SC_MAX_SEQS, SC_OVERSIZED, SC_SIZE
+    from schedir.passes.admit_greedy import AdmitGreedy
+    from schedir.passes.reject_oversized import RejectOversized
+    from schedir.passes.schedule_running import ScheduleRunning
+    from schedir.passes.verify_step import VerifyStep
+
+    queue, batch = np.arange(10, 10 + waiting), np.arange(running)
+    flagged = np.arange(min(oversized, waiting))
+    ctx = WindowContext(batch, queue, 4, 100, 100, 64, 4, 64, flagged, {}, None, None, steady=True)
+    sc = np.zeros(SC_SIZE, dtype=np.int64)
+    sc[SC_MAX_SEQS], sc[SC_OVERSIZED] = 4, flagged.size
+    none = np.zeros(0, dtype=np.int64)
+    for p in (RejectOversized(), ScheduleRunning(), AdmitGreedy(), VerifyStep()):
+        ctx.memo = {}
+        said = p.steady_state(ctx)
+        got = type(p).steady_lowered(np.zeros((1, 1), dtype=np.int64), np.zeros((1, 1), dtype=np.int64), none,
+                                     batch, queue, none, sc, np.zeros(1), none, np.zeros((0, 0), dtype=np.int64), 0,
+                                     np.zeros(4, dtype=np.int64), none)
+        assert got == (ASK_IR if said is None else ANSWERED), (p.name, said, got)
+
+
+def test_a_lowered_default_answer_still_sees_an_oversized_arrival():
+    """A request too long for the model arriving behind FastServe's full, steadily decoding batch is
+    rejected at the next step, as the IR rejects it, not left waiting behind steady steps (the
+    arrival is unplaced, so mlfq-levels' answer takes the IR; reject-oversized's lowered rule
+    would too: `test_lowered_window_rules_answer_as_the_default_answer`)."""
+    sched = Scheduler(SchedulerConfig(pipeline="fastserve", num_blocks=200, block_size=4, max_num_seqs=2,
+                                      max_num_batched_tokens=64, max_model_len=64, num_cpu_blocks=50))
+    for i in range(3):
+        sched.add_request(Request(f"r{i}", list(range(1 + 10 * i, 9 + 10 * i)), max_tokens=40, arrival_time=0.0))
+    for _ in range(6):
+        out = sched.schedule()
+        sched.update(out, np.where(out.sampled, 7, -1))
+    steady = sched.metrics.steady_steps
+    out = sched.schedule()
+    sched.update(out, np.where(out.sampled, 7, -1))
+    assert sched.metrics.steady_steps == steady + 1  # steady with r2 waiting behind the full batch
+    sched.add_request(Request("long", list(range(1, 80)), max_tokens=4, arrival_time=0.0))
+    out = sched.schedule()
+    assert out.rejected == {"long": "too-long"}

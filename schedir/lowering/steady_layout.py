@@ -38,9 +38,9 @@ import numba
 import numpy as np
 
 # the step's facts in `sc`
-SC_STEP, SC_MAX_SEQS, SC_FREE_BLOCKS, SC_BLOCK_SIZE, SC_HOST_FREE, SC_NOW_US, SC_TOKEN_BUDGET, SC_MAX_MODEL_LEN = \
-    range(8)
-SC_SIZE = 8
+SC_STEP, SC_MAX_SEQS, SC_FREE_BLOCKS, SC_BLOCK_SIZE, SC_HOST_FREE, SC_NOW_US, SC_TOKEN_BUDGET, SC_MAX_MODEL_LEN, \
+    SC_OVERSIZED = range(9)  # SC_OVERSIZED: how many waiting requests reject-oversized's rule refuses
+SC_SIZE = 9
 ASK_IR, ANSWERED, ORDERED, WROTE = -1, 0, 1, 2  # what a lowered answer returns
 MEMO_WIDTH = 4  # a pass's memo: m[MEMO_SET] (0: empty), then its summary in m[1:]
 MEMO_SET = 0

@@ -33,13 +33,19 @@ import numpy as np
 from schedir.ir.pass_base import StepPass
 from schedir.lowering.own_kernel import definer, own_kernel
 from schedir.lowering.steady_layout import ASK_IR, MEMO_SET, MEMO_WIDTH, ORDERED, WROTE, SteadyLayout
+from schedir.passes.admit_greedy import admit_steady_lowered
 from schedir.passes.mlfq_account import account_steady_lowered
 from schedir.passes.mlfq_levels import levels_steady_lowered
 from schedir.passes.mlfq_order import order_steady_lowered
 from schedir.passes.mlfq_swap_in import swap_in_steady_lowered
+from schedir.passes.reject_oversized import reject_steady_lowered
+from schedir.passes.schedule_running import running_steady_lowered
+from schedir.passes.verify_step import verify_steady_lowered
 
-# the opcode of each lowered answer is its place here (`run_steady` dispatches on it)
-LOWERED = (levels_steady_lowered, order_steady_lowered, swap_in_steady_lowered, account_steady_lowered)
+# the opcode of each lowered answer is its place here (`run_steady` dispatches on it); the last four
+# are default answers (`{}` while the pass's waiting window is empty), their windows' rules lowered
+LOWERED = (levels_steady_lowered, order_steady_lowered, swap_in_steady_lowered, account_steady_lowered,
+           reject_steady_lowered, running_steady_lowered, admit_steady_lowered, verify_steady_lowered)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -72,8 +78,16 @@ def run_steady(codes: np.ndarray, options: np.ndarray, first_write: np.ndarray, 
             r = order_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w, memo[i], over)
         elif c == 2:
             r = swap_in_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w, memo[i], over)
-        else:
+        elif c == 3:
             r = account_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w, memo[i], over)
+        elif c == 4:
+            r = reject_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w, memo[i], over)
+        elif c == 5:
+            r = running_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w, memo[i], over)
+        elif c == 6:
+            r = admit_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w, memo[i], over)
+        else:
+            r = verify_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w, memo[i], over)
         if r == ASK_IR:
             return 0
         if r == ORDERED:
@@ -89,10 +103,11 @@ def run_steady(codes: np.ndarray, options: np.ndarray, first_write: np.ndarray, 
 
 def lowered_form(kind: type) -> object | None:
     """The pass class's lowered steady answer: its kernel, `StepPass` itself for a class that keeps
-    the default answers (asked in Python), or None (it has an answer of its own and no kernel
-    written with it)."""
+    the default answers with no kernel of its window's rule (asked in Python), or None (it has an
+    answer of its own and no kernel written with it). A default answer reads the pass's waiting
+    window, so its kernel must be written by the class that writes the window."""
     if definer(kind, "steady_state") is StepPass and definer(kind, "steady_order") is StepPass:
-        return StepPass
+        return own_kernel(kind, ("waiting_window",), "steady_lowered", LOWERED) or StepPass
     return own_kernel(kind, ("steady_state", "steady_order"), "steady_lowered", LOWERED)
 
 

@@ -937,7 +937,7 @@ class Scheduler:
         table = self.table
         now_us = max(round(self.clock() * 1e6), 0) if self._reads_clock else -1
         sc = np.array((self._step, cfg.max_num_seqs, pool.num_free, cfg.block_size, self._host_free(), now_us,
-                       cfg.max_num_batched_tokens, cfg.max_model_len), dtype=np.int64)
+                       cfg.max_num_batched_tokens, cfg.max_model_len, self._oversized_waiting), dtype=np.int64)
         memo, fresh, flags, order, scratch, rows, over = program.buffers_for(self._queued_answers(waiting), table.state,
                                                                              running.size)
         if self._ones.size < running.size:
