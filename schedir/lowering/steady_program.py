@@ -8,18 +8,21 @@ routing pipeline is (`schedir.lowering.route_program`): each pass whose answer h
 form (`StepPass.steady_lowered`, a Numba function beside `steady_state` in the pass's own file,
 written rule for rule after it) becomes an opcode with its options and table rows as numbers
 (`steady_lowered_options`), and one kernel (`run_steady`) asks them in pipeline order over the
-runtime's tables (`schedir.lowering.steady_layout`). The passes that keep the default answer
-(`{}` when their waiting window is empty) are still asked in Python; they read no table.
+runtime's tables (`schedir.lowering.steady_layout`), into buffers the program keeps. A pass
+that keeps the default answer (`{}` while its waiting window is empty) is an opcode too when
+the class that writes its window writes the window's rule as a kernel (`reject-oversized`,
+`schedule-running`, `admit-greedy`, `verify-step`); else it is asked in Python. The runtime
+asks the program and settles the step in one call (`schedir.runtime.steady_kernel`).
 
 A pipeline is lowered only when every pass that writes its own steady answer has a lowered form
 (written by the same class that writes the answer: a subclass with a rule of its own does not
 inherit its parent's kernel) and none writes scheduler state (constants, transitions: those are
 asked in Python). The answers are the same as asking the passes (tested step by step; `python
 benchmarks/parity_fuzz.py --steady` checks the steady steps against the IR). Lowered: FastServe's
-`mlfq-*` passes, whose four Python answers cost 2-3x `vllm`'s whole steady step; the program
-makes `fastserve`'s step 0.64x / 0.76x at 32 / 256 running (`python benchmarks/steady_answers.py`).
-Lowering v0's and `memory-aware-preemption`'s answers was tried and measured slower (1.15-1.6x):
-each is one cheap kernel already, below the program's dispatch and inputs.
+`mlfq-*` passes, whose four Python answers cost 2-3x `vllm`'s whole steady step (`python
+benchmarks/steady_answers.py`: the program against asking in Python). Lowering v0's and
+`memory-aware-preemption`'s answers was tried at stop 32, before the program was fused with the
+step and the default answers lowered, and measured slower then (1.15-1.6x).
 """
 
 from __future__ import annotations
