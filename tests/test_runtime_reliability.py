@@ -664,3 +664,29 @@ def test_a_swap_out_past_the_host_tier_names_the_request() -> None:
                                           r"host tier's 1 free blocks"):
         sched.schedule()
     assert sched.pool.host.num_free == 1  # 'a' moved first (2 blocks)
+
+
+def test_admitted_requests_start_from_their_last_prefix_match() -> None:
+    """The lowering reads each admitted request's prefix hit from the step's `mem.match` ops with
+    arrays (`Scheduler._prefix_hits_of`): the last match of a request wins, 0 where none matched
+    it, empty matches included; checked against the rule as a dict over random steps."""
+
+    class Match:  # what the lowering reads of a mem.match op
+        def __init__(self, ids: np.ndarray, hit: np.ndarray) -> None:
+            self.ids, self.hit = ids, hit
+
+        def col(self, name: str) -> np.ndarray:
+            return self.hit
+
+    rng = np.random.default_rng(7)
+    for _ in range(500):
+        matches = []
+        for _ in range(int(rng.integers(1, 4))):
+            n = int(rng.integers(0, 10))
+            matches.append(Match(rng.integers(0, 50, n).astype(np.int64), rng.integers(0, 100, n).astype(np.int64)))
+        rows = rng.choice(60, size=int(rng.integers(1, 20)), replace=False).astype(np.int64)
+        last: dict[int, int] = {}
+        for m in matches:
+            last.update(zip(m.ids.tolist(), m.hit.tolist(), strict=True))
+        expected = [last.get(r, 0) for r in rows.tolist()]
+        assert Scheduler._prefix_hits_of(matches, rows).tolist() == expected

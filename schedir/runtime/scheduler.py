@@ -1008,6 +1008,20 @@ class Scheduler:
             return _EMPTY
         return waiting[self._oversized[waiting]]
 
+    @staticmethod
+    def _prefix_hits_of(matches: Sequence[MatchOp], rows: np.ndarray) -> np.ndarray:
+        """Each of `rows`' prefix hit in the step's `mem.match` ops (the last match of a request
+        wins), 0 where none matched it: arrays, not a dict over the admitted requests."""
+        ids = joined_columns([m.ids for m in matches])  # type: ignore[attr-defined]
+        hits = joined_columns([m.col("hit") for m in matches])  # type: ignore[attr-defined]
+        if not ids.size:
+            return np.zeros(rows.size, dtype=np.int64)
+        order = np.argsort(ids, kind="stable")  # equal ids in op order: the last of them is the last match
+        sorted_ids = ids[order]
+        at = np.searchsorted(sorted_ids, rows, side="right") - 1
+        found = (at >= 0) & (sorted_ids[np.maximum(at, 0)] == rows)
+        return np.where(found, hits[order[np.maximum(at, 0)]], 0)
+
     def _swap_rows(self, out_rows: np.ndarray, in_rows: np.ndarray, step: int) -> None:
         """Move the KV of requests a count-level pass preempted by swap to the host tier, then
         that of the requests it swapped back in to the device (before the step's allocations:
@@ -1091,13 +1105,7 @@ class Scheduler:
 
         # Admitted requests start from their prefix hit.
         if new_rows.size:
-            hit_of: dict[int, int] = {}
-            for m in matches:  # the last match of a request wins
-                hit_of.update(zip(m.ids.tolist(), m.col("hit").tolist(), strict=True))  # type: ignore[attr-defined]
-            if hit_of:
-                d[T.COMPUTED, new_rows] = [hit_of.get(r, 0) for r in new_rows.tolist()]
-            else:
-                d[T.COMPUTED, new_rows] = 0
+            d[T.COMPUTED, new_rows] = self._prefix_hits_of(matches, new_rows) if matches else 0
         if not self.pool_level:
             if out_rows.size or resumed.size:  # a count-level pass swapped: the copies happen here
                 self._swap_rows(out_rows, resumed, step)
