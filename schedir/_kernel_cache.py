@@ -31,7 +31,6 @@ KERNEL_MODULES = (  # every module with a Numba kernel (tests/test_kernel_cache.
     "passes/replicate_hot_prefix.py", "passes/route_cache_aware.py", "passes/route_cache_balance.py",
     "passes/route_least_load.py", "passes/route_round_robin.py", "passes/slo_early_reject.py",
     "passes/topology_distance.py",
-    "passes/admit_greedy.py", "passes/reject_oversized.py", "passes/schedule_running.py",
     "passes/kernels.py", "passes/memory_aware_preemption.py", "passes/mlfq_account.py", "passes/mlfq_levels.py",
     "passes/mlfq_order.py", "passes/mlfq_swap_in.py",
     "passes/orca_admit.py", "passes/order_slo.py", "passes/route_kernels.py", "passes/sglang_decode.py",

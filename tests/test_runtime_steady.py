@@ -233,7 +233,7 @@ def test_which_steady_answers_lower():
     assert program is not None and program.writes == ("mlfq_level", "mlfq_level_start", "mlfq_decode", "mlfq_last_run")
     assert program.writer == (1, 1, 6, 6)  # mlfq-levels (a demotion), mlfq-account (every step)
     assert program.asked == ()  # the default answers' window rules lower too (reject-oversized, admit-greedy, ...)
-    assert program.codes.tolist() == [4, 0, 1, 5, 2, 6, 3, 7]  # in pipeline order
+    assert program.codes.tolist() == [4, 0, 1, 4, 2, 4, 3, 4]  # in pipeline order (4: a window's rule)
     assert Scheduler(SchedulerConfig(pipeline="vllm-v0", enable_prefix_caching=False))._answers.program is None
     assert Scheduler(SchedulerConfig(pipeline="vllm"))._answers.program is None  # no stateful pass
 
@@ -739,8 +739,9 @@ def test_lowered_window_rules_answer_as_the_default_answer(waiting, running, ove
     for p in (RejectOversized(), ScheduleRunning(), AdmitGreedy(), VerifyStep()):
         ctx.memo = {}
         said = p.steady_state(ctx)
+        rule = np.array(p.steady_lowered_options(None), dtype=np.float64)
         got = type(p).steady_lowered(np.zeros((1, 1), dtype=np.int64), np.zeros((1, 1), dtype=np.int64), none,
-                                     batch, queue, none, sc, np.zeros(1), none, np.zeros((0, 0), dtype=np.int64), 0,
+                                     batch, queue, none, sc, rule, none, np.zeros((0, 0), dtype=np.int64), 0,
                                      np.zeros(4, dtype=np.int64), none)
         assert got == (ASK_IR if said is None else ANSWERED), (p.name, said, got)
 

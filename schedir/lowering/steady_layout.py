@@ -74,3 +74,23 @@ def running_state(ST: np.ndarray, rows: np.ndarray, over: np.ndarray, r: int, ru
     for k in range(running.size):
         out[k] = row[running[k]]
     return out
+
+
+# a default answer's window rule (`window_steady_lowered`'s o[0]): the pass's waiting window in a
+# steady step is nobody; the requests flagged oversized (reject-oversized); nobody while every
+# sequence slot is taken (`WindowContext.nobody_while_seats_stay_taken`: admit-greedy)
+WINDOW_NOBODY, WINDOW_OVERSIZED, WINDOW_SEATS = range(3)
+
+
+@numba.njit(cache=True, nogil=True)
+def window_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, order, rows, w, m, over) -> int:  # noqa: ANN001
+    """The default steady answer (`StepPass.steady_state`: nothing written while nobody waits or the
+    pass's waiting window is empty, else the IR) for a pass whose window follows rule `o[0]`, as the
+    WindowContext's helpers answer in a steady step (the running requests' blocks fit then, by the
+    step's own test, so seats stay taken exactly when every one is)."""
+    rule = int(o[0])
+    if waiting.size == 0 or rule == WINDOW_NOBODY:
+        return ANSWERED
+    if rule == WINDOW_OVERSIZED:
+        return ANSWERED if sc[SC_OVERSIZED] == 0 else ASK_IR
+    return ANSWERED if running.size >= sc[SC_MAX_SEQS] else ASK_IR

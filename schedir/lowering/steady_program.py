@@ -10,8 +10,9 @@ written rule for rule after it) becomes an opcode with its options and table row
 (`steady_lowered_options`), and one kernel (`run_steady`) asks them in pipeline order over the
 runtime's tables (`schedir.lowering.steady_layout`), into buffers the program keeps. A pass
 that keeps the default answer (`{}` while its waiting window is empty) is an opcode too when
-the class that writes its window writes the window's rule as a kernel (`reject-oversized`,
-`schedule-running`, `admit-greedy`, `verify-step`); else it is asked in Python. The runtime
+the class that writes its window names the window's rule (`steady_layout.window_steady_lowered`:
+nobody, the oversized, nobody while the seats are taken: `schedule-running`, `verify-step`,
+`reject-oversized`, `admit-greedy`); else it is asked in Python. The runtime
 asks the program and settles the step in one call (`schedir.runtime.steady_kernel`).
 
 A pipeline is lowered only when every pass that writes its own steady answer has a lowered form
@@ -35,20 +36,17 @@ import numpy as np
 
 from schedir.ir.pass_base import StepPass
 from schedir.lowering.own_kernel import definer, own_kernel
-from schedir.lowering.steady_layout import ASK_IR, MEMO_SET, MEMO_WIDTH, ORDERED, WROTE, SteadyLayout
-from schedir.passes.admit_greedy import admit_steady_lowered
+from schedir.lowering.steady_layout import ASK_IR, MEMO_SET, MEMO_WIDTH, ORDERED, WROTE, SteadyLayout, \
+    window_steady_lowered
 from schedir.passes.mlfq_account import account_steady_lowered
 from schedir.passes.mlfq_levels import levels_steady_lowered
 from schedir.passes.mlfq_order import order_steady_lowered
 from schedir.passes.mlfq_swap_in import swap_in_steady_lowered
-from schedir.passes.reject_oversized import reject_steady_lowered
-from schedir.passes.schedule_running import running_steady_lowered
-from schedir.passes.verify_step import verify_steady_lowered
 
-# the opcode of each lowered answer is its place here (`run_steady` dispatches on it); the last four
-# are default answers (`{}` while the pass's waiting window is empty), their windows' rules lowered
+# the opcode of each lowered answer is its place here (`run_steady` dispatches on it); the last is
+# the default answer (`{}` while the pass's waiting window is empty) over its window's rule
 LOWERED = (levels_steady_lowered, order_steady_lowered, swap_in_steady_lowered, account_steady_lowered,
-           reject_steady_lowered, running_steady_lowered, admit_steady_lowered, verify_steady_lowered)
+           window_steady_lowered)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -83,14 +81,8 @@ def run_steady(codes: np.ndarray, options: np.ndarray, first_write: np.ndarray, 
             r = swap_in_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w, memo[i], over)
         elif c == 3:
             r = account_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w, memo[i], over)
-        elif c == 4:
-            r = reject_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w, memo[i], over)
-        elif c == 5:
-            r = running_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w, memo[i], over)
-        elif c == 6:
-            r = admit_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w, memo[i], over)
         else:
-            r = verify_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w, memo[i], over)
+            r = window_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w, memo[i], over)
         if r == ASK_IR:
             return 0
         if r == ORDERED:

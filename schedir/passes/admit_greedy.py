@@ -6,23 +6,14 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
-import numba
 
 from schedir.dialects.mem import AllocOp, ShareOp
 from schedir.dialects.req import PreemptOp
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step, Usage
 from schedir.ir.window import WindowContext
-from schedir.lowering.steady_layout import ANSWERED, ASK_IR, SC_MAX_SEQS
+from schedir.lowering.steady_layout import WINDOW_SEATS, window_steady_lowered
 from schedir.passes.kernels import count_members, fit_pending
-
-
-@numba.njit(cache=True, nogil=True)
-def admit_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, order, rows, w, m, over) -> int:  # noqa: ANN001
-    """Its default steady answer in the steady program (`schedir.lowering.steady_program`): nothing
-    written while nobody waits or every sequence slot is taken (`nobody_while_seats_stay_taken` in
-    a steady step, where the running requests' blocks fit by the step's own test), else the IR."""
-    return ANSWERED if waiting.size == 0 or running.size >= sc[SC_MAX_SEQS] else ASK_IR
 
 
 def running_not_scheduled(step: Step, used: Usage, queue: str = "running") -> int:
@@ -57,9 +48,12 @@ class AdmitGreedy(StepPass):
     # steady decode steps: over the waiting queue: a steady step's is empty
     steady_when: ClassVar[dict[str, str]] = {"queue": "waiting", "running": "running"}
     steady_swapped: ClassVar[bool] = True  # it decides nothing about the swapped queue
+    # its default steady answer lowered: nobody while every slot is taken
+    steady_lowered = staticmethod(window_steady_lowered)
+
+    def steady_lowered_options(self, layout) -> tuple[float, ...]:  # noqa: ANN001
+        return (WINDOW_SEATS,)
     requires: ClassVar[frozenset[str]] = frozenset({"order", "running-scheduled"})
-    # its window's rule in a steady step, lowered (steady only with its default queues: no options)
-    steady_lowered = staticmethod(admit_steady_lowered)
     provides: ClassVar[frozenset[str]] = frozenset({"waiting-scheduled"})
 
     chunk: bool = True

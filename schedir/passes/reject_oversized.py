@@ -5,14 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import numba
 import numpy as np
 
 from schedir.dialects.codes import Reason
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
 from schedir.ir.window import WindowContext
-from schedir.lowering.steady_layout import ANSWERED, ASK_IR, SC_OVERSIZED
+from schedir.lowering.steady_layout import WINDOW_OVERSIZED, window_steady_lowered
 
 
 def oversized(total: np.ndarray, prompt: np.ndarray, max_tokens: np.ndarray, max_model_len: int,
@@ -34,13 +33,6 @@ def oversized(total: np.ndarray, prompt: np.ndarray, max_tokens: np.ndarray, max
     return too_long, too_big
 
 
-@numba.njit(cache=True, nogil=True)
-def reject_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, order, rows, w, m, over) -> int:  # noqa: ANN001
-    """Its default steady answer in the steady program: nothing written while nobody waits or no
-    waiting request is flagged oversized (its window, `ctx.oversized`), else the IR."""
-    return ANSWERED if waiting.size == 0 or sc[SC_OVERSIZED] == 0 else ASK_IR
-
-
 @dataclass(frozen=True)
 class RejectOversized(StepPass):
     """Reject requests longer than the model or larger than the whole KV cache.
@@ -57,8 +49,11 @@ class RejectOversized(StepPass):
     # its steady answer reads the waiting queue and the oversized flags only (its window's rule)
     steady_reads: ClassVar[frozenset[str]] = frozenset()
     steady_swapped: ClassVar[bool] = True  # it decides nothing about the swapped queue
-    # its window's rule in a steady step, lowered (steady only over the waiting queue: no options)
-    steady_lowered = staticmethod(reject_steady_lowered)
+    # its default steady answer lowered: the waiting requests flagged oversized
+    steady_lowered = staticmethod(window_steady_lowered)
+
+    def steady_lowered_options(self, layout) -> tuple[float, ...]:  # noqa: ANN001
+        return (WINDOW_OVERSIZED,)
     # running steps: an empty waiting queue leaves it nothing to refuse
     running_step_when: ClassVar[dict[str, str]] = {"queue": "waiting"}
     provides: ClassVar[frozenset[str]] = frozenset({"admissible"})

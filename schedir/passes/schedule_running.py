@@ -5,22 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import numba
 import numpy as np
 
 from schedir.dialects.mem import AllocOp
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
 from schedir.ir.window import WindowContext
-from schedir.lowering.steady_layout import ANSWERED
+from schedir.lowering.steady_layout import WINDOW_NOBODY, window_steady_lowered
 from schedir.passes.kernels import fit_pending
-
-
-@numba.njit(cache=True, nogil=True)
-def running_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, order, rows, w, m, over) -> int:  # noqa: ANN001
-    """Its default steady answer in the steady program: nothing written (steady only over the running
-    queue, where its window is nobody)."""
-    return ANSWERED
 
 
 @dataclass(frozen=True)
@@ -49,7 +41,11 @@ class ScheduleRunning(StepPass):
     # steady decode steps: the steady decision itself: one token each, in order, no shortage to preempt for
     steady_when: ClassVar[dict[str, str]] = {"queue": "running"}
     steady_swapped: ClassVar[bool] = True  # it decides nothing about the swapped queue
-    steady_lowered = staticmethod(running_steady_lowered)  # its window's rule in a steady step, lowered
+    # its default steady answer lowered: its window is nobody
+    steady_lowered = staticmethod(window_steady_lowered)
+
+    def steady_lowered_options(self, layout) -> tuple[float, ...]:  # noqa: ANN001
+        return (WINDOW_NOBODY,)
     provides: ClassVar[frozenset[str]] = frozenset({"running-scheduled"})
 
     chunk: bool = True

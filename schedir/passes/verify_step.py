@@ -15,7 +15,7 @@ from schedir.ir.errors import PassFailure
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
 from schedir.ir.window import WindowContext
-from schedir.lowering.steady_layout import ANSWERED
+from schedir.lowering.steady_layout import WINDOW_NOBODY, window_steady_lowered
 from schedir.passes.kernels import decision_gaps
 
 _NO_IDS = np.zeros(0, dtype=np.int64)
@@ -77,13 +77,6 @@ def _listed(ids: np.ndarray, limit: int = 10) -> str:
     return f"{shown}{more}"
 
 
-@numba.njit(cache=True, nogil=True)
-def verify_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, order, rows, w, m, over) -> int:  # noqa: ANN001
-    """Its default steady answer in the steady program: nothing written (its window is nobody: it
-    checks a step's decisions, and a steady step's hold by construction)."""
-    return ANSWERED
-
-
 @dataclass(frozen=True)
 class VerifyStep(StepPass):
     """Check the step is legal: budgets respected, nobody scheduled twice, blocks allocated <= free.
@@ -98,7 +91,11 @@ class VerifyStep(StepPass):
     # steady decode steps: it decides nothing; a steady step's decisions hold by construction
     steady_when: ClassVar[dict[str, str]] = {}
     steady_swapped: ClassVar[bool] = True  # it decides nothing about the swapped queue
-    steady_lowered = staticmethod(verify_steady_lowered)  # its window's rule in a steady step, lowered
+    # its default steady answer lowered: its window is nobody
+    steady_lowered = staticmethod(window_steady_lowered)
+
+    def steady_lowered_options(self, layout) -> tuple[float, ...]:  # noqa: ANN001
+        return (WINDOW_NOBODY,)
     provides: ClassVar[frozenset[str]] = frozenset({"budget-legal"})
 
     complete: bool = True
