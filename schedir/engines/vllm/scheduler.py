@@ -31,7 +31,6 @@ the engine has async scheduling on, as vLLM builds its own AsyncScheduler.
 from __future__ import annotations
 
 import logging
-import time
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
