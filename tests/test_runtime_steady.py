@@ -206,11 +206,13 @@ def test_steady_steps_decide_as_the_ir(case):
         assert a == b, f"record {i} differs"
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c["seed"] in (81, 82, 83, 84)],
-                         ids=["seed81", "seed82", "seed83", "seed84"])
+LOWERED_CASES = [c for c in CASES if c["seed"] in (71, 72, 73, 81, 82, 83, 84)]
+
+
+@pytest.mark.parametrize("case", LOWERED_CASES, ids=[f"seed{c['seed']}" for c in LOWERED_CASES])
 def test_lowered_steady_answers_decide_as_asked(case):
-    """FastServe's steady answers lowered to one kernel call (`SteadyProgram`): every step's output
-    and state as when each pass is asked in Python."""
+    """FastServe's and with-all-passes' steady answers lowered to one kernel call (`SteadyProgram`):
+    every step's output and state as when each pass is asked in Python."""
     lowered, taken, _ = replay(True, **case)
     asked, taken_asked, _ = replay(True, lowered=False, **case)
     assert taken == taken_asked and taken > 10
@@ -329,7 +331,8 @@ def test_steady_steps_with_a_waiting_queue_admission_cannot_reach(cfg):
 @pytest.mark.parametrize("mutation", ["running order", "no decay", "admission ignores its gate", "no vtc charge",
                                       "no vtc lift", "nobody hopeless", "no last run", "nobody to preempt",
                                       "v0 preempts nobody", "no v0 places", "mlfq running order",
-                                      "lowered order pass dropped", "lowered no last run", "lowered memo kept"])
+                                      "lowered order pass dropped", "lowered no last run", "lowered no map last run",
+                                      "lowered memo kept"])
 def test_steady_steps_need_what_their_passes_declare(mutation, monkeypatch):
     """The sglang, vtc, seed and v0 cases fail when a declaration is wrong: the batch decoded in
     running order instead of join order, the ratio not decayed, admission declared steady when its
@@ -364,8 +367,8 @@ def test_steady_steps_need_what_their_passes_declare(mutation, monkeypatch):
             return writes and {k: v for k, v in writes.items() if k != LAST_RUN.name}
 
         monkeypatch.setattr(MemoryAwarePreemption, "steady_state", mutated)
-        seed = [c for c in CASES if c["seed"] in (71, 72, 73)]
-        assert any(replay(True, **case)[0] != replay(False, **case)[0] for case in seed), mutation
+        seed = [c for c in CASES if c["seed"] in (71, 72, 73)]  # its Python answer (the lowered one: below)
+        assert any(replay(True, lowered=False, **case)[0] != replay(False, **case)[0] for case in seed), mutation
         return
     if mutation == "no v0 places":
         from schedir.passes.v0_chunked_running import V0ChunkedRunning
@@ -411,13 +414,15 @@ def test_steady_steps_need_what_their_passes_declare(mutation, monkeypatch):
             monkeypatch.setattr(SteadyProgram, "lower", staticmethod(without_order))
         else:
             written = SteadyProgram.written
+            dropped = "map_last_run" if mutation == "lowered no map last run" else "mlfq_last_run"
 
             def without_last_run(self):  # type: ignore[no-untyped-def]
-                return tuple((name, values) for name, values in written(self) if name != "mlfq_last_run")
+                return tuple((name, values) for name, values in written(self) if name != dropped)
 
             monkeypatch.setattr(SteadyProgram, "written", without_last_run)
-        fastserve = [c for c in CASES if c["seed"] in (81, 82, 83)]
-        assert any(replay(True, **case)[0] != replay(False, **case)[0] for case in fastserve), mutation
+        seeds = (71, 72, 73) if mutation == "lowered no map last run" else (81, 82, 83)
+        cases = [c for c in CASES if c["seed"] in seeds]
+        assert any(replay(True, **case)[0] != replay(False, **case)[0] for case in cases), mutation
         return
     if mutation == "v0 preempts nobody":
         monkeypatch.setattr(V0Running, "steady_state", lambda self, ctx: {})

@@ -38,15 +38,16 @@ from schedir.ir.pass_base import StepPass
 from schedir.lowering.own_kernel import definer, own_kernel
 from schedir.lowering.steady_layout import ASK_IR, MEMO_SET, MEMO_WIDTH, ORDERED, WROTE, SteadyLayout, \
     window_steady_lowered
+from schedir.passes.memory_aware_preemption import map_steady_lowered
 from schedir.passes.mlfq_account import account_steady_lowered
 from schedir.passes.mlfq_levels import levels_steady_lowered
 from schedir.passes.mlfq_order import order_steady_lowered
 from schedir.passes.mlfq_swap_in import swap_in_steady_lowered
 
-# the opcode of each lowered answer is its place here (`run_steady` dispatches on it); the last is
-# the default answer (`{}` while the pass's waiting window is empty) over its window's rule
+# the opcode of each lowered answer is its place here (`run_steady` dispatches on it); 4 is the
+# default answer (`{}` while the pass's waiting window is empty) over its window's rule
 LOWERED = (levels_steady_lowered, order_steady_lowered, swap_in_steady_lowered, account_steady_lowered,
-           window_steady_lowered)
+           window_steady_lowered, map_steady_lowered)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -81,8 +82,10 @@ def run_steady(codes: np.ndarray, options: np.ndarray, first_write: np.ndarray, 
             r = swap_in_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w, memo[i], over)
         elif c == 3:
             r = account_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w, memo[i], over)
-        else:
+        elif c == 4:
             r = window_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w, memo[i], over)
+        else:
+            r = map_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w, memo[i], over)
         if r == ASK_IR:
             return 0
         if r == ORDERED:

@@ -12,6 +12,7 @@ from schedir.ir.errors import PassFailure
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
 from schedir.ir.window import WindowContext
+from schedir.lowering.steady_layout import WINDOW_NOBODY, window_steady_lowered
 
 
 def length_groups(remaining: np.ndarray, spread: float) -> np.ndarray:
@@ -41,6 +42,12 @@ class BatchingEfficiency(StepPass):
     spread: float = 0.5
     max_age_ms: int = 2000
     queue: str = "waiting"
+
+    # its default steady answer lowered: its window is nobody
+    steady_lowered = staticmethod(window_steady_lowered)
+
+    def steady_lowered_options(self, layout) -> tuple[float, ...]:  # noqa: ANN001
+        return (WINDOW_NOBODY,)
 
     def waiting_window(self, ctx: WindowContext) -> np.ndarray:
         """Nobody of its own: it orders what the step holds (admission declares what it picks from)."""

@@ -13,6 +13,7 @@ from schedir.ir.pass_base import StepPass
 from schedir.ir.state import RequestState
 from schedir.ir.step import Step
 from schedir.ir.window import WindowContext
+from schedir.lowering.steady_layout import ASK_IR, MEMO_SET, SC_BLOCK_SIZE, SC_FREE_BLOCKS, SC_STEP, WROTE
 
 SEEN_COMPUTED = RequestState("map_seen_computed", default=-1,
                              doc="computed tokens when memory-aware-preemption last looked (-1: never)")
@@ -58,6 +59,32 @@ def steady_tracking(running: np.ndarray, most_urgent: int, computed: np.ndarray,
     return least_urgent > most_urgent, now, last_run
 
 
+@numba.njit(cache=True, nogil=True)
+def map_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, order, rows, w, m, over) -> int:  # noqa: ANN001
+    """`MemoryAwarePreemption.steady_state` in the steady program (`schedir.lowering.steady_program`):
+    the queue's most urgent priority value and the blocks its tokens fill kept in the memo while it
+    stays as it is (`waiting_urgency_and_blocks`); the batch's computed tokens and last run into
+    `rows[w]`, `rows[w + 1]` (`steady_tracking`), or the IR when a waiting request could be short."""
+    priority, total, bs = D[int(o[2])], D[int(o[3])], sc[SC_BLOCK_SIZE]
+    if m[MEMO_SET] == 0:
+        most_urgent, need = np.iinfo(np.int64).max, 0
+        for r in waiting:
+            most_urgent = min(most_urgent, priority[r])
+            need += -(-total[r] // bs)
+        m[1], m[2], m[MEMO_SET] = most_urgent, need, 1
+    urgent, now, last = steady_tracking(running, m[1], D[int(o[0])], D[int(o[1])], priority, ST[int(o[4])],
+                                        ST[int(o[5])], sc[SC_STEP])
+    if urgent:  # it could preempt: only if some waiting request is short of blocks
+        growth = 0
+        for r in running:
+            growth += max(-(-total[r] // bs) - np.int64(NB[r]), 0)
+        if m[2] > sc[SC_FREE_BLOCKS] - growth:
+            return ASK_IR
+    rows[w, :] = now
+    rows[w + 1, :] = last
+    return WROTE
+
+
 def waiting_urgency_and_blocks(waiting: np.ndarray, priority: np.ndarray, total: np.ndarray,
                                block_size: int) -> tuple[int, int]:
     """(the waiting queue's most urgent priority value, the blocks its requests' tokens fill):
@@ -99,6 +126,13 @@ class MemoryAwarePreemption(StepPass):
     victim: str = "lowest-priority"
     queue: str = "waiting"
     running: str = "running"
+
+    steady_lowered = staticmethod(map_steady_lowered)
+    steady_lowered_writes = (SEEN_COMPUTED.name, LAST_RUN.name)
+
+    def steady_lowered_options(self, layout) -> tuple[float, ...]:  # noqa: ANN001
+        return (layout.column("computed"), layout.column("prompt"), layout.column("priority"), layout.column("total"),
+                layout.state(SEEN_COMPUTED.name), layout.state(LAST_RUN.name))
 
     def steady_state(self, ctx: WindowContext) -> dict[str, np.ndarray] | None:
         """What a steady step writes: when each running request last ran (`_track`'s rule), when
