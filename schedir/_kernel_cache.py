@@ -35,8 +35,8 @@ KERNEL_MODULES = (  # every module with a Numba kernel (tests/test_kernel_cache.
     "passes/mlfq_order.py", "passes/mlfq_swap_in.py",
     "passes/orca_admit.py", "passes/order_slo.py", "passes/route_kernels.py", "passes/sglang_decode.py",
     "passes/sglang_order.py", "passes/v0_kernels.py", "passes/verify_step.py", "passes/vllm_kernels.py",
-    "passes/vtc_account.py", "passes/vtc_order.py", "runtime/kernels.py", "runtime/steady_kernel.py",
-    "runtime/window.py", "runtime/table.py",
+    "passes/vtc_account.py", "passes/vtc_order.py", "passes/vtc_state.py", "runtime/kernels.py",
+    "runtime/steady_kernel.py", "runtime/window.py", "runtime/table.py",
     "dialects/codes.py", "sim/cost_model.py", "sim/decode_run.py", "sim/fleet.py", "sim/records.py",
     "sim/workloads/prefix.py", "sim/workloads/tokens.py",
 )

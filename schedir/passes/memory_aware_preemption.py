@@ -67,11 +67,8 @@ def map_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, order, rows,
     `rows[w]`, `rows[w + 1]` (`steady_tracking`), or the IR when a waiting request could be short."""
     priority, total, bs = D[int(o[2])], D[int(o[3])], sc[SC_BLOCK_SIZE]
     if m[MEMO_SET] == 0:
-        most_urgent, need = np.iinfo(np.int64).max, 0
-        for r in waiting:
-            most_urgent = min(most_urgent, priority[r])
-            need += -(-total[r] // bs)
-        m[1], m[2], m[MEMO_SET] = most_urgent, need, 1
+        m[1], m[2] = waiting_urgency_and_blocks(waiting, priority, total, bs)
+        m[MEMO_SET] = 1
     urgent, now, last = steady_tracking(running, m[1], D[int(o[0])], D[int(o[1])], priority, ST[int(o[4])],
                                         ST[int(o[5])], sc[SC_STEP])
     if urgent:  # it could preempt: only if some waiting request is short of blocks
@@ -85,12 +82,17 @@ def map_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, order, rows,
     return WROTE
 
 
+@numba.njit(cache=True, nogil=True)
 def waiting_urgency_and_blocks(waiting: np.ndarray, priority: np.ndarray, total: np.ndarray,
                                block_size: int) -> tuple[int, int]:
-    """(the waiting queue's most urgent priority value, the blocks its requests' tokens fill):
-    what a steady step reads of the queue, held while the queue stays as it is."""
-    most_urgent = int(priority[waiting].min()) if waiting.size else int(np.iinfo(np.int64).max)
-    return most_urgent, int(blocks_for(total[waiting], block_size).sum())
+    """(the waiting queue's most urgent priority value, the blocks its requests' tokens fill), the
+    columns by request id: what a steady step reads of the queue, held while the queue stays as
+    it is (`WindowContext.queued`; the steady program's memo row)."""
+    most_urgent, need = np.iinfo(np.int64).max, 0
+    for r in waiting:
+        most_urgent = min(most_urgent, priority[r])
+        need += -(-total[r] // block_size)
+    return most_urgent, need
 
 
 def blocks_for(tokens: np.ndarray, block_size: int) -> np.ndarray:

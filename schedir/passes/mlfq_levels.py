@@ -18,7 +18,7 @@ from schedir.passes.mlfq_state import LAST_RUN, LEVEL, LEVEL_START, MLFQ_STATE, 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _place(lv: int, st: int, last: int, prompt: int, prefill: int, decode: int, step: int, quantum: int, ratio: int,
            levels: int, prefill_cost: int, starve_steps: int) -> tuple[int, int, int]:
-    """One request's (level, level_start, last_run) after `place_levels`' three rules."""
+    """One request's (level, level_start, last_run) after `place_rows`' three rules."""
     served = decode + (prefill + prefill_cost - 1) // prefill_cost
     if lv < 0:  # skip-join
         first = (prompt + prefill_cost - 1) // prefill_cost
@@ -41,32 +41,20 @@ def _place(lv: int, st: int, last: int, prompt: int, prefill: int, decode: int, 
 
 
 @numba.njit(cache=True, nogil=True)
-def place_levels(level: np.ndarray, start: np.ndarray, last_run: np.ndarray, prompt: np.ndarray,
-                 prefill: np.ndarray, decode: np.ndarray, step: int, quantum: int, ratio: int, levels: int,
-                 prefill_cost: int, starve_steps: int) -> np.ndarray:
-    """New (level, level_start, last_run) per request, as int64[3, n]; FastServe §4.1:
+def place_rows(rows: np.ndarray, level: np.ndarray, start: np.ndarray, last_run: np.ndarray, prompt: np.ndarray,
+               prefill: np.ndarray, decode: np.ndarray, step: int, quantum: int, ratio: int, levels: int,
+               prefill_cost: int, starve_steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """New (level, level_start, last_run) of the requests `rows`, as int64[3, n], and the positions
+    in `rows` whose placement changes their state; FastServe §4.1:
 
     - skip-join: a job not placed yet joins the highest level whose quantum covers its first
       iteration (its prefill, `ceil(prompt / prefill_cost)` units), not always the top one;
     - demotion: a job that has used its level's quantum (quantum * ratio**level units of
       service since it entered the level) moves down one level, repeatedly, to the last level;
     - starvation: a job that has not run for `starve_steps` steps goes back to the top level.
-    """
-    n = level.size
-    out = np.empty((3, n), dtype=np.int64)
-    for i in range(n):
-        out[0, i], out[1, i], out[2, i] = _place(level[i], start[i], last_run[i], prompt[i], prefill[i], decode[i],
-                                                 step, quantum, ratio, levels, prefill_cost, starve_steps)
-    return out
 
-
-@numba.njit(cache=True, nogil=True)
-def place_rows(rows: np.ndarray, level: np.ndarray, start: np.ndarray, last_run: np.ndarray, prompt: np.ndarray,
-               prefill: np.ndarray, decode: np.ndarray, step: int, quantum: int, ratio: int, levels: int,
-               prefill_cost: int, starve_steps: int) -> tuple[np.ndarray, np.ndarray]:
-    """`place_levels` over the requests `rows`, the columns read by row id (whole-table views: no
-    gather per column, which cost a queue of thousands ~200 µs a step): (int64[3, n] as
-    `place_levels`, positions in `rows` whose placement changes their state)."""
+    The columns are read by row id: whole-table views for a queue of thousands (no gather per
+    column, ~200 µs a step), or a step's own columns with `rows` their positions."""
     n = rows.size
     out = np.empty((3, n), dtype=np.int64)
     changed = np.empty(n, dtype=np.int64)
@@ -106,7 +94,7 @@ def _next_change(rows: np.ndarray, level: np.ndarray, start: np.ndarray, last_ru
 def queued_next_change(waiting: np.ndarray, swapped: np.ndarray, level: np.ndarray, start: np.ndarray,
                        last_run: np.ndarray, prompt: np.ndarray, prefill: np.ndarray, decode: np.ndarray, step: int,
                        quantum: int, ratio: int, levels: int, prefill_cost: int, starve_steps: int) -> int:
-    """The first step, from `step` on, at which `place_levels` changes a waiting or swapped job
+    """The first step, from `step` on, at which `place_rows` changes a waiting or swapped job
     (`step` itself: now; NEVER: none will), for as long as they stay queued: their service does
     not grow then, so no demotion comes later than now, and only the starvation clock moves.
     The steady program keeps it over the steps the queues stay as they are."""
@@ -120,7 +108,7 @@ def queued_next_change(waiting: np.ndarray, swapped: np.ndarray, level: np.ndarr
 def demoted_running(running: np.ndarray, level: np.ndarray, start: np.ndarray, last_run: np.ndarray,
                     prompt: np.ndarray, prefill: np.ndarray, decode: np.ndarray, step: int, quantum: int, ratio: int,
                     levels: int, prefill_cost: int, starve_steps: int, out: np.ndarray) -> int:
-    """`place_levels` over the running jobs, into `out[0]` (level) and `out[1]` (level start),
+    """`place_rows` over the running jobs, into `out[0]` (level) and `out[1]` (level start),
     aligned with `running`: 0 when none changes, 1 when some job is demoted and nothing else
     changes, -1 when a running job would be placed otherwise (skip-join, or starvation moving
     its last run): the IR decides that."""
@@ -210,7 +198,7 @@ class MlfqLevels(StepPass):
     steady_lowered = staticmethod(levels_steady_lowered)
 
     def placed(self, ctx: WindowContext, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """`place_levels` over `rows` as the next step will place them, and the positions in
+        """`place_rows` over `rows` as the next step will place them, and the positions in
         `rows` whose state that placement writes (`place_rows`)."""
         state_of = ctx.state_of
         return place_rows(rows, state_of(LEVEL.name), state_of(LEVEL_START.name), state_of(LAST_RUN.name),
@@ -257,12 +245,12 @@ class MlfqLevels(StepPass):
             level = step.state_column(value, LEVEL.name, LEVEL.default)
             start = step.state_column(value, LEVEL_START.name, LEVEL_START.default)
             last = step.state_column(value, LAST_RUN.name, LAST_RUN.default)
-            placed = place_levels(level, start, last, step.column(value, "prompt"),
-                                  step.state_column(value, SERVED_PREFILL.name, 0),
-                                  step.state_column(value, SERVED_DECODE.name, 0), step.facts.step, self.quantum,
-                                  self.quantum_ratio, self.levels, self.prefill_cost, self.starve_steps)
-            changed = (placed[0] != level) | (placed[1] != start) | (placed[2] != last)
-            if changed.any():
+            placed, changed = place_rows(np.arange(level.size), level, start, last, step.column(value, "prompt"),
+                                         step.state_column(value, SERVED_PREFILL.name, 0),
+                                         step.state_column(value, SERVED_DECODE.name, 0), step.facts.step,
+                                         self.quantum, self.quantum_ratio, self.levels, self.prefill_cost,
+                                         self.starve_steps)
+            if changed.size:
                 ids = step.ids(value)
                 step.set_request_state(value, ids[changed], mlfq_level=placed[0][changed],
                                        mlfq_level_start=placed[1][changed], mlfq_last_run=placed[2][changed])

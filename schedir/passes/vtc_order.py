@@ -12,7 +12,7 @@ from schedir.ir.errors import PassFailure
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
 from schedir.ir.window import WindowContext
-from schedir.passes.vtc_state import COUNTERS, MAX_TENANTS, TENANT, Lift
+from schedir.passes.vtc_state import COUNTERS, MAX_TENANTS, TENANT, Lift, lift_to_floor
 
 
 @numba.njit(cache=True, nogil=True)
@@ -50,10 +50,10 @@ _OUT_OF_RANGE, _UNCHANGED, _LIFTED = range(3)
 
 @numba.njit(cache=True, nogil=True)
 def lift_sets(tenant: np.ndarray, waiting: np.ndarray, running: np.ndarray, tenants: int):
-    """`lift`'s sets for a steady step, by request id, in one call: (_LIFTED, back, served) when
-    some tenant waits with none of its requests running (`back`; `served`: the tenants running),
-    (_UNCHANGED, ...) when none does, (_OUT_OF_RANGE, ...) when a waiting request's tenant has no
-    counter."""
+    """The lift's tenant sets, `waiting` and `running` positions in `tenant` (request ids, for a
+    steady step): (_LIFTED, back, served) when some tenant waits with none of its requests
+    running (`back`; `served`: the tenants running), (_UNCHANGED, ...) when none does,
+    (_OUT_OF_RANGE, ...) when a waiting request's tenant has no counter."""
     back = np.zeros(tenants, dtype=np.bool_)
     served = np.zeros(tenants, dtype=np.bool_)
     for i in range(waiting.size):
@@ -75,22 +75,10 @@ def lift_sets(tenant: np.ndarray, waiting: np.ndarray, running: np.ndarray, tena
 @numba.njit(cache=True, nogil=True)
 def lift(counters: np.ndarray, tenant: np.ndarray, waiting: np.ndarray, served: np.ndarray) -> np.ndarray:
     """VTC's counter lift: a tenant with requests `waiting` and none among those `served` (both
-    positions in `tenant`) comes back no lower than the least counter of the tenants being served."""
-    lifted = counters.copy()
-    if served.size == 0:
-        return lifted
-    floor = counters[tenant[served[0]]]
-    back = np.zeros(counters.size, dtype=np.bool_)
-    for i in range(waiting.size):
-        back[tenant[waiting[i]]] = True  # tenants waiting ...
-    for i in range(served.size):
-        t = tenant[served[i]]
-        back[t] = False  # ... and not being served
-        floor = min(floor, counters[t])
-    for t in range(counters.size):
-        if back[t] and lifted[t] < floor:
-            lifted[t] = floor
-    return lifted
+    positions in `tenant`, checked in range) comes back no lower than the least counter of the
+    tenants being served (`vtc_state.lift_to_floor`)."""
+    _, back, serving = lift_sets(tenant, waiting, served, counters.size)
+    return lift_to_floor(counters, back, serving)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ the backlogged client with the smallest counter. schedir keeps the counters as s
 from __future__ import annotations
 
 import attrs
+import numba
 import numpy as np
 
 from schedir.ir.state import RequestState, SchedulerState, Transition
@@ -35,15 +36,27 @@ class Charge(Transition):
 class Lift(Transition):
     """VTC's counter lift as a steady step's transition (`vtc-order`): each tenant of `back`
     (waiting, none of its requests served) comes back no lower than the least counter of the
-    tenants `served`, whatever the counters are (`vtc_order.lift`'s rule)."""
+    tenants `served`, whatever the counters are (`lift_to_floor`, as `vtc_order.lift`)."""
 
     back: np.ndarray  # bool[MAX_TENANTS]
     served: np.ndarray  # bool[MAX_TENANTS]
 
     def apply(self, value: float | np.ndarray) -> np.ndarray:
-        counters = np.asarray(value, dtype=np.float64)
-        if not self.served.any():
-            return counters.copy()
-        lifted = counters.copy()
-        lifted[self.back] = np.maximum(counters[self.back], counters[self.served].min())
+        return lift_to_floor(np.asarray(value, dtype=np.float64), self.back, self.served)
+
+
+@numba.njit(cache=True, nogil=True)
+def lift_to_floor(counters: np.ndarray, back: np.ndarray, served: np.ndarray) -> np.ndarray:
+    """VTC's counter lift (OSDI '24 §4): the counters with each tenant of `back` raised to the least
+    counter of the tenants `served` (bool masks per tenant); unchanged when nobody is served."""
+    lifted = counters.copy()
+    floor = np.inf
+    for t in range(counters.size):
+        if served[t]:
+            floor = min(floor, counters[t])
+    if floor == np.inf:
         return lifted
+    for t in range(counters.size):
+        if back[t] and lifted[t] < floor:
+            lifted[t] = floor
+    return lifted

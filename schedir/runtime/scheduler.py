@@ -595,9 +595,7 @@ class Scheduler:
                 return None
         if self.swapped.size and not self._steady_swapped:
             return None
-        if self._ones.size < running.size:
-            self._ones = np.ones(2 * running.size, dtype=np.int64)
-        tokens = self._ones[: running.size].copy()  # (a copy of a slice: a third of np.ones' cost)
+        tokens = self._one_token_each(running.size)
         rows = running if rows is None else rows
         settled = steady_settle(rows, running, d, self._steady_budget, cfg.max_model_len, pool.ref, pool.bhash,
                                 pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache, pool.table, pool.nblk,
@@ -607,6 +605,13 @@ class Scheduler:
             return None
         # the queues stay as they are: every running request keeps running, nobody waiting moves
         return self._output(step, rows, tokens, settled[1:], _NO_ROWS, _NO_ROWS, {}, _NO_PAIRS, _NO_PAIRS)
+
+    def _one_token_each(self, n: int) -> np.ndarray:
+        """A steady step's num_tokens, one per request of the batch: a copy of a slice of ones kept
+        for it (a third of np.ones' cost)."""
+        if self._ones.size < n:
+            self._ones = np.ones(2 * n, dtype=np.int64)
+        return self._ones[:n].copy()
 
     def _running_step(self, step: int) -> SchedulerOutput | None:
         """A running step (see `schedir.ir.running_step`) decided by the pipeline's running-step
@@ -890,7 +895,7 @@ class Scheduler:
         if not running.size or (self.swapped.size and not self._steady_swapped):
             return None
         answers = self._answers
-        if (answers.program is not None and answers.lowered and not self.radix
+        if (answers.program is not None and answers.lowered  # (a radix pool's pipeline has no program)
                 and answers.holding(running, self.waiting, self._request_state_writes, self.scheduler_state) is None):
             return self._program_step(step, answers.program)
         answer = answers.answer(running, self.waiting, self._request_state_writes, self.scheduler_state,
@@ -940,9 +945,7 @@ class Scheduler:
                        cfg.max_num_batched_tokens, cfg.max_model_len, self._oversized_waiting), dtype=np.int64)
         memo, fresh, flags, order, scratch, rows, over = program.buffers_for(self._queued_answers(waiting), table.state,
                                                                              running.size)
-        if self._ones.size < running.size:
-            self._ones = np.ones(2 * running.size, dtype=np.int64)
-        tokens = self._ones[: running.size].copy()
+        tokens = self._one_token_each(running.size)
         code, batch, *settled = program_steady_settle(
             program.codes, program.options, program.first_write, program.write_rows, table.state, self.swapped, sc,
             memo, fresh, flags, order, scratch, rows, over, running, table.data, self._steady_budget,
@@ -971,9 +974,7 @@ class Scheduler:
         pool = self.pool
         if pool.stash:
             return None
-        if self._ones.size < rows.size:
-            self._ones = np.ones(2 * rows.size, dtype=np.int64)
-        tokens = self._ones[: rows.size].copy()
+        tokens = self._one_token_each(rows.size)
         taken, *settled = radix_steady_settle(rows, self.table.data, self._steady_budget, cfg.max_model_len,
                                               pool.kv_len, pool.table, pool.nblk, pool.free, pool.head, pool.nfree,
                                               cfg.block_size, tokens, self._front, self.running, self.waiting,
