@@ -206,13 +206,14 @@ def test_steady_steps_decide_as_the_ir(case):
         assert a == b, f"record {i} differs"
 
 
-LOWERED_CASES = [c for c in CASES if c["seed"] in (71, 72, 73, 81, 82, 83, 84)]
+LOWERED_CASES = [c for c in CASES if c["seed"] in (61, 62, 63, 64, 65, 66, 67, 71, 72, 73, 81, 82, 83, 84)]
 
 
 @pytest.mark.parametrize("case", LOWERED_CASES, ids=[f"seed{c['seed']}" for c in LOWERED_CASES])
 def test_lowered_steady_answers_decide_as_asked(case):
-    """FastServe's and with-all-passes' steady answers lowered to one kernel call (`SteadyProgram`):
-    every step's output and state as when each pass is asked in Python."""
+    """vLLM v0's, FastServe's and with-all-passes' steady answers lowered to one kernel call
+    (`SteadyProgram`; v0's write the delay rule's clock and the running queue's next place into
+    their scheduler-state slots): every step's output and state as when each pass is asked in Python."""
     lowered, taken, _ = replay(True, **case)
     asked, taken_asked, _ = replay(True, lowered=False, **case)
     assert taken == taken_asked and taken > 10
@@ -220,9 +221,11 @@ def test_lowered_steady_answers_decide_as_asked(case):
 
 
 def test_which_steady_answers_lower():
-    """The FastServe passes' answers lower, the default answers' window rules too; a pipeline with a
-    stateful pass that has no lowered form does not; nor does a subclass that writes an answer of
-    its own without a kernel of its own (a default answer over a window of its own: asked in Python)."""
+    """The FastServe passes' answers lower, the default answers' window rules too, vLLM v0's with
+    their scheduler state in slots; a pipeline with a stateful pass that has no lowered form does
+    not, nor one whose lowered pass names scheduler state with no slot, or whose Python-asked pass
+    declares scheduler state; nor does a subclass that writes an answer of its own without a
+    kernel of its own (a default answer over a window of its own: asked in Python)."""
     from dataclasses import dataclass
 
     from schedir.lowering.steady_layout import SteadyLayout
@@ -236,8 +239,28 @@ def test_which_steady_answers_lower():
     assert program.writer == (1, 1, 6, 6)  # mlfq-levels (a demotion), mlfq-account (every step)
     assert program.asked == ()  # the default answers' window rules lower too (reject-oversized, admit-greedy, ...)
     assert program.codes.tolist() == [4, 0, 1, 4, 2, 4, 3, 4]  # in pipeline order (4: a window's rule)
-    assert Scheduler(SchedulerConfig(pipeline="vllm-v0", enable_prefix_caching=False))._answers.program is None
+    v0 = Scheduler(SchedulerConfig(pipeline="vllm-v0-chunked", enable_prefix_caching=False))._answers.program
+    assert v0 is not None and v0.codes.tolist() == [4, 9, 4, 8]  # v0-chunked-running (9), -prefills (8)
+    assert v0.writes == ("v0_run_pos",)  # the decodes' places: request-state rows
+    assert v0.scalars == ("v0_next_run_pos", "v0_prev_time_us", "v0_prev_prompt", "v0_last_prompt_latency_us")
+    assert Scheduler(SchedulerConfig(pipeline="vtc"))._answers.program is None  # transitions: asked in Python
     assert Scheduler(SchedulerConfig(pipeline="vllm"))._answers.program is None  # no stateful pass
+    from schedir.passes.v0_prefills import V0Prefills
+
+    # scheduler state the layout has no slot for (not a number) keeps the pipeline in Python
+    layout = SteadyLayout({"total": 2}, {}, {"v0_prev_time_us": 0, "v0_prev_prompt": 1})
+    assert SteadyProgram.lower([V0Prefills()], layout) is None
+
+    @dataclass(frozen=True)
+    class KeepsAClock(AdmitGreedy):  # a default answer asked in Python (a window of its own), keeping state
+        scheduler_state = V0Prefills.scheduler_state
+
+        def waiting_window(self, ctx):  # type: ignore[no-untyped-def]
+            return None
+
+    layout = SteadyLayout({"total": 2}, {}, {"v0_prev_time_us": 0, "v0_prev_prompt": 1, "v0_last_prompt_latency_us": 2})
+    assert SteadyProgram.lower([V0Prefills(), AdmitGreedy()], layout) is not None
+    assert SteadyProgram.lower([V0Prefills(), KeepsAClock()], layout) is None
 
     @dataclass(frozen=True)
     class NeverReorders(MlfqOrder):
@@ -332,14 +355,16 @@ def test_steady_steps_with_a_waiting_queue_admission_cannot_reach(cfg):
                                       "no vtc lift", "nobody hopeless", "no last run", "nobody to preempt",
                                       "v0 preempts nobody", "no v0 places", "mlfq running order",
                                       "lowered order pass dropped", "lowered no last run", "lowered no map last run",
-                                      "lowered memo kept"])
+                                      "lowered memo kept", "lowered v0 running dropped", "lowered no v0 places",
+                                      "lowered no v0 clock"])
 def test_steady_steps_need_what_their_passes_declare(mutation, monkeypatch):
     """The sglang, vtc, seed and v0 cases fail when a declaration is wrong: the batch decoded in
     running order instead of join order, the ratio not decayed, admission declared steady when its
     gate is open, the tenants' counters not charged or not lifted, no waiting request judged
     hopeless, the batch's last run not written, memory-aware-preemption or v0-running declared
     steady when they would preempt, v0's running places not written, FastServe's batch decoded in
-    running order instead of (level, arrival) order."""
+    running order instead of (level, arrival) order; and each lowered answer likewise (a pass's
+    opcode dropped, its request-state rows or its scheduler-state slots not written back)."""
     from schedir.passes.memory_aware_preemption import LAST_RUN, MemoryAwarePreemption
     from schedir.passes.v0_running import V0Running
     from schedir.passes.sglang_admit import SglangAdmit
@@ -377,8 +402,8 @@ def test_steady_steps_need_what_their_passes_declare(mutation, monkeypatch):
         placed = V0ChunkedRunning.steady_state
         monkeypatch.setattr(V0ChunkedRunning, "steady_state", lambda self, ctx: (
             (lambda w: w and {k: v for k, v in w.items() if k != RUN_POS.name})(placed(self, ctx))))
-        chunked = [c for c in CASES if c["seed"] in (65, 66, 67)]
-        assert any(replay(True, **case)[0] != replay(False, **case)[0] for case in chunked), mutation
+        chunked = [c for c in CASES if c["seed"] in (65, 66, 67)]  # its Python answer (the lowered one: below)
+        assert any(replay(True, lowered=False, **case)[0] != replay(False, **case)[0] for case in chunked), mutation
         return
     if mutation == "mlfq running order":  # the batch in running order, not (level, arrival)
         from schedir.passes.mlfq_order import MlfqOrder
@@ -398,36 +423,41 @@ def test_steady_steps_need_what_their_passes_declare(mutation, monkeypatch):
     if mutation.startswith("lowered"):  # the steady program's answer (schedir.lowering.steady_program)
         from schedir.lowering.steady_program import SteadyProgram
 
-        if mutation == "lowered order pass dropped":  # the program asks every lowered answer but mlfq-order's
-            lowered = SteadyProgram.lower
+        if mutation in ("lowered order pass dropped", "lowered v0 running dropped"):  # the program asks every
+            lowered = SteadyProgram.lower  # lowered answer but mlfq-order's (v0-running's: it would never preempt)
+            dropped = 1 if mutation == "lowered order pass dropped" else 7  # the opcode (steady_program.LOWERED)
 
             def without_order(passes, layout):  # type: ignore[no-untyped-def]
                 program = lowered(passes, layout)
                 if program is None:
                     return None
-                gone = int(np.flatnonzero(program.codes == 1)[0])  # mlfq-order's opcode (steady_program.LOWERED),
-                keep = np.arange(program.codes.size) != gone      # which writes no request state
+                gone = int(np.flatnonzero(program.codes == dropped)[0])  # (neither writes request state)
+                keep = np.arange(program.codes.size) != gone
                 return attrs.evolve(program, codes=program.codes[keep], options=program.options[keep],
                                     first_write=program.first_write[keep],
                                     slots=tuple((flag - int(flag - 2 > gone), named) for flag, named in program.slots))
 
             monkeypatch.setattr(SteadyProgram, "lower", staticmethod(without_order))
+        elif mutation == "lowered no v0 clock":  # the delay rule's clock and the next place never written back
+            monkeypatch.setattr(SteadyProgram, "write_scalars", lambda self, state: None)
         else:
             written = SteadyProgram.written
-            dropped = "map_last_run" if mutation == "lowered no map last run" else "mlfq_last_run"
+            dropped = {"lowered no map last run": "map_last_run", "lowered no v0 places": "v0_run_pos"}.get(
+                mutation, "mlfq_last_run")
 
             def without_last_run(self):  # type: ignore[no-untyped-def]
                 return tuple((name, values) for name, values in written(self) if name != dropped)
 
             monkeypatch.setattr(SteadyProgram, "written", without_last_run)
-        seeds = (71, 72, 73) if mutation == "lowered no map last run" else (81, 82, 83)
+        seeds = {"lowered no map last run": (71, 72, 73), "lowered v0 running dropped": (62, 63),
+                 "lowered no v0 places": (65, 66, 67), "lowered no v0 clock": (61, 62, 64)}.get(mutation, (81, 82, 83))
         cases = [c for c in CASES if c["seed"] in seeds]
         assert any(replay(True, **case)[0] != replay(False, **case)[0] for case in cases), mutation
         return
     if mutation == "v0 preempts nobody":
         monkeypatch.setattr(V0Running, "steady_state", lambda self, ctx: {})
         v0 = [c for c in CASES if c["seed"] in (62, 63)]
-        assert any(replay(True, **case)[0] != replay(False, **case)[0] for case in v0), mutation
+        assert any(replay(True, lowered=False, **case)[0] != replay(False, **case)[0] for case in v0), mutation
         return
     if mutation.startswith("no vtc"):
         monkeypatch.setattr(VtcAccount if mutation == "no vtc charge" else VtcOrder, "steady_state",
@@ -746,7 +776,8 @@ def test_lowered_window_rules_answer_as_the_default_answer(waiting, running, ove
         said = p.steady_state(ctx)
         rule = np.array(p.steady_lowered_options(None), dtype=np.float64)
         got = type(p).steady_lowered(np.zeros((1, 1), dtype=np.int64), np.zeros((1, 1), dtype=np.int64), none,
-                                     batch, queue, none, sc, rule, none, np.zeros((0, 0), dtype=np.int64), 0,
+                                     batch, queue, none, sc, np.zeros(0), rule, none,
+                                     np.zeros((0, 0), dtype=np.int64), 0,
                                      np.zeros(4, dtype=np.int64), none)
         assert got == (ASK_IR if said is None else ANSWERED), (p.name, said, got)
 

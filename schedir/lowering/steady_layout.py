@@ -4,11 +4,13 @@ A pass's `steady_state` reads the runtime's state through a `WindowContext`: the
 facts, whole-table views of queue columns and declared request state. Its lowered form reads
 the same things as arrays: `D`, the request table's data (a row per queue column, a column
 per request row), `ST`, its declared request state (a row per name), `NB`, each request's KV
-blocks, the three queues, and `sc`, the step's facts (`SC_*` below). Which row of `D` or `ST`
-holds what the pass reads is fixed when the program is built (`SteadyLayout`) and handed to the
-pass as numbers, with its options.
+blocks, the three queues, `sc`, the step's facts (`SC_*` below), and `SS`, the pipeline's
+scheduler state that is a number (float64, a slot per name: vLLM v0's delay clock, its running
+queue's next place). Which row of `D` or `ST`, which slot of `SS`, holds what the pass reads is
+fixed when the program is built (`SteadyLayout`) and handed to the pass as numbers, with its
+options.
 
-A lowered answer has one signature, `f(D, ST, NB, running, waiting, swapped, sc, o, order,
+A lowered answer has one signature, `f(D, ST, NB, running, waiting, swapped, sc, SS, o, order,
 rows, w, m, over) -> int`: -1 when `steady_state` would answer None (the IR decides the step),
 0 when it answers with no batch order and writes nothing, 1 when it wrote the batch order
 (positions in `running`) into `order`, 2 when it wrote request state for the batch's rows into
@@ -16,7 +18,10 @@ rows, w, m, over) -> int`: -1 when `steady_state` would answer None (the IR deci
 sometimes returns 0 the other times). What a pass wrote is what the passes after it read of
 the batch's rows, as the IR shows a state write to the passes after it: `over[r]` is the row
 of `rows` holding `ST[r]`'s values for the running requests (aligned with `running`), -1 where
-no pass wrote it (`running_state` reads either).
+no pass wrote it (`running_state` reads either). A pass writes scheduler state into its slot
+of `SS`, where the passes after it read it, as they read a `sched.set_state` before them in the
+IR; the runtime loads `SS` from its scheduler state before the call and writes every slot back
+once the step was taken (an answer that leaves the step to the IR changes nothing).
 
 `m` is the pass's memo (int64[MEMO_WIDTH]) over the requests that do not run: what its answer
 reads of the waiting and swapped queues, summarised once (`m[MEMO_SET]` 0: not yet; the pass
@@ -39,8 +44,9 @@ import numpy as np
 
 # the step's facts in `sc`
 SC_STEP, SC_MAX_SEQS, SC_FREE_BLOCKS, SC_BLOCK_SIZE, SC_HOST_FREE, SC_NOW_US, SC_TOKEN_BUDGET, SC_MAX_MODEL_LEN, \
-    SC_OVERSIZED = range(9)  # SC_OVERSIZED: how many waiting requests reject-oversized's rule refuses
-SC_SIZE = 9
+    SC_OVERSIZED, SC_TOTAL_BLOCKS = range(10)  # SC_OVERSIZED: how many waiting requests reject-oversized's rule
+#                                                refuses; SC_TOTAL_BLOCKS: the pool's usable blocks
+SC_SIZE = 10
 ASK_IR, ANSWERED, ORDERED, WROTE = -1, 0, 1, 2  # what a lowered answer returns
 MEMO_WIDTH = 4  # a pass's memo: m[MEMO_SET] (0: empty), then its summary in m[1:]
 MEMO_SET = 0
@@ -48,11 +54,16 @@ MEMO_SET = 0
 
 @attrs.frozen
 class SteadyLayout:
-    """Where the table keeps what a lowered answer reads: a queue column's row of `D`, a declared
-    request state's row of `ST`."""
+    """Where the runtime keeps what a lowered answer reads: a queue column's row of `D`, a declared
+    request state's row of `ST`, a scheduler state's slot of `SS` (numbers only: a pass whose
+    options name another state does not lower)."""
 
     columns: Mapping[str, int]
     states: Mapping[str, int]
+    scalars: Mapping[str, int] = attrs.field(factory=dict)
+
+    def scalar(self, name: str) -> int:
+        return self.scalars[name]
 
     def column(self, name: str) -> int:
         return self.columns[name]
@@ -83,7 +94,7 @@ WINDOW_NOBODY, WINDOW_OVERSIZED, WINDOW_SEATS = range(3)
 
 
 @numba.njit(cache=True, nogil=True)
-def window_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, order, rows, w, m, over) -> int:  # noqa: ANN001
+def window_steady_lowered(D, ST, NB, running, waiting, swapped, sc, SS, o, order, rows, w, m, over) -> int:  # noqa: ANN001
     """The default steady answer (`StepPass.steady_state`: nothing written while nobody waits or the
     pass's waiting window is empty, else the IR) for a pass whose window follows rule `o[0]`, as the
     WindowContext's helpers answer in a steady step (the running requests' blocks fit then, by the

@@ -17,18 +17,21 @@ asks the program and settles the step in one call (`schedir.runtime.steady_kerne
 
 A pipeline is lowered only when every pass that writes its own steady answer has a lowered form
 (written by the same class that writes the answer: a subclass with a rule of its own does not
-inherit its parent's kernel) and none writes scheduler state (constants, transitions: those are
-asked in Python). The answers are the same as asking the passes (tested step by step; `python
-benchmarks/parity_fuzz.py --steady` checks the steady steps against the IR). Lowered: FastServe's
-`mlfq-*` passes, whose four Python answers cost 2-3x `vllm`'s whole steady step (`python
-benchmarks/steady_answers.py`: the program against asking in Python). Lowering v0's and
-`memory-aware-preemption`'s answers was tried at stop 32, before the program was fused with the
-step and the default answers lowered, and measured slower then (1.15-1.6x).
+inherit its parent's kernel), the scheduler state a lowered answer writes is numbers (its slots
+of `SS`, written back once the step was taken), and no pass asked in Python declares scheduler
+state (its window could read what a lowered pass before it writes). The answers are the same as
+asking the passes (tested step by step; `python benchmarks/parity_fuzz.py --steady` checks the
+steady steps against the IR). Lowered: FastServe's `mlfq-*` passes, whose four Python answers
+cost 2-3x `vllm`'s whole steady step, the seed's `memory-aware-preemption` (`with-all-passes`)
+and vLLM v0's passes (`vllm-v0*`: the delay rule's clock and the running queue's places are
+scheduler state). `python benchmarks/steady_answers.py` times the program against asking in
+Python. Asked in Python: SGLang's and VTC's passes (transitions held over steps), `order-slo`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from operator import itemgetter
 
 import attrs
 import numba as nb
@@ -43,17 +46,22 @@ from schedir.passes.mlfq_account import account_steady_lowered
 from schedir.passes.mlfq_levels import levels_steady_lowered
 from schedir.passes.mlfq_order import order_steady_lowered
 from schedir.passes.mlfq_swap_in import swap_in_steady_lowered
+from schedir.passes.v0_chunked_prefills import chunked_prefills_steady_lowered
+from schedir.passes.v0_chunked_running import chunked_running_steady_lowered
+from schedir.passes.v0_prefills import prefills_steady_lowered
+from schedir.passes.v0_running import running_steady_lowered
 
 # the opcode of each lowered answer is its place here (`run_steady` dispatches on it); 4 is the
 # default answer (`{}` while the pass's waiting window is empty) over its window's rule
 LOWERED = (levels_steady_lowered, order_steady_lowered, swap_in_steady_lowered, account_steady_lowered,
-           window_steady_lowered, map_steady_lowered)
+           window_steady_lowered, map_steady_lowered, prefills_steady_lowered, running_steady_lowered,
+           chunked_prefills_steady_lowered, chunked_running_steady_lowered)
 
 
 @nb.njit(cache=True, nogil=True)
 def run_steady(codes: np.ndarray, options: np.ndarray, first_write: np.ndarray, write_rows: np.ndarray,
                D: np.ndarray, ST: np.ndarray, NB: np.ndarray, running: np.ndarray, waiting: np.ndarray,
-               swapped: np.ndarray, sc: np.ndarray, memo: np.ndarray, fresh: bool, flags: np.ndarray,
+               swapped: np.ndarray, sc: np.ndarray, SS: np.ndarray, memo: np.ndarray, fresh: bool, flags: np.ndarray,
                order: np.ndarray, scratch: np.ndarray, rows: np.ndarray, over: np.ndarray) -> int:
     """Ask the lowered answers `codes` in pipeline order, into the caller's buffers (kept across
     steps: allocating and boxing them cost ~2 µs a step); returns flags[0], with flags[0] 0 when
@@ -62,7 +70,8 @@ def run_steady(codes: np.ndarray, options: np.ndarray, first_write: np.ndarray, 
     (`rows[first_write[i]:...]`; `write_rows`: the `ST` row of each). What a pass wrote the
     passes after it read (`over`, `steady_layout.running_state`). `order`, `scratch` and `rows`
     are as long as `running`; `over` has a slot per `ST` row. `memo`: each pass's memo row,
-    emptied first when `fresh` (see `schedir.lowering.steady_layout`)."""
+    emptied first when `fresh`; `SS`: the scheduler state's slots, which the answers may write
+    for the passes after them (see `schedir.lowering.steady_layout`)."""
     if fresh:
         for i in range(memo.shape[0]):
             memo[i, MEMO_SET] = 0
@@ -75,17 +84,27 @@ def run_steady(codes: np.ndarray, options: np.ndarray, first_write: np.ndarray, 
         w = first_write[i]
         into = order if flags[1] == 0 else scratch  # the first pass that orders the batch decides
         if c == 0:
-            r = levels_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w, memo[i], over)
+            r = levels_steady_lowered(D, ST, NB, running, waiting, swapped, sc, SS, o, into, rows, w, memo[i], over)
         elif c == 1:
-            r = order_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w, memo[i], over)
+            r = order_steady_lowered(D, ST, NB, running, waiting, swapped, sc, SS, o, into, rows, w, memo[i], over)
         elif c == 2:
-            r = swap_in_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w, memo[i], over)
+            r = swap_in_steady_lowered(D, ST, NB, running, waiting, swapped, sc, SS, o, into, rows, w, memo[i], over)
         elif c == 3:
-            r = account_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w, memo[i], over)
+            r = account_steady_lowered(D, ST, NB, running, waiting, swapped, sc, SS, o, into, rows, w, memo[i], over)
         elif c == 4:
-            r = window_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w, memo[i], over)
+            r = window_steady_lowered(D, ST, NB, running, waiting, swapped, sc, SS, o, into, rows, w, memo[i], over)
+        elif c == 5:
+            r = map_steady_lowered(D, ST, NB, running, waiting, swapped, sc, SS, o, into, rows, w, memo[i], over)
+        elif c == 6:
+            r = prefills_steady_lowered(D, ST, NB, running, waiting, swapped, sc, SS, o, into, rows, w, memo[i], over)
+        elif c == 7:
+            r = running_steady_lowered(D, ST, NB, running, waiting, swapped, sc, SS, o, into, rows, w, memo[i], over)
+        elif c == 8:
+            r = chunked_prefills_steady_lowered(D, ST, NB, running, waiting, swapped, sc, SS, o, into, rows, w,
+                                                memo[i], over)
         else:
-            r = map_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, into, rows, w, memo[i], over)
+            r = chunked_running_steady_lowered(D, ST, NB, running, waiting, swapped, sc, SS, o, into, rows, w,
+                                               memo[i], over)
         if r == ASK_IR:
             return 0
         if r == ORDERED:
@@ -121,23 +140,52 @@ class SteadyProgram:
     # per writing pass: (its flag in `run_steady`'s flags, its (name, row of `rows`) pairs)
     slots: tuple[tuple[int, tuple[tuple[str, int], ...]], ...]
     asked: tuple[StepPass, ...]  # the passes keeping the default answer (asked in Python)
+    scalars: tuple[str, ...] = ()  # the scheduler state in `SS`, slot by slot (the layout's)
     memo_kept: list = attrs.field(factory=lambda: [0], eq=False, repr=False)  # steps that reused its memo
+    # its memo's key among the runtime's answers over the queued requests (one per program)
+    memo_key: list = attrs.field(factory=lambda: [("steady-program", object())], eq=False, repr=False, init=False)
     # run_steady's buffers (flags, order, scratch, rows, over), made again when the batch's size changes
     buffers: list = attrs.field(factory=lambda: [None], eq=False, repr=False)
+    # (SS, a reader of its values from the scheduler state), made once
+    scalar_slots: list = attrs.field(factory=lambda: [None], eq=False, repr=False)
+
+    def scalars_from(self, scheduler_state: Mapping[str, float | np.ndarray]) -> np.ndarray:
+        """`SS` for this call: the scheduler state's values in their slots (a buffer the program
+        keeps; loaded anew every call, as an answer that left the step to the IR may have written it)."""
+        slots = self.scalar_slots[0]
+        if slots is None:
+            names = self.scalars
+            slots = self.scalar_slots[0] = (np.zeros(len(names), dtype=np.float64), itemgetter(*names) if len(
+                names) > 1 else (lambda state, n=names[0]: (state[n],)))
+        SS, values = slots
+        SS[:] = values(scheduler_state)
+        return SS
+
+    def write_scalars(self, scheduler_state: dict) -> None:
+        """Write the slots the last answers left (`scalars_from`'s buffer) into the scheduler state,
+        once the step was taken: a slot no answer wrote holds the value it was loaded with."""
+        scheduler_state.update(zip(self.scalars, self.scalar_slots[0][0].tolist(), strict=True))
 
     @classmethod
     def lower(cls, passes: Sequence[StepPass], layout: SteadyLayout) -> SteadyProgram | None:
-        """The passes' answers lowered, or None when one has no lowered form (or none has one)."""
+        """The passes' answers lowered, or None when one has no lowered form (or none has one), one
+        names scheduler state the layout has no slot for (not a number), or a pass asked in Python
+        declares scheduler state."""
         codes, rows, first, writes, asked = [], [], [], [], []
         for p in passes:
             kernel = lowered_form(type(p))
             if kernel is None:
                 return None
             if kernel is StepPass:
+                if p.scheduler_state:
+                    return None
                 asked.append(p)
                 continue
             codes.append(next(i for i, k in enumerate(LOWERED) if k is kernel))
-            rows.append(tuple(float(v) for v in p.steady_lowered_options(layout)))
+            try:
+                rows.append(tuple(float(v) for v in p.steady_lowered_options(layout)))
+            except KeyError:  # a slot the layout lacks
+                return None
             first.append(len(writes))
             writes.extend(p.steady_lowered_writes)
         if not codes or len(set(writes)) < len(writes):
@@ -149,8 +197,9 @@ class SteadyProgram:
         ends = first[1:] + [len(writes)]
         slots = tuple((2 + i, tuple((writes[j], j) for j in range(a, b)))
                       for i, (a, b) in enumerate(zip(first, ends, strict=True)) if b > a)
+        scalars = tuple(sorted(layout.scalars, key=layout.scalars.__getitem__))
         return cls(np.asarray(codes, dtype=np.int64), options, np.asarray(first, dtype=np.int64), tuple(writes),
-                   np.asarray([layout.state(n) for n in writes], dtype=np.int64), slots, tuple(asked))
+                   np.asarray([layout.state(n) for n in writes], dtype=np.int64), slots, tuple(asked), scalars)
 
     @property
     def writer(self) -> tuple[int, ...]:
@@ -162,7 +211,7 @@ class SteadyProgram:
         of `nr` (`schedir.runtime.steady_kernel`). `held`: the runtime's answers over the queued
         requests (`Scheduler._queued_answers`, dropped when the queue or a queued request's state
         changes): the passes' memo rows live there (`fresh`: made anew, to be filled)."""
-        key = ("steady-program", id(self))
+        key = self.memo_key[0]
         memo = held.get(key)
         fresh = memo is None
         if fresh:

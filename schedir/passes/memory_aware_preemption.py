@@ -60,7 +60,7 @@ def steady_tracking(running: np.ndarray, most_urgent: int, computed: np.ndarray,
 
 
 @numba.njit(cache=True, nogil=True)
-def map_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, order, rows, w, m, over) -> int:  # noqa: ANN001
+def map_steady_lowered(D, ST, NB, running, waiting, swapped, sc, SS, o, order, rows, w, m, over) -> int:  # noqa: ANN001
     """`MemoryAwarePreemption.steady_state` in the steady program (`schedir.lowering.steady_program`):
     the queue's most urgent priority value and the blocks its tokens fill kept in the memo while it
     stays as it is (`waiting_urgency_and_blocks`); the batch's computed tokens and last run into

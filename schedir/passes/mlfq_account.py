@@ -25,7 +25,7 @@ def _served_one(rows: np.ndarray, decode: np.ndarray, step: int) -> tuple[np.nda
 
 
 @numba.njit(cache=True, nogil=True)
-def account_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, order, rows, w, m, over) -> int:  # noqa: ANN001
+def account_steady_lowered(D, ST, NB, running, waiting, swapped, sc, SS, o, order, rows, w, m, over) -> int:  # noqa: ANN001
     """`MlfqAccount.steady_state` in the steady program: the batch's rows' decode service and
     last run, into `rows[w]` and `rows[w + 1]`."""
     decode = ST[int(o[0])]

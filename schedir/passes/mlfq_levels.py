@@ -127,7 +127,7 @@ def demoted_running(running: np.ndarray, level: np.ndarray, start: np.ndarray, l
 
 
 @numba.njit(cache=True, nogil=True)
-def levels_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, order, rows, w, m, over) -> int:  # noqa: ANN001
+def levels_steady_lowered(D, ST, NB, running, waiting, swapped, sc, SS, o, order, rows, w, m, over) -> int:  # noqa: ANN001
     """`MlfqLevels.steady_state` in the steady program (`schedir.lowering.steady_program`): over
     the queued jobs, the step at which one changes, kept in the memo (`queued_next_change`) while
     they stay queued as they are; the running jobs' demotions into `rows[w]` / `rows[w + 1]`."""

@@ -173,7 +173,7 @@ def steady_pick(running: np.ndarray, run_blocks: np.ndarray, run_level: np.ndarr
 
 
 @numba.njit(cache=True, nogil=True)
-def order_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, order, rows, w, m, over) -> int:  # noqa: ANN001
+def order_steady_lowered(D, ST, NB, running, waiting, swapped, sc, SS, o, order, rows, w, m, over) -> int:  # noqa: ANN001
     """`MlfqOrder.steady_state` and `steady_order` in the steady program: `steady_pick` over the
     same queues, the head of the queued jobs kept in the memo while they stay as they are; the
     batch order written when it is not running order."""

@@ -69,7 +69,7 @@ def mlfq_resume(is_swapped: np.ndarray, computed: np.ndarray, total: np.ndarray,
 
 
 @numba.njit(cache=True, nogil=True)
-def swap_in_steady_lowered(D, ST, NB, running, waiting, swapped, sc, o, order, rows, w, m, over) -> int:  # noqa: ANN001
+def swap_in_steady_lowered(D, ST, NB, running, waiting, swapped, sc, SS, o, order, rows, w, m, over) -> int:  # noqa: ANN001
     """`MlfqSwapIn.steady_state` in the steady program."""
     return ANSWERED if swapped.size == 0 or running.size >= sc[SC_MAX_SEQS] else ASK_IR
 

@@ -5,17 +5,36 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numba as nb
 import numpy as np
 
 from schedir.dialects.mem import AllocOp
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step, pool_of
 from schedir.ir.window import WindowContext
+from schedir.lowering.steady_layout import ASK_IR, SC_FREE_BLOCKS, SC_TOKEN_BUDGET, WROTE
 from schedir.passes import v0_kernels as K
 from schedir.passes.ordering import sort_by_columns
 from schedir.passes.v0_chunked import long_threshold, slot_budget
 from schedir.passes.v0_running import _MODES, emit_preemptions, run_kernel
 from schedir.passes.v0_state import BAND, NEXT_RUN_POS, PREFILL_END, RUN_BANDS, RUN_POS
+
+
+@nb.njit(cache=True, nogil=True)
+def chunked_running_steady_lowered(D, ST, NB, running, waiting, swapped, sc, SS, o, order, rows, w, m,  # noqa: ANN001
+                                   over) -> int:
+    """`V0ChunkedRunning.steady_state` in the steady program: the step's bands taken in the
+    running queue's next place (its slot of `SS`), the decodes' places into `rows[w]`."""
+    if sc[SC_FREE_BLOCKS] < running.size or o[0] > sc[SC_TOKEN_BUDGET]:
+        return ASK_IR
+    if not K.steady_run_order(running, ST[int(o[1])], D[int(o[2])], ST[int(o[3])]):
+        return ASK_IR
+    slot = int(o[4])
+    base = int(SS[slot])
+    SS[slot] = float(base + RUN_BANDS * BAND)
+    for i in range(running.size):
+        rows[w, i] = base + 2 * BAND + i
+    return WROTE
 
 
 @dataclass(frozen=True)
@@ -50,6 +69,12 @@ class V0ChunkedRunning(StepPass):
     # steady decode steps: over the running queue in v0's order, when no decode can find the free
     # blocks short; it writes the step's places (`steady_state`)
     steady_when: ClassVar[dict[str, str]] = {"queue": "running"}
+    steady_lowered = staticmethod(chunked_running_steady_lowered)
+    steady_lowered_writes = (RUN_POS.name,)
+
+    def steady_lowered_options(self, layout) -> tuple[float, ...]:  # noqa: ANN001
+        return (self.partial, layout.state(RUN_POS.name), layout.column("computed"), layout.state(PREFILL_END.name),
+                layout.scalar(NEXT_RUN_POS.name))
 
     def steady_state(self, ctx: WindowContext) -> dict[str, float | np.ndarray] | None:
         """What a steady step writes: the step's bands of places taken (`v0_next_run_pos`) and the

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numba as nb
 import numpy as np
 
 from schedir.dialects.codes import Reason
@@ -13,10 +14,39 @@ from schedir.dialects.mem import AllocOp
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step, pool_of
 from schedir.ir.window import WindowContext
+from schedir.lowering.steady_layout import (
+    ANSWERED,
+    ASK_IR,
+    MEMO_SET,
+    SC_BLOCK_SIZE,
+    SC_MAX_MODEL_LEN,
+    SC_MAX_SEQS,
+    SC_NOW_US,
+    SC_TOKEN_BUDGET,
+    SC_TOTAL_BLOCKS,
+)
 from schedir.passes import v0_kernels as K
 from schedir.passes.v0_state import LAST_LATENCY, PREV_PROMPT, PREV_TIME, SCHEDULER_STATE
 
 _REJECT = (int(Reason.TOO_LONG), int(Reason.EXCEEDS_CACHE))
+
+
+@nb.njit(cache=True, nogil=True)
+def prefills_steady_lowered(D, ST, NB, running, waiting, swapped, sc, SS, o, order, rows, w, m, over) -> int:  # noqa: ANN001
+    """`V0Prefills.steady_state` in the steady program (`schedir.lowering.steady_program`): whether
+    v0 could ignore a waiting request kept in the memo while the queue stays (`m[1]`, as the
+    Python answer keeps it with `WindowContext.queued`); the delay rule's clock into its slots."""
+    if waiting.size:
+        if running.size < sc[SC_MAX_SEQS]:
+            return ASK_IR
+        if m[MEMO_SET] == 0:
+            limit = min(sc[SC_MAX_MODEL_LEN], sc[SC_TOKEN_BUDGET])
+            m[1] = K.any_ignorable(waiting, D[int(o[0])], None, limit, sc[SC_TOTAL_BLOCKS], sc[SC_BLOCK_SIZE])
+            m[MEMO_SET] = 1
+        if m[1]:
+            return ASK_IR
+    delay_clock_lowered(SS, float(max(sc[SC_NOW_US], 0)), int(o[1]), int(o[2]), int(o[3]))
+    return ANSWERED
 
 
 @dataclass(frozen=True)
@@ -49,6 +79,12 @@ class V0Prefills(StepPass):
 
     delay_factor: float = 0.0
     queue: str = "waiting"
+
+    steady_lowered = staticmethod(prefills_steady_lowered)
+
+    def steady_lowered_options(self, layout) -> tuple[float, ...]:  # noqa: ANN001
+        return (layout.column("total"), layout.scalar(PREV_TIME.name), layout.scalar(PREV_PROMPT.name),
+                layout.scalar(LAST_LATENCY.name))
 
     def steady_state(self, ctx: WindowContext) -> dict[str, float] | None:
         """What a steady step writes: `_passed_delay`'s clock (it runs every step nothing is
@@ -138,3 +174,14 @@ def emit_prefills(step: Step, pending, ids: np.ndarray, out: np.ndarray, admitte
     rest = (reasons > 0) & ~ignored
     if rest.any():
         step.defer(pending, ids[rest], reasons[rest])
+
+
+@nb.njit(cache=True, nogil=True)
+def delay_clock_lowered(SS: np.ndarray, now: float, prev_time: int, prev_prompt: int, last_latency: int) -> None:
+    """`delay_clock` in a lowered answer: the same values into the scheduler state's slots."""
+    latency = SS[last_latency]
+    if SS[prev_prompt] != 0.0:
+        latency = now - SS[prev_time]
+    SS[prev_time] = now
+    SS[prev_prompt] = 0.0
+    SS[last_latency] = latency

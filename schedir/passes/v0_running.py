@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numba as nb
 import numpy as np
 
 from schedir.dialects.mem import AllocOp, FreeOp, SwapOutOp
@@ -12,6 +13,7 @@ from schedir.dialects.req import ScheduleOp
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step, pool_of, root_queue
 from schedir.ir.window import WindowContext
+from schedir.lowering.steady_layout import ANSWERED, ASK_IR, SC_FREE_BLOCKS
 from schedir.passes import v0_kernels as K
 
 _MODES = ("auto", "swap", "recompute")
@@ -51,6 +53,12 @@ def scheduled_from(step: Step, queue: str) -> bool:
     return False
 
 
+@nb.njit(cache=True, nogil=True)
+def running_steady_lowered(D, ST, NB, running, waiting, swapped, sc, SS, o, order, rows, w, m, over) -> int:  # noqa: ANN001
+    """`V0Running.steady_state` in the steady program: as many free blocks as decodes."""
+    return ANSWERED if sc[SC_FREE_BLOCKS] >= running.size else ASK_IR
+
+
 @dataclass(frozen=True)
 class V0Running(StepPass):
     """Decode every running request one token, preempting from the back when blocks run out.
@@ -78,6 +86,7 @@ class V0Running(StepPass):
 
     preemption: str = "auto"
     queue: str = "running"
+    steady_lowered = staticmethod(running_steady_lowered)
 
     def steady_state(self, ctx: WindowContext) -> dict[str, float] | None:
         """Nothing written, when no decode can find the free blocks short: v0 asks one free block

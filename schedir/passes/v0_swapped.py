@@ -13,6 +13,7 @@ from schedir.dialects.req import PreemptOp
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step, pool_of
 from schedir.ir.window import WindowContext
+from schedir.lowering.steady_layout import WINDOW_NOBODY, window_steady_lowered
 from schedir.passes import v0_kernels as K
 from schedir.passes.v0_running import scheduled_from
 from schedir.passes.v0_state import BAND, NEXT_RUN_POS, PREFILL_END, RUN_BANDS, RUN_POS
@@ -48,6 +49,11 @@ class V0Swapped(StepPass):
 
     queue: str = "swapped"
     running: str = "running"
+    # its default steady answer lowered: its window is nobody
+    steady_lowered = staticmethod(window_steady_lowered)
+
+    def steady_lowered_options(self, layout) -> tuple[float, ...]:  # noqa: ANN001
+        return (WINDOW_NOBODY,)
 
     def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
         """Nobody: it brings back the swapped queue."""

@@ -69,7 +69,19 @@ from schedir.runtime.kernels import (
 )
 from schedir.runtime.metrics import RuntimeMetrics
 from schedir.runtime.output import SchedulerOutput
-from schedir.lowering.steady_layout import SteadyLayout
+from schedir.lowering.steady_layout import (
+    SC_BLOCK_SIZE,
+    SC_HOST_FREE,
+    SC_MAX_MODEL_LEN,
+    SC_MAX_SEQS,
+    SC_NOW_US,
+    SC_OVERSIZED,
+    SC_SIZE,
+    SC_STEP,
+    SC_TOKEN_BUDGET,
+    SC_TOTAL_BLOCKS,
+    SteadyLayout,
+)
 from schedir.lowering.steady_program import SteadyProgram
 from schedir.runtime.steady_kernel import TAKEN, program_steady_settle
 from schedir.runtime.steady_answers import _NO_CONSTANTS, SteadyAnswers
@@ -80,6 +92,7 @@ _NO_PAIRS = np.zeros((0, 2), dtype=np.int64)
 _NO_PAIRS.flags.writeable = False
 _NO_ROWS = np.zeros(0, dtype=np.int64)
 _NO_ROWS.flags.writeable = False
+_NO_SCALARS = np.zeros(0, dtype=np.float64)  # SS of a program over no scheduler state (writable: one kernel type)
 _NO_IDS: frozenset[str] = frozenset()
 
 
@@ -264,8 +277,11 @@ class Scheduler:
         # ... holding their answers over a run of steps when they declare what they read (StepPass.steady_reads)
         reuse = getattr(self, "_answers", None) is None or self._answers.reuse
         lowered = getattr(self, "_answers", None) is None or self._answers.lowered
-        program = (SteadyProgram.lower(self._steady_declared, SteadyLayout(_COLUMN_INDEX, dict(self.table.state_index)))
-                   if self._steady_declared and not radix else None)
+        # the scheduler state a lowered answer reads and writes: the numbers (a slot each in `SS`)
+        scalars = {n: i for i, n in enumerate(n for n in self._state_names
+                                              if not isinstance(self.scheduler_state[n], np.ndarray))}
+        layout = SteadyLayout(_COLUMN_INDEX, dict(self.table.state_index), scalars)
+        program = SteadyProgram.lower(self._steady_declared, layout) if self._steady_declared and not radix else None
         self._answers = SteadyAnswers(self._steady_declared, self._steady_orderers, self.scheduler_state,
                                       manager.state.request_names, program)
         self._answers.reuse = reuse
@@ -285,6 +301,11 @@ class Scheduler:
         self._ctx: WindowContext | None = None  # the passes' view before a step (`_window_context`), per pipeline
         self._row_views: dict[int, tuple[np.ndarray, dict[int, np.ndarray]]] = {}  # see `_row_view`
         self._ones = _NO_ROWS  # one token per running request: a steady step's num_tokens (see _steady_step)
+        # the lowered answers' step facts (`steady_layout.SC_*`): the fixed ones now, the others each step
+        self._steady_facts = np.zeros(SC_SIZE, dtype=np.int64)
+        self._steady_facts[[SC_MAX_SEQS, SC_BLOCK_SIZE, SC_TOKEN_BUDGET, SC_MAX_MODEL_LEN, SC_TOTAL_BLOCKS]] = (
+            cfg.max_num_seqs, cfg.block_size, cfg.max_num_batched_tokens, cfg.max_model_len, self.pool.usable_blocks)
+        self._steady_facts[SC_HOST_FREE] = -1
 
     def _install_state(self, manager: PassManager) -> None:
         """Carry the state the pipeline's passes declare (`schedir.ir.state`): request state as
@@ -941,26 +962,34 @@ class Scheduler:
         pool = self.pool
         table = self.table
         now_us = max(round(self.clock() * 1e6), 0) if self._reads_clock else -1
-        sc = np.array((self._step, cfg.max_num_seqs, pool.num_free, cfg.block_size, self._host_free(), now_us,
-                       cfg.max_num_batched_tokens, cfg.max_model_len, self._oversized_waiting), dtype=np.int64)
+        sc = self._steady_facts  # (the free blocks: the kernel reads the pool's own count)
+        sc[SC_STEP] = self._step
+        sc[SC_NOW_US] = now_us
+        sc[SC_OVERSIZED] = self._oversized_waiting
+        if self.swap_queue:
+            sc[SC_HOST_FREE] = self._host_free()
         memo, fresh, flags, order, scratch, rows, over = program.buffers_for(self._queued_answers(waiting), table.state,
                                                                              running.size)
+        scalars = program.scalars
+        SS = program.scalars_from(self.scheduler_state) if scalars else _NO_SCALARS
         tokens = self._one_token_each(running.size)
         code, batch, *settled = program_steady_settle(
             program.codes, program.options, program.first_write, program.write_rows, table.state, self.swapped, sc,
-            memo, fresh, flags, order, scratch, rows, over, running, table.data, self._steady_budget,
+            SS, memo, fresh, flags, order, scratch, rows, over, running, table.data, self._steady_budget,
             cfg.max_model_len, pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache,
             pool.table, pool.nblk, pool.ncached, pool.rhash, pool.nhash, tokens, self._front, waiting, cfg.block_size,
             cfg.async_scheduling, cfg.batch_plan)
         if code != TAKEN:
             return None
         out = self._output(step, batch, tokens, settled, _NO_ROWS, _NO_ROWS, {}, _NO_PAIRS, _NO_PAIRS)
+        if scalars:  # the scheduler state they wrote (v0's delay clock, its running queue's next place)
+            program.write_scalars(self.scheduler_state)
         written = program.written()
         if written:  # request state of the batch's rows
             for name, values in written:
                 write_state_row(table.state, table.state_index[name], running, values)
             self._request_state_writes += 1
-        else:
+        elif not scalars:  # (an answer that writes scheduler state is asked again)
             answers.hold(running, waiting, self._request_state_writes, self.scheduler_state,
                          (_NO_CONSTANTS, (), program.ordered(), ()))
         return out

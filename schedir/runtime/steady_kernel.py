@@ -6,7 +6,8 @@ with Python between them: a second dispatch of ~20 arrays, the answers' arrays b
 back, the batch order applied. Here one call asks the answers into the program's buffers and,
 when they answered, settles the batch in the order they gave. The request state the answers
 write for the batch's rows is left in the buffers (`SteadyProgram.written`) and written by the
-runtime once the step was taken, as the IR's `req.set_state` is applied after the step.
+runtime once the step was taken, as the IR's `req.set_state` is applied after the step; the
+scheduler state they write is left in `SS` likewise (`SteadyProgram.write_scalars`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from schedir.lowering.kv_pool import NUM_FREE
+from schedir.lowering.steady_layout import SC_FREE_BLOCKS
 from schedir.lowering.steady_program import run_steady
 from schedir.runtime.kernels import steady_settle
 
@@ -21,7 +24,7 @@ ASKED_IR, NOT_STEADY, TAKEN = 0, -1, 1  # program_steady_settle's first result
 
 
 @nb.njit(cache=True)
-def program_steady_settle(codes, options, first_write, write_rows, ST, swapped, sc, memo, fresh: bool, flags, order,
+def program_steady_settle(codes, options, first_write, write_rows, ST, swapped, sc, SS, memo, fresh: bool, flags, order,
                           scratch, rows, over, running, data, budget: int, max_model_len: int, ref, bhash, dup_next,
                           nxt, prv, meta, cache, table, nblk, ncached, rhash, nhash, tokens, front: int, waiting,
                           block_size: int, async_mode: bool, plan: bool):
@@ -33,8 +36,9 @@ def program_steady_settle(codes, options, first_write, write_rows, ST, swapped, 
     answers' memo of the queued requests, which holds)."""
     nr = running.size
     batch = np.empty(nr, dtype=np.int64)
-    if not run_steady(codes, options, first_write, write_rows, data, ST, nblk, running, waiting, swapped, sc, memo,
-                      fresh, flags, order, scratch, rows, over):
+    sc[SC_FREE_BLOCKS] = meta[NUM_FREE]  # the pool's own count (the runtime fills the other facts)
+    if not run_steady(codes, options, first_write, write_rows, data, ST, nblk, running, waiting, swapped, sc, SS,
+                      memo, fresh, flags, order, scratch, rows, over):
         return ASKED_IR, batch, None, None, 0, None, None, None, None
     for k in range(nr):
         batch[k] = running[order[k]] if flags[1] else running[k]
