@@ -46,7 +46,10 @@ import numpy as np
 SC_STEP, SC_MAX_SEQS, SC_FREE_BLOCKS, SC_BLOCK_SIZE, SC_HOST_FREE, SC_NOW_US, SC_TOKEN_BUDGET, SC_MAX_MODEL_LEN, \
     SC_OVERSIZED, SC_TOTAL_BLOCKS = range(10)  # SC_OVERSIZED: how many waiting requests reject-oversized's rule
 #                                                refuses; SC_TOTAL_BLOCKS: the pool's usable blocks
-SC_SIZE = 10
+# ... and what the runtime's steady step reads (`schedir.runtime.steady_kernel`): the steady token
+# budget, the FCFS key of the next request put back in front, async scheduling, batch plans (0/1)
+SC_STEADY_BUDGET, SC_FRONT, SC_ASYNC, SC_PLAN = range(10, 14)
+SC_SIZE = 14
 ASK_IR, ANSWERED, ORDERED, WROTE = -1, 0, 1, 2  # what a lowered answer returns
 MEMO_WIDTH = 4  # a pass's memo: m[MEMO_SET] (0: empty), then its summary in m[1:]
 MEMO_SET = 0

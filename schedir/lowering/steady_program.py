@@ -39,7 +39,7 @@ import numpy as np
 
 from schedir.ir.pass_base import StepPass
 from schedir.lowering.own_kernel import definer, own_kernel
-from schedir.lowering.steady_layout import ASK_IR, MEMO_SET, MEMO_WIDTH, ORDERED, WROTE, SteadyLayout, \
+from schedir.lowering.steady_layout import ASK_IR, MEMO_WIDTH, ORDERED, WROTE, SteadyLayout, \
     window_steady_lowered
 from schedir.passes.memory_aware_preemption import map_steady_lowered
 from schedir.passes.mlfq_account import account_steady_lowered
@@ -61,7 +61,7 @@ LOWERED = (levels_steady_lowered, order_steady_lowered, swap_in_steady_lowered, 
 @nb.njit(cache=True, nogil=True)
 def run_steady(codes: np.ndarray, options: np.ndarray, first_write: np.ndarray, write_rows: np.ndarray,
                D: np.ndarray, ST: np.ndarray, NB: np.ndarray, running: np.ndarray, waiting: np.ndarray,
-               swapped: np.ndarray, sc: np.ndarray, SS: np.ndarray, memo: np.ndarray, fresh: bool, flags: np.ndarray,
+               swapped: np.ndarray, sc: np.ndarray, SS: np.ndarray, memo: np.ndarray, flags: np.ndarray,
                order: np.ndarray, scratch: np.ndarray, rows: np.ndarray, over: np.ndarray) -> int:
     """Ask the lowered answers `codes` in pipeline order, into the caller's buffers (kept across
     steps: allocating and boxing them cost ~2 µs a step); returns flags[0], with flags[0] 0 when
@@ -69,12 +69,9 @@ def run_steady(codes: np.ndarray, options: np.ndarray, first_write: np.ndarray, 
     `order`), flags[2 + i] 1 when pass i wrote its request state for the batch's rows
     (`rows[first_write[i]:...]`; `write_rows`: the `ST` row of each). What a pass wrote the
     passes after it read (`over`, `steady_layout.running_state`). `order`, `scratch` and `rows`
-    are as long as `running`; `over` has a slot per `ST` row. `memo`: each pass's memo row,
-    emptied first when `fresh`; `SS`: the scheduler state's slots, which the answers may write
-    for the passes after them (see `schedir.lowering.steady_layout`)."""
-    if fresh:
-        for i in range(memo.shape[0]):
-            memo[i, MEMO_SET] = 0
+    are as long as `running`; `over` has a slot per `ST` row. `memo`: each pass's memo row (all
+    zeros, `MEMO_SET` unset, when made anew); `SS`: the scheduler state's slots, which the
+    answers may write for the passes after them (see `schedir.lowering.steady_layout`)."""
     writes = write_rows.size
     flags[:] = 0
     over[:] = -1
@@ -207,14 +204,13 @@ class SteadyProgram:
         return tuple(flag - 2 for flag, named in self.slots for _ in named)
 
     def buffers_for(self, held: dict, ST: np.ndarray, nr: int) -> tuple:
-        """(memo, fresh, flags, order, scratch, rows, over): what `run_steady` asks into for a batch
-        of `nr` (`schedir.runtime.steady_kernel`). `held`: the runtime's answers over the queued
-        requests (`Scheduler._queued_answers`, dropped when the queue or a queued request's state
-        changes): the passes' memo rows live there (`fresh`: made anew, to be filled)."""
+        """(memo, flags, order, scratch, rows, over): what `run_steady` asks into for a batch of `nr`
+        (`schedir.runtime.steady_kernel`). `held`: the runtime's answers over the queued requests
+        (`Scheduler._queued_answers`, dropped when the queue or a queued request's state
+        changes): the passes' memo rows live there (made anew as zeros: every memo unset)."""
         key = self.memo_key[0]
         memo = held.get(key)
-        fresh = memo is None
-        if fresh:
+        if memo is None:
             memo = held[key] = np.zeros((self.codes.size, MEMO_WIDTH), dtype=np.int64)
         else:
             self.memo_kept[0] += 1
@@ -224,7 +220,7 @@ class SteadyProgram:
                                          np.empty(nr, dtype=np.int64),
                                          np.empty((self.write_rows.size, nr), dtype=np.int64),
                                          np.empty(ST.shape[0], dtype=np.int64))
-        return (memo, fresh, *buffers)
+        return (memo, *buffers)
 
     def written(self) -> tuple[tuple[str, np.ndarray], ...]:
         """The request state the last answers wrote for the batch's rows, as (name, values aligned

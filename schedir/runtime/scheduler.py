@@ -70,13 +70,17 @@ from schedir.runtime.kernels import (
 from schedir.runtime.metrics import RuntimeMetrics
 from schedir.runtime.output import SchedulerOutput
 from schedir.lowering.steady_layout import (
+    SC_ASYNC,
     SC_BLOCK_SIZE,
+    SC_FRONT,
     SC_HOST_FREE,
     SC_MAX_MODEL_LEN,
     SC_MAX_SEQS,
     SC_NOW_US,
     SC_OVERSIZED,
+    SC_PLAN,
     SC_SIZE,
+    SC_STEADY_BUDGET,
     SC_STEP,
     SC_TOKEN_BUDGET,
     SC_TOTAL_BLOCKS,
@@ -305,7 +309,8 @@ class Scheduler:
         self._steady_facts = np.zeros(SC_SIZE, dtype=np.int64)
         self._steady_facts[[SC_MAX_SEQS, SC_BLOCK_SIZE, SC_TOKEN_BUDGET, SC_MAX_MODEL_LEN, SC_TOTAL_BLOCKS]] = (
             cfg.max_num_seqs, cfg.block_size, cfg.max_num_batched_tokens, cfg.max_model_len, self.pool.usable_blocks)
-        self._steady_facts[SC_HOST_FREE] = -1
+        self._steady_facts[[SC_HOST_FREE, SC_STEADY_BUDGET, SC_ASYNC, SC_PLAN]] = (
+            -1, self._steady_budget, cfg.async_scheduling, cfg.batch_plan)
 
     def _install_state(self, manager: PassManager) -> None:
         """Carry the state the pipeline's passes declare (`schedir.ir.state`): request state as
@@ -958,7 +963,6 @@ class Scheduler:
             for p in program.asked:
                 if p.steady_state(ctx) is None:
                     return None
-        cfg = self.config
         pool = self.pool
         table = self.table
         now_us = max(round(self.clock() * 1e6), 0) if self._reads_clock else -1
@@ -966,25 +970,25 @@ class Scheduler:
         sc[SC_STEP] = self._step
         sc[SC_NOW_US] = now_us
         sc[SC_OVERSIZED] = self._oversized_waiting
+        sc[SC_FRONT] = self._front
         if self.swap_queue:
             sc[SC_HOST_FREE] = self._host_free()
-        memo, fresh, flags, order, scratch, rows, over = program.buffers_for(self._queued_answers(waiting), table.state,
-                                                                             running.size)
+        memo, flags, order, scratch, rows, over = program.buffers_for(self._queued_answers(waiting), table.state,
+                                                                      running.size)
         scalars = program.scalars
         SS = program.scalars_from(self.scheduler_state) if scalars else _NO_SCALARS
         tokens = self._one_token_each(running.size)
         code, batch, *settled = program_steady_settle(
             program.codes, program.options, program.first_write, program.write_rows, table.state, self.swapped, sc,
-            SS, memo, fresh, flags, order, scratch, rows, over, running, table.data, self._steady_budget,
-            cfg.max_model_len, pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache,
-            pool.table, pool.nblk, pool.ncached, pool.rhash, pool.nhash, tokens, self._front, waiting, cfg.block_size,
-            cfg.async_scheduling, cfg.batch_plan)
+            SS, memo, flags, order, scratch, rows, over, running, table.data, pool.ref, pool.bhash, pool.dup_next,
+            pool.nxt, pool.prv, pool.meta, pool.cache, pool.table, pool.nblk, pool.ncached, pool.rhash, pool.nhash,
+            tokens, waiting)
         if code != TAKEN:
             return None
         out = self._output(step, batch, tokens, settled, _NO_ROWS, _NO_ROWS, {}, _NO_PAIRS, _NO_PAIRS)
         if scalars:  # the scheduler state they wrote (v0's delay clock, its running queue's next place)
             program.write_scalars(self.scheduler_state)
-        written = program.written()
+        written = program.written() if program.slots else ()
         if written:  # request state of the batch's rows
             for name, values in written:
                 write_state_row(table.state, table.state_index[name], running, values)
