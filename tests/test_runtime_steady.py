@@ -176,6 +176,13 @@ CASES += [  # FastServe: mlfq-account writes the batch's service and last run (r
                                         "mlfq-order{preemption=swap},schedule-running,mlfq-swap-in,admit-greedy,"
                                         "mlfq-account,verify-step", max_seqs=2, n=50, spread=60, cpu_blocks=60),
 ]
+CASES += [  # default answers only (every pass's window by its rule, `steady_layout.windows_empty`):
+    # steady with requests waiting behind the full seats, unless one is oversized
+    dict(seed=91, num_blocks=400, pipeline="base", max_seqs=3),
+    dict(seed=92, num_blocks=60, pipeline="orca", max_seqs=3, budget=160),
+    dict(seed=93, num_blocks=200, pipeline="with-prefix-aware", max_seqs=4, prompt_len=150),  # oversized ones
+    dict(seed=94, num_blocks=45, pipeline="base-priority", max_seqs=4),
+]
 # running steps (vllm: nobody in the admission window, the running requests mid-prefill or
 # decoding; `StepPass.decide_running`): bursts that queue more than the window, prompts longer
 # than the budget (chunks), pools tight enough that the queue's head does not fit, preemption
@@ -206,14 +213,16 @@ def test_steady_steps_decide_as_the_ir(case):
         assert a == b, f"record {i} differs"
 
 
-LOWERED_CASES = [c for c in CASES if c["seed"] in (61, 62, 63, 64, 65, 66, 67, 71, 72, 73, 81, 82, 83, 84)]
+LOWERED_CASES = [c for c in CASES if c["seed"] in (61, 62, 63, 64, 65, 66, 67, 71, 72, 73, 81, 82, 83, 84, 91, 92,
+                                                    93, 94)]
 
 
 @pytest.mark.parametrize("case", LOWERED_CASES, ids=[f"seed{c['seed']}" for c in LOWERED_CASES])
 def test_lowered_steady_answers_decide_as_asked(case):
     """vLLM v0's, FastServe's and with-all-passes' steady answers lowered to one kernel call
     (`SteadyProgram`; v0's write the delay rule's clock and the running queue's next place into
-    their scheduler-state slots): every step's output and state as when each pass is asked in Python."""
+    their scheduler-state slots), and the default-answer pipelines' windows answered by their
+    rules (`windows_empty`): every step's output and state as when each pass is asked in Python."""
     lowered, taken, _ = replay(True, **case)
     asked, taken_asked, _ = replay(True, lowered=False, **case)
     assert taken == taken_asked and taken > 10
@@ -356,7 +365,7 @@ def test_steady_steps_with_a_waiting_queue_admission_cannot_reach(cfg):
                                       "v0 preempts nobody", "no v0 places", "mlfq running order",
                                       "lowered order pass dropped", "lowered no last run", "lowered no map last run",
                                       "lowered memo kept", "lowered v0 running dropped", "lowered no v0 places",
-                                      "lowered no v0 clock"])
+                                      "lowered no v0 clock", "window rules ignored"])
 def test_steady_steps_need_what_their_passes_declare(mutation, monkeypatch):
     """The sglang, vtc, seed and v0 cases fail when a declaration is wrong: the batch decoded in
     running order instead of join order, the ratio not decayed, admission declared steady when its
@@ -453,6 +462,13 @@ def test_steady_steps_need_what_their_passes_declare(mutation, monkeypatch):
                  "lowered no v0 places": (65, 66, 67), "lowered no v0 clock": (61, 62, 64)}.get(mutation, (81, 82, 83))
         cases = [c for c in CASES if c["seed"] in seeds]
         assert any(replay(True, **case)[0] != replay(False, **case)[0] for case in cases), mutation
+        return
+    if mutation == "window rules ignored":  # every window taken as empty: a free seat or an oversized arrival missed
+        import schedir.runtime.scheduler as runtime
+
+        monkeypatch.setattr(runtime, "windows_empty", lambda rules, running, max_seqs, oversized: True)
+        plain = [c for c in CASES if c["seed"] in (91, 92, 93, 94)]
+        assert any(replay(True, **case)[0] != replay(False, **case)[0] for case in plain), mutation
         return
     if mutation == "v0 preempts nobody":
         monkeypatch.setattr(V0Running, "steady_state", lambda self, ctx: {})
@@ -756,11 +772,14 @@ def test_answers_held_past_a_queue_change_are_caught(monkeypatch):
 @pytest.mark.parametrize("oversized", [0, 1])
 def test_lowered_window_rules_answer_as_the_default_answer(waiting, running, oversized):
     """The default-answer passes' lowered window rules (reject-oversized, schedule-running,
-    admit-greedy, verify-step) answer as `StepPass.steady_state` over their `waiting_window` in a
-    steady step: nothing written (ANSWERED) where it answers `{}`, the IR (ASK_IR) where None."""
+    admit-greedy, verify-step, orca-admit, order-fcfs) answer as `StepPass.steady_state` over their
+    `waiting_window` in a steady step: nothing written (ANSWERED) where it answers `{}`, the IR
+    (ASK_IR) where None; and so does the runtime's Python twin of the kernel (`windows_empty`)."""
     from schedir.ir.window import WindowContext
-    from schedir.lowering.steady_layout import ANSWERED, ASK_IR, SC_MAX_SEQS, SC_OVERSIZED, SC_SIZE
+    from schedir.lowering.steady_layout import ANSWERED, ASK_IR, SC_MAX_SEQS, SC_OVERSIZED, SC_SIZE, windows_empty
     from schedir.passes.admit_greedy import AdmitGreedy
+    from schedir.passes.orca_admit import OrcaAdmit
+    from schedir.passes.order_fcfs import OrderFcfs
     from schedir.passes.reject_oversized import RejectOversized
     from schedir.passes.schedule_running import ScheduleRunning
     from schedir.passes.verify_step import VerifyStep
@@ -771,7 +790,7 @@ def test_lowered_window_rules_answer_as_the_default_answer(waiting, running, ove
     sc = np.zeros(SC_SIZE, dtype=np.int64)
     sc[SC_MAX_SEQS], sc[SC_OVERSIZED] = 4, flagged.size
     none = np.zeros(0, dtype=np.int64)
-    for p in (RejectOversized(), ScheduleRunning(), AdmitGreedy(), VerifyStep()):
+    for p in (RejectOversized(), ScheduleRunning(), AdmitGreedy(), VerifyStep(), OrcaAdmit(), OrderFcfs()):
         ctx.memo = {}
         said = p.steady_state(ctx)
         rule = np.array(p.steady_lowered_options(None), dtype=np.float64)
@@ -780,6 +799,8 @@ def test_lowered_window_rules_answer_as_the_default_answer(waiting, running, ove
                                      np.zeros((0, 0), dtype=np.int64), 0,
                                      np.zeros(4, dtype=np.int64), none)
         assert got == (ASK_IR if said is None else ANSWERED), (p.name, said, got)
+        if waiting:  # the runtime's Python twin for a pipeline of default answers only (`windows_empty`)
+            assert windows_empty(frozenset({int(rule[0])}), batch.size, 4, flagged.size) == (said is not None)
 
 
 def test_a_lowered_default_answer_still_sees_an_oversized_arrival():

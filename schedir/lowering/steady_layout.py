@@ -108,3 +108,14 @@ def window_steady_lowered(D, ST, NB, running, waiting, swapped, sc, SS, o, order
     if rule == WINDOW_OVERSIZED:
         return ANSWERED if sc[SC_OVERSIZED] == 0 else ASK_IR
     return ANSWERED if running.size >= sc[SC_MAX_SEQS] else ASK_IR
+
+
+def windows_empty(rules: frozenset[int], running: int, max_seqs: int, oversized: int) -> bool:
+    """`window_steady_lowered` over a pipeline whose every pass keeps the default answer, with
+    requests waiting, in Python: whether each window `rules` names is empty in a steady step
+    (the runtime then takes the plain steady step, `Scheduler._steady_step`, which checks the
+    step is steady: the running requests' blocks fit, so seats stay taken exactly when every
+    one is). One test against the kernel keeps the two the same rule."""
+    if WINDOW_OVERSIZED in rules and oversized:
+        return False
+    return WINDOW_SEATS not in rules or running >= max_seqs

@@ -22,6 +22,7 @@ from schedir.ir.errors import PassFailure
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
 from schedir.ir.window import WindowContext
+from schedir.lowering.steady_layout import WINDOW_SEATS, window_steady_lowered
 
 _BUDGET = int(Reason.BUDGET)
 _MAX_SEQS = int(Reason.MAX_SEQS)
@@ -106,6 +107,11 @@ class OrcaAdmit(StepPass):
 
     queue: str = "waiting"
     running: str = "running"
+    # its default steady answer lowered: nobody while every slot is taken
+    steady_lowered = staticmethod(window_steady_lowered)
+
+    def steady_lowered_options(self, layout) -> tuple[float, ...]:  # noqa: ANN001
+        return (WINDOW_SEATS,)
 
     def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
         """Nobody while every sequence slot is taken and stays taken this step (no block shortage

@@ -10,6 +10,7 @@ from typing import ClassVar
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
 from schedir.ir.window import WindowContext
+from schedir.lowering.steady_layout import WINDOW_NOBODY, window_steady_lowered
 from schedir.passes.ordering import sort_by_columns
 
 
@@ -23,6 +24,12 @@ class OrderFcfs(StepPass):
     provides: ClassVar[frozenset[str]] = frozenset({"order"})
 
     queue: str = "waiting"
+
+    # its default steady answer lowered: its window is nobody
+    steady_lowered = staticmethod(window_steady_lowered)
+
+    def steady_lowered_options(self, layout) -> tuple[float, ...]:  # noqa: ANN001
+        return (WINDOW_NOBODY,)
 
     def waiting_window(self, ctx: WindowContext) -> np.ndarray:
         """Nobody of its own: it orders what the step holds (admission declares what it picks from)."""
