@@ -64,8 +64,8 @@ def run_steady(codes: np.ndarray, options: np.ndarray, first_write: np.ndarray, 
                swapped: np.ndarray, sc: np.ndarray, SS: np.ndarray, memo: np.ndarray, flags: np.ndarray,
                order: np.ndarray, scratch: np.ndarray, rows: np.ndarray, over: np.ndarray) -> int:
     """Ask the lowered answers `codes` in pipeline order, into the caller's buffers (kept across
-    steps: allocating and boxing them cost ~2 µs a step); returns flags[0], with flags[0] 0 when
-    one would let the IR decide, flags[1] 1 when a pass ordered the batch (the first that did:
+    steps, `SteadyProgram.buffers_for`: allocating and boxing them cost ~2 µs a step); returns
+    flags[0], with flags[0] 0 when one would let the IR decide, flags[1] 1 when a pass ordered the batch (the first that did:
     `order`), flags[2 + i] 1 when pass i wrote its request state for the batch's rows
     (`rows[first_write[i]:...]`; `write_rows`: the `ST` row of each). What a pass wrote the
     passes after it read (`over`, `steady_layout.running_state`). `order`, `scratch` and `rows`
@@ -138,13 +138,14 @@ class SteadyProgram:
     slots: tuple[tuple[int, tuple[tuple[str, int], ...]], ...]
     asked: tuple[StepPass, ...]  # the passes keeping the default answer (asked in Python)
     scalars: tuple[str, ...] = ()  # the scheduler state in `SS`, slot by slot (the layout's)
-    memo_kept: list = attrs.field(factory=lambda: [0], eq=False, repr=False)  # steps that reused its memo
+    memo_kept: list = attrs.field(factory=lambda: [0], eq=False, repr=False, init=False)  # steps reusing its memo
     # its memo's key among the runtime's answers over the queued requests (one per program)
     memo_key: list = attrs.field(factory=lambda: [("steady-program", object())], eq=False, repr=False, init=False)
-    # run_steady's buffers (flags, order, scratch, rows, over), made again when the batch's size changes
-    buffers: list = attrs.field(factory=lambda: [None], eq=False, repr=False)
+    # (plan, marks, work, flags, order, rows): the kernel's inputs and buffers (`buffers_for`), made
+    # again when the batch's size changes
+    buffers: list = attrs.field(factory=lambda: [None], eq=False, repr=False, init=False)
     # (SS, a reader of its values from the scheduler state), made once
-    scalar_slots: list = attrs.field(factory=lambda: [None], eq=False, repr=False)
+    scalar_slots: list = attrs.field(factory=lambda: [None], eq=False, repr=False, init=False)
 
     def scalars_from(self, scheduler_state: Mapping[str, float | np.ndarray]) -> np.ndarray:
         """`SS` for this call: the scheduler state's values in their slots (a buffer the program
@@ -203,11 +204,15 @@ class SteadyProgram:
         """The pass (its place in `codes`) that writes each of `writes` (from `slots`)."""
         return tuple(flag - 2 for flag, named in self.slots for _ in named)
 
-    def buffers_for(self, held: dict, ST: np.ndarray, nr: int) -> tuple:
-        """(memo, flags, order, scratch, rows, over): what `run_steady` asks into for a batch of `nr`
-        (`schedir.runtime.steady_kernel`). `held`: the runtime's answers over the queued requests
-        (`Scheduler._queued_answers`, dropped when the queue or a queued request's state
-        changes): the passes' memo rows live there (made anew as zeros: every memo unset)."""
+    def buffers_for(self, held: dict, ST: np.ndarray, nr: int) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                                        np.ndarray]:
+        """(memo, plan, marks, work): what `program_steady` reads and asks into for a batch of `nr`
+        (`schedir.runtime.steady_kernel`), packed as few arrays as the kernel can split (a call
+        costs ~0.12 µs an argument): `plan` is codes | first_write | write_rows, `marks` is
+        `run_steady`'s flags | over, `work` its order, scratch and rows (a row each). `held`: the
+        runtime's answers over the queued requests (`Scheduler._queued_answers`, dropped when
+        the queue or a queued request's state changes): the passes' memo rows live there (made
+        anew as zeros: every memo unset)."""
         key = self.memo_key[0]
         memo = held.get(key)
         if memo is None:
@@ -215,17 +220,18 @@ class SteadyProgram:
         else:
             self.memo_kept[0] += 1
         buffers = self.buffers[0]
-        if buffers is None or buffers[1].size != nr or buffers[4].size != ST.shape[0]:  # the batch's size changed
-            buffers = self.buffers[0] = (np.zeros(2 + self.codes.size, dtype=np.int64), np.empty(nr, dtype=np.int64),
-                                         np.empty(nr, dtype=np.int64),
-                                         np.empty((self.write_rows.size, nr), dtype=np.int64),
-                                         np.empty(ST.shape[0], dtype=np.int64))
-        return (memo, *buffers)
+        if buffers is None or buffers[2].shape[1] != nr or buffers[1].size != 2 + self.codes.size + ST.shape[0]:
+            n = self.codes.size
+            plan = np.concatenate((self.codes, self.first_write, self.write_rows)).astype(np.int64)
+            marks = np.zeros(2 + n + ST.shape[0], dtype=np.int64)
+            work = np.empty((2 + self.write_rows.size, nr), dtype=np.int64)
+            buffers = self.buffers[0] = (plan, marks, work, marks[:2 + n], work[0], work[2:])
+        return memo, buffers[0], buffers[1], buffers[2]
 
     def written(self) -> tuple[tuple[str, np.ndarray], ...]:
         """The request state the last answers wrote for the batch's rows, as (name, values aligned
         with the running queue) pairs: views of the buffers, to be written before the next call."""
-        flags, _, _, rows, _ = self.buffers[0]
+        flags, rows = self.buffers[0][3], self.buffers[0][5]
         f = flags.tolist()
         out: list[tuple[str, np.ndarray]] = []
         for flag, named in self.slots:  # the rows of the passes that wrote this step
@@ -235,5 +241,5 @@ class SteadyProgram:
 
     def ordered(self) -> np.ndarray | None:
         """The batch order the last answers gave (positions in the running queue; a copy), or None."""
-        flags, order = self.buffers[0][:2]
+        flags, order = self.buffers[0][3:5]
         return order.copy() if flags[1] else None

@@ -985,18 +985,17 @@ class Scheduler:
         sc[SC_FRONT] = self._front
         if self.swap_queue:
             sc[SC_HOST_FREE] = self._host_free()
-        memo, flags, order, scratch, rows, over = program.buffers_for(self._queued_answers(waiting), table.state,
-                                                                      running.size)
+        memo, plan, marks, work = program.buffers_for(self._queued_answers(waiting), table.state, running.size)
         scalars = program.scalars
         SS = program.scalars_from(self.scheduler_state) if scalars else _NO_SCALARS
         tokens = self._one_token_each(running.size)
-        code, batch, *settled = program_steady_settle(
-            program.codes, program.options, program.first_write, program.write_rows, table.state, self.swapped, sc,
-            SS, memo, flags, order, scratch, rows, over, running, table.data, pool.ref, pool.bhash, pool.dup_next,
-            pool.nxt, pool.prv, pool.meta, pool.cache, pool.table, pool.nblk, pool.ncached, pool.rhash, pool.nhash,
-            tokens, waiting)
+        code, *settled = program_steady_settle(
+            plan, program.options, table.state, self.swapped, sc, SS, memo, marks, work, running, table.data, pool.ref,
+            pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache, pool.table, pool.nblk, pool.ncached,
+            pool.rhash, pool.nhash, tokens, waiting)
         if code != TAKEN:
             return None
+        batch = running if not marks[1] else running[work[0]]  # the order the answers gave, if any (flags[1])
         out = self._output(step, batch, tokens, settled, _NO_ROWS, _NO_ROWS, {}, _NO_PAIRS, _NO_PAIRS)
         if scalars:  # the scheduler state they wrote (v0's delay clock, its running queue's next place)
             program.write_scalars(self.scheduler_state)
