@@ -65,8 +65,8 @@ def run_steady(codes: np.ndarray, options: np.ndarray, first_write: np.ndarray, 
                order: np.ndarray, scratch: np.ndarray, rows: np.ndarray, over: np.ndarray) -> int:
     """Ask the lowered answers `codes` in pipeline order, into the caller's buffers (kept across
     steps, `SteadyProgram.buffers_for`: allocating and boxing them cost ~2 µs a step); returns
-    flags[0], with flags[0] 0 when one would let the IR decide, flags[1] 1 when a pass ordered the batch (the first that did:
-    `order`), flags[2 + i] 1 when pass i wrote its request state for the batch's rows
+    flags[0], with flags[0] 0 when one would let the IR decide, flags[1] 1 when a pass ordered
+    the batch (the first that did: `order`), flags[2 + i] 1 when pass i wrote its request state for the batch's rows
     (`rows[first_write[i]:...]`; `write_rows`: the `ST` row of each). What a pass wrote the
     passes after it read (`over`, `steady_layout.running_state`). `order`, `scratch` and `rows`
     are as long as `running`; `over` has a slot per `ST` row. `memo`: each pass's memo row (all
