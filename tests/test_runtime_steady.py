@@ -138,6 +138,7 @@ CASES += [  # slo-aware-reject: steady with requests waiting only while none of 
     # (order-slo's `steady_state` judges the whole queue against the step's clock)
     dict(seed=41, num_blocks=400, pipeline="slo-aware-reject", max_seqs=3),
     dict(seed=42, num_blocks=200, pipeline="slo-aware-reject", max_seqs=2),
+    dict(seed=43, num_blocks=200, pipeline="slo-aware", max_seqs=3),  # hopeless last: only ordering
 ]
 CASES += [  # vLLM v0: steady while nothing is swapped out, no seat is free for a waiting request (or
     # nobody waits) and the free blocks cover v0's worst case, one per decode (v0-running's
@@ -213,14 +214,14 @@ def test_steady_steps_decide_as_the_ir(case):
         assert a == b, f"record {i} differs"
 
 
-LOWERED_CASES = [c for c in CASES if c["seed"] in (61, 62, 63, 64, 65, 66, 67, 71, 72, 73, 81, 82, 83, 84, 91, 92,
-                                                    93, 94)]
+LOWERED_CASES = [c for c in CASES if c["seed"] in (41, 42, 43, 61, 62, 63, 64, 65, 66, 67, 71, 72, 73, 81, 82, 83,
+                                                    84, 91, 92, 93, 94)]
 
 
 @pytest.mark.parametrize("case", LOWERED_CASES, ids=[f"seed{c['seed']}" for c in LOWERED_CASES])
 def test_lowered_steady_answers_decide_as_asked(case):
-    """vLLM v0's, FastServe's and with-all-passes' steady answers lowered to one kernel call
-    (`SteadyProgram`; v0's write the delay rule's clock and the running queue's next place into
+    """vLLM v0's, FastServe's, with-all-passes' and slo-aware's steady answers lowered to one kernel
+    call (`SteadyProgram`; v0's write the delay rule's clock and the running queue's next place into
     their scheduler-state slots), and the default-answer pipelines' windows answered by their
     rules (`windows_empty`): every step's output and state as when each pass is asked in Python."""
     lowered, taken, _ = replay(True, **case)
@@ -365,7 +366,7 @@ def test_steady_steps_with_a_waiting_queue_admission_cannot_reach(cfg):
                                       "v0 preempts nobody", "no v0 places", "mlfq running order",
                                       "lowered order pass dropped", "lowered no last run", "lowered no map last run",
                                       "lowered memo kept", "lowered v0 running dropped", "lowered no v0 places",
-                                      "lowered no v0 clock", "window rules ignored"])
+                                      "lowered no v0 clock", "window rules ignored", "lowered slo dropped"])
 def test_steady_steps_need_what_their_passes_declare(mutation, monkeypatch):
     """The sglang, vtc, seed and v0 cases fail when a declaration is wrong: the batch decoded in
     running order instead of join order, the ratio not decayed, admission declared steady when its
@@ -385,8 +386,8 @@ def test_steady_steps_need_what_their_passes_declare(mutation, monkeypatch):
         from schedir.passes.order_slo import OrderSlo
 
         monkeypatch.setattr(OrderSlo, "steady_state", lambda self, ctx: {})
-        slo = [c for c in CASES if c.get("pipeline") == "slo-aware-reject" and "max_seqs" in c]
-        assert any(replay(True, **case)[0] != replay(False, **case)[0] for case in slo), mutation
+        slo = [c for c in CASES if c.get("pipeline") == "slo-aware-reject" and "max_seqs" in c]  # its Python answer
+        assert any(replay(True, lowered=False, **case)[0] != replay(False, **case)[0] for case in slo), mutation
         return
     if mutation in ("no last run", "nobody to preempt"):
         declared = MemoryAwarePreemption.steady_state
@@ -432,9 +433,10 @@ def test_steady_steps_need_what_their_passes_declare(mutation, monkeypatch):
     if mutation.startswith("lowered"):  # the steady program's answer (schedir.lowering.steady_program)
         from schedir.lowering.steady_program import SteadyProgram
 
-        if mutation in ("lowered order pass dropped", "lowered v0 running dropped"):  # the program asks every
-            lowered = SteadyProgram.lower  # lowered answer but mlfq-order's (v0-running's: it would never preempt)
-            dropped = 1 if mutation == "lowered order pass dropped" else 7  # the opcode (steady_program.LOWERED)
+        if mutation in ("lowered order pass dropped", "lowered v0 running dropped", "lowered slo dropped"):
+            lowered = SteadyProgram.lower  # the program asks every lowered answer but mlfq-order's (v0-running's:
+            # it would never preempt; order-slo's: it would never reject): the opcode (steady_program.LOWERED)
+            dropped = {"lowered order pass dropped": 1, "lowered v0 running dropped": 7}.get(mutation, 10)
 
             def without_order(passes, layout):  # type: ignore[no-untyped-def]
                 program = lowered(passes, layout)
@@ -459,6 +461,7 @@ def test_steady_steps_need_what_their_passes_declare(mutation, monkeypatch):
 
             monkeypatch.setattr(SteadyProgram, "written", without_last_run)
         seeds = {"lowered no map last run": (71, 72, 73), "lowered v0 running dropped": (62, 63),
+                 "lowered slo dropped": (41, 42),
                  "lowered no v0 places": (65, 66, 67), "lowered no v0 clock": (61, 62, 64)}.get(mutation, (81, 82, 83))
         cases = [c for c in CASES if c["seed"] in seeds]
         assert any(replay(True, **case)[0] != replay(False, **case)[0] for case in cases), mutation
@@ -734,8 +737,11 @@ QUEUED_HELD = [c for c in CASES if c["seed"] in (41, 42, 31, 33, 61, 63)]
 
 def test_answers_over_the_queue_are_held_until_it_changes(monkeypatch):
     """Most asks of an answer over the queued requests take the one held since the queue last
-    changed; the decisions stay the IR's (`test_steady_steps_decide_as_the_ir` on these cases)."""
+    changed, asked in Python (`WindowContext.queued`) or lowered (the steady program's memo rows:
+    v0's ignore rule, order-slo's feasibility clock); the decisions stay the IR's
+    (`test_steady_steps_decide_as_the_ir` on these cases)."""
     from schedir.ir.window import WindowContext
+    from schedir.lowering.steady_program import SteadyProgram
 
     real = WindowContext.queued
     asked = {"held": 0, "computed": 0}
@@ -746,8 +752,26 @@ def test_answers_over_the_queue_are_held_until_it_changes(monkeypatch):
 
     monkeypatch.setattr(WindowContext, "queued", spy)
     for case in QUEUED_HELD:
-        replay(True, **case)
+        replay(True, lowered=False, **case)
     assert asked["held"] > asked["computed"] > 0, asked
+
+    programs: list = []
+    buffers_for = SteadyProgram.buffers_for
+
+    def kept(self, *inputs):  # type: ignore[no-untyped-def]
+        programs.append(self)
+        return buffers_for(self, *inputs)
+
+    monkeypatch.setattr(SteadyProgram, "buffers_for", kept)
+    held = {"kept": 0, "asked": 0}
+    for case in [c for c in QUEUED_HELD if c["seed"] in (41, 42, 61, 63)]:
+        programs.clear()
+        replay(True, **case)
+        asks = sum(1 for p in programs if p is programs[-1])
+        assert 0 < programs[-1].memo_kept[0] < asks, (case["seed"], asks)
+        held["kept"] += programs[-1].memo_kept[0]
+        held["asked"] += asks
+    assert 2 * held["kept"] > held["asked"], held
 
 
 def test_answers_held_past_a_queue_change_are_caught(monkeypatch):
@@ -772,7 +796,8 @@ def test_answers_held_past_a_queue_change_are_caught(monkeypatch):
 @pytest.mark.parametrize("oversized", [0, 1])
 def test_lowered_window_rules_answer_as_the_default_answer(waiting, running, oversized):
     """The default-answer passes' lowered window rules (reject-oversized, schedule-running,
-    admit-greedy, verify-step, orca-admit, order-fcfs) answer as `StepPass.steady_state` over their
+    admit-greedy, verify-step, orca-admit, order-fcfs, vllm-admit, vllm-schedule-running; the whole
+    queue where options point elsewhere) answer as `StepPass.steady_state` over their
     `waiting_window` in a steady step: nothing written (ANSWERED) where it answers `{}`, the IR
     (ASK_IR) where None; and so does the runtime's Python twin of the kernel (`windows_empty`)."""
     from schedir.ir.window import WindowContext
@@ -783,6 +808,8 @@ def test_lowered_window_rules_answer_as_the_default_answer(waiting, running, ove
     from schedir.passes.reject_oversized import RejectOversized
     from schedir.passes.schedule_running import ScheduleRunning
     from schedir.passes.verify_step import VerifyStep
+    from schedir.passes.vllm_admit import VllmAdmit
+    from schedir.passes.vllm_schedule_running import VllmScheduleRunning
 
     queue, batch = np.arange(10, 10 + waiting), np.arange(running)
     flagged = np.arange(min(oversized, waiting))
@@ -790,7 +817,8 @@ def test_lowered_window_rules_answer_as_the_default_answer(waiting, running, ove
     sc = np.zeros(SC_SIZE, dtype=np.int64)
     sc[SC_MAX_SEQS], sc[SC_OVERSIZED] = 4, flagged.size
     none = np.zeros(0, dtype=np.int64)
-    for p in (RejectOversized(), ScheduleRunning(), AdmitGreedy(), VerifyStep(), OrcaAdmit(), OrderFcfs()):
+    for p in (RejectOversized(), ScheduleRunning(), AdmitGreedy(), VerifyStep(), OrcaAdmit(), OrderFcfs(), VllmAdmit(),
+              VllmScheduleRunning(), VllmScheduleRunning(long_prefill=8), VllmAdmit(running="other")):
         ctx.memo = {}
         said = p.steady_state(ctx)
         rule = np.array(p.steady_lowered_options(None), dtype=np.float64)

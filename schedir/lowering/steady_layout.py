@@ -92,8 +92,9 @@ def running_state(ST: np.ndarray, rows: np.ndarray, over: np.ndarray, r: int, ru
 
 # a default answer's window rule (`window_steady_lowered`'s o[0]): the pass's waiting window in a
 # steady step is nobody; the requests flagged oversized (reject-oversized); nobody while every
-# sequence slot is taken (`WindowContext.nobody_while_seats_stay_taken`: admit-greedy)
-WINDOW_NOBODY, WINDOW_OVERSIZED, WINDOW_SEATS = range(3)
+# sequence slot is taken (`WindowContext.nobody_while_seats_stay_taken`: admit-greedy); the whole
+# queue (options pointing elsewhere: the IR decides whenever anybody waits)
+WINDOW_NOBODY, WINDOW_OVERSIZED, WINDOW_SEATS, WINDOW_QUEUE = range(4)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -107,7 +108,9 @@ def window_steady_lowered(D, ST, NB, running, waiting, swapped, sc, SS, o, order
         return ANSWERED
     if rule == WINDOW_OVERSIZED:
         return ANSWERED if sc[SC_OVERSIZED] == 0 else ASK_IR
-    return ANSWERED if running.size >= sc[SC_MAX_SEQS] else ASK_IR
+    if rule == WINDOW_SEATS:
+        return ANSWERED if running.size >= sc[SC_MAX_SEQS] else ASK_IR
+    return ASK_IR
 
 
 def windows_empty(rules: frozenset[int], running: int, max_seqs: int, oversized: int) -> bool:
@@ -116,6 +119,6 @@ def windows_empty(rules: frozenset[int], running: int, max_seqs: int, oversized:
     (the runtime then takes the plain steady step, `Scheduler._steady_step`, which checks the
     step is steady: the running requests' blocks fit, so seats stay taken exactly when every
     one is). One test against the kernel keeps the two the same rule."""
-    if WINDOW_OVERSIZED in rules and oversized:
+    if WINDOW_QUEUE in rules or (WINDOW_OVERSIZED in rules and oversized):
         return False
     return WINDOW_SEATS not in rules or running >= max_seqs

@@ -14,6 +14,7 @@ from schedir.ir.pass_base import StepPass
 from schedir.ir.state import RequestState
 from schedir.ir.step import Step
 from schedir.ir.window import WindowContext
+from schedir.lowering.steady_layout import ANSWERED, ASK_IR, MEMO_SET, SC_NOW_US
 
 TTFT_SLO = RequestState("ttft_slo_ms", default=0, doc="this request's TTFT target in ms; 0: the pass's ttft-slo-ms")
 HOPELESS_MODES = ("last", "reject")
@@ -103,6 +104,23 @@ def last_feasible_us(arrival: np.ndarray, computed: np.ndarray, total: np.ndarra
     return last
 
 
+@numba.njit(cache=True, nogil=True)
+def slo_steady_lowered(D, ST, NB, running, waiting, swapped, sc, SS, o, order, rows, w, m, over) -> int:  # noqa: ANN001
+    """`OrderSlo.steady_state` in the steady program: only ordering (`last`), nothing; rejecting the
+    hopeless, the clock compared with the latest at which every waiting request stays feasible,
+    kept in the memo while the queue stays (`m[1]`, as the Python answer keeps it with
+    `WindowContext.queued`)."""
+    if o[0] == 0 or waiting.size == 0:
+        return ANSWERED
+    now = sc[SC_NOW_US]
+    if now < 0:
+        return ASK_IR
+    if m[MEMO_SET] == 0:
+        m[1] = last_feasible_us(D[int(o[1])], D[int(o[2])], D[int(o[3])], ST[int(o[4])], waiting, int(o[5]), o[6])
+        m[MEMO_SET] = 1
+    return ANSWERED if now <= m[1] else ASK_IR
+
+
 @dataclass(frozen=True)
 class OrderSlo(StepPass):
     """Order the waiting queue so that requests that can still meet their TTFT target go first.
@@ -142,6 +160,13 @@ class OrderSlo(StepPass):
             raise ValueError("ttft-slo-ms and prefill-tokens-per-s must be >= 1")
         if self.hopeless not in HOPELESS_MODES:
             raise ValueError(f"hopeless must be one of {', '.join(HOPELESS_MODES)}, got '{self.hopeless}'")
+
+    steady_lowered = staticmethod(slo_steady_lowered)
+
+    def steady_lowered_options(self, layout) -> tuple[float, ...]:  # noqa: ANN001
+        return (float(self.hopeless != "last"), layout.column("arrival"), layout.column("computed"),
+                layout.column("total"), layout.state(TTFT_SLO.name), self.ttft_slo_ms,
+                self.prefill_tokens_per_s / 1e6)
 
     def steady_state(self, ctx: WindowContext) -> dict[str, float] | None:
         """Rejecting the hopeless, a step is steady only when no waiting request is hopeless now

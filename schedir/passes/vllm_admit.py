@@ -13,6 +13,7 @@ from schedir.dialects.req import PreemptOp
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step, pool_of
 from schedir.ir.window import WindowContext
+from schedir.lowering.steady_layout import WINDOW_QUEUE, WINDOW_SEATS, window_steady_lowered
 from schedir.passes import vllm_kernels as K
 from schedir.passes.vllm_schedule_running import long_prefill_cap
 
@@ -49,6 +50,11 @@ class VllmAdmit(StepPass):
 
     # its steady answer (its window's rule) reads the queues and max_seqs only: held with the others'
     steady_reads: ClassVar[frozenset[str]] = frozenset()
+    # ... and lowered: nobody while max_seqs requests run (`waiting_window`)
+    steady_lowered = staticmethod(window_steady_lowered)
+
+    def steady_lowered_options(self, layout) -> tuple[float, ...]:  # noqa: ANN001
+        return (WINDOW_SEATS if (self.queue, self.running) == ("waiting", "running") else WINDOW_QUEUE,)
 
     def waiting_window(self, ctx: WindowContext):  # noqa: ANN201
         """Nobody while max_seqs requests run (vLLM's waiting loop stops at once, and a step that

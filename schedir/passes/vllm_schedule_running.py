@@ -10,6 +10,7 @@ from schedir.ir.pass_base import StepPass
 from schedir.ir.running_step import RunningDecision, RunningStep
 from schedir.ir.step import Step, identity_rows, pool_of
 from schedir.ir.window import WindowContext
+from schedir.lowering.steady_layout import WINDOW_NOBODY, WINDOW_QUEUE, window_steady_lowered
 from schedir.passes import vllm_kernels as K
 
 
@@ -50,6 +51,11 @@ class VllmScheduleRunning(StepPass):
 
     # its steady answer (its window's rule) reads the queues and max_seqs only: held with the others'
     steady_reads: ClassVar[frozenset[str]] = frozenset()
+    # ... and lowered: nobody, but for a long-prefill cap (`waiting_window`)
+    steady_lowered = staticmethod(window_steady_lowered)
+
+    def steady_lowered_options(self, layout) -> tuple[float, ...]:  # noqa: ANN001
+        return (WINDOW_NOBODY if not self.long_prefill and self.queue == "running" else WINDOW_QUEUE,)
 
     def waiting_window(self, ctx: WindowContext):  # noqa: ANN201
         """Nobody: it schedules the running queue (a long-prefill cap counts the waiting, so then all)."""

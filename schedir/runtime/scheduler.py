@@ -1004,7 +1004,7 @@ class Scheduler:
             for name, values in written:
                 write_state_row(table.state, table.state_index[name], running, values)
             self._request_state_writes += 1
-        elif not scalars:  # (an answer that writes scheduler state is asked again)
+        elif not scalars and answers.holds:  # (an answer that writes scheduler state is asked again)
             answers.hold(running, waiting, self._request_state_writes, self.scheduler_state,
                          (_NO_CONSTANTS, (), program.ordered(), ()))
         return out
