@@ -13,6 +13,7 @@ from pathlib import Path
 from types import ModuleType
 
 import attrs
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -273,12 +274,17 @@ def test_steady_fuzz_mode_compares_every_step(tmp_path: Path) -> None:
     tally = json.loads(out.read_text())["presets"]["fastserve"]
     assert tally["cases"] == 3 and not tally["divergent"] and tally["shortcut_on"] > 10 and tally["shortcut_off"] == 0
 
-    real = SteadyProgram.written
-    SteadyProgram.written = lambda self: ()  # type: ignore[method-assign]
+    real = SteadyProgram.__dict__["lower"]
+
+    def rows_dropped(passes, layout):  # type: ignore[no-untyped-def]
+        program = real.__func__(SteadyProgram, passes, layout)  # every request-state row it writes unwritten (-1)
+        return program and attrs.evolve(program, write_rows=np.full_like(program.write_rows, -1))
+
+    SteadyProgram.lower = staticmethod(rows_dropped)  # type: ignore[method-assign]
     try:
         assert module.main(["--steady", "--cases", "3", "--size", "ci", "--presets", "fastserve"]) == 1
     finally:
-        SteadyProgram.written = real  # type: ignore[method-assign]
+        SteadyProgram.lower = real  # type: ignore[method-assign]
 
 
 def test_parity_fuzz_takes_preset_lists_and_refuses_bad_pipelines(tmp_path, capsys):

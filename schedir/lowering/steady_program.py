@@ -233,7 +233,8 @@ class SteadyProgram:
 
     def written(self) -> tuple[tuple[str, np.ndarray], ...]:
         """The request state the last answers wrote for the batch's rows, as (name, values aligned
-        with the running queue) pairs: views of the buffers, to be written before the next call."""
+        with the running queue) pairs: views of the buffers, valid until the next call (the kernel
+        wrote them into the table when the step was taken)."""
         flags, rows = self.buffers[0][3], self.buffers[0][5]
         f = flags.tolist()
         out: list[tuple[str, np.ndarray]] = []

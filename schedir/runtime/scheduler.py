@@ -964,9 +964,9 @@ class Scheduler:
         """`_declared_steady_step` for a pipeline whose answers are lowered (`SteadyProgram`): the
         passes that keep the default answer asked in Python (only while requests wait), then one
         kernel call asks the lowered answers and settles the step in their order
-        (`schedir.runtime.steady_kernel`); the rows' request state they wrote is written once the
-        step was taken. None, nothing changed, when an answer or the running requests leave the
-        step to the IR."""
+        (`schedir.runtime.steady_kernel`); the kernel writes the rows' request state they wrote
+        once the step was taken, the runtime the scheduler state. None, nothing changed, when an
+        answer or the running requests leave the step to the IR."""
         answers = self._answers
         answers.asked += 1
         running, waiting = self.running, self.waiting
@@ -999,10 +999,7 @@ class Scheduler:
         out = self._output(step, batch, tokens, settled, _NO_ROWS, _NO_ROWS, {}, _NO_PAIRS, _NO_PAIRS)
         if scalars:  # the scheduler state they wrote (v0's delay clock, its running queue's next place)
             program.write_scalars(self.scheduler_state)
-        written = program.written() if program.slots else ()
-        if written:  # request state of the batch's rows
-            for name, values in written:
-                write_state_row(table.state, table.state_index[name], running, values)
+        if marks[0] == 2:  # request state of the batch's rows, written by the kernel (`SteadyProgram.written`)
             self._request_state_writes += 1
         elif not scalars and answers.holds:  # (an answer that writes scheduler state is asked again)
             answers.hold(running, waiting, self._request_state_writes, self.scheduler_state,

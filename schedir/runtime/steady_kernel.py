@@ -6,8 +6,8 @@ with Python between them: a second dispatch of ~20 arrays, the answers' arrays b
 back, the batch order applied. Here one call asks the answers into the program's buffers and,
 when they answered, settles the batch in the order they gave. The request state the answers
 write for the batch's rows is left in the buffers (`SteadyProgram.written`) and written by the
-runtime once the step was taken, as the IR's `req.set_state` is applied after the step; the
-scheduler state they write is left in `SS` likewise (`SteadyProgram.write_scalars`).
+kernel once the step was taken, as the IR's `req.set_state` is applied after the step; the
+scheduler state they write is left in `SS` for the runtime (`SteadyProgram.write_scalars`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from schedir.lowering.steady_layout import (
     SC_STEADY_BUDGET,
 )
 from schedir.lowering.steady_program import run_steady
-from schedir.runtime.kernels import steady_settle
+from schedir.runtime.kernels import steady_settle, write_state_row
 
 ASKED_IR, NOT_STEADY, TAKEN = 0, -1, 1  # program_steady_settle's first result
 
@@ -61,4 +61,15 @@ def program_steady_settle(plan, options, ST, swapped, sc, SS, memo, marks, work,
         sc[SC_PLAN] != 0)
     if not taken:
         return NOT_STEADY, None, None, 0, None, None, None, None
+    # the step is taken: the request state the answers wrote for the batch's rows goes into the
+    # table now (flags[0] = 2 says some did), as the IR's `req.set_state` is applied after the step
+    rows = work[2:]
+    for i in range(n):
+        if flags[2 + i]:
+            end = plan[n + i + 1] if i + 1 < n else rows.shape[0]
+            for j in range(plan[n + i], end):
+                r = plan[2 * n + j]
+                if r >= 0:  # (the ST row of each write: `SteadyProgram.write_rows`)
+                    write_state_row(ST, r, running, rows[j])
+            flags[0] = 2
     return TAKEN, per_request, sampled, scheduled, qsl, per_token, seq_lens, block_table
