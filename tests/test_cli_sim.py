@@ -47,6 +47,18 @@ def test_sim_builtin_workload_writes_json_and_plots(capsys, tmp_path):
     assert "TTFT p50" in out and (tmp_path / "again" / "latency_cdf.png").exists()
 
 
+def test_bench_compares_engine_presets_as_written(capsys, tmp_path):
+    """`schedir bench --configs vllm,vllm-v0,fastserve` runs as written (issue 15's one command):
+    vllm-v0, whose engine's prefix caching is not reproduced, runs with it off, and the run's
+    record says so."""
+    code, out, err = run(capsys, "bench", "--configs", "vllm,vllm-v0,fastserve", "--num-requests", "20", "--quiet",
+                         "--json", str(tmp_path / "bench.json"), "--plots", str(tmp_path / "p"))
+    assert code == EXIT_OK, err
+    runs = json.loads((tmp_path / "bench.json").read_text())["runs"]
+    assert [r["config"] for r in runs] == ["vllm", "vllm-v0", "fastserve"]
+    assert [r["settings"]["enable_prefix_caching"] for r in runs] == [True, False, True]
+
+
 def test_bench_prints_configs_side_by_side_with_ratios(capsys, tmp_path):
     code, out, err = run(capsys, "bench", "--configs", "vllm,vllm@enable_prefix_caching=false", "--num-requests",
                          "25", "--quiet", "--json", str(tmp_path / "bench.json"), "--plots", str(tmp_path / "p"))

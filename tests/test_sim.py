@@ -9,6 +9,7 @@ import attrs
 import numpy as np
 import pytest
 
+from schedir.ir.errors import PipelineError
 from schedir.sim.config import SimConfig
 from schedir.sim.cost_model import CostModel
 from schedir.sim.metrics import summarize
@@ -155,6 +156,27 @@ def test_unknown_model_or_gpu_is_refused_with_the_known_names():
         Simulator(SimConfig(model="llama-9"))
     with pytest.raises(ValueError, match="h100"):
         Simulator(SimConfig(gpu="tpu"))
+
+
+def test_prefix_caching_defaults_to_the_engines_own():
+    """Unset, the prefix cache is on, but for a pipeline whose engine's prefix caching schedir does
+    not reproduce (the vllm-v0 presets: `StepPass.no_prefix_cache`), so `schedir bench --configs
+    vllm,vllm-v0` runs as written; set, it is as set (on for v0: the runtime's clear refusal);
+    a run's record shows what was run."""
+    assert SimConfig().prefix_caching and SimConfig(pipeline="fastserve").prefix_caching
+    assert not SimConfig(pipeline="vllm-v0").prefix_caching
+    assert not SimConfig(pipeline="order-vllm,v0-prefills,v0-running,v0-swapped").prefix_caching
+    assert not SimConfig(enable_prefix_caching=False).prefix_caching
+    assert SimConfig(pipeline="vllm-v0", enable_prefix_caching=True).prefix_caching
+    assert SimConfig(pipeline="no-such-pass").prefix_caching  # (the runtime names the bad pass)
+    on, v0 = parse_configs("vllm,vllm-v0", SimConfig())
+    assert on.scheduler_config(64, 256).enable_prefix_caching and not v0.scheduler_config(64, 256).enable_prefix_caching
+    assert v0.recorded()["enable_prefix_caching"] is False and on.recorded()["enable_prefix_caching"] is True
+    w = builtin_workload("chat-short", num_requests=12, rate=4.0, seed=3)
+    result = Simulator(v0).run(w)
+    assert result.config["enable_prefix_caching"] is False and result.requests.arrival_s.size == 12
+    with pytest.raises(PipelineError, match="prefix caching off"):
+        Simulator(SimConfig(pipeline="vllm-v0", enable_prefix_caching=True)).run(w)
 
 
 def test_config_specs():

@@ -51,7 +51,6 @@ from schedir.sim.cost_model import CostModel
 from schedir.sim.engine import engine_sizes
 from schedir.sim.fleet_instances import Advanced, Copied, InstanceLost, Instances, LocalInstances, receive_kv
 from schedir.sim.records import RequestLog, SimResult, StepLog
-from schedir.sim.simulator import plain_value
 from schedir.sim.workloads import Workload
 
 Progress = Callable[[int, int, float], None]
@@ -663,7 +662,7 @@ class FleetSimulator:
         steps = _merge(logs)
         metrics: dict[str, float] = {}
         result = SimResult(
-            config_name=fc.name, config=attrs.asdict(cfg, value_serializer=plain_value),
+            config_name=fc.name, config=cfg.recorded(),
             workload={"name": workload.name, "source": workload.source, **workload.stats()},
             num_blocks=self.sizes[3], max_model_len=self.sizes[2], peak_flops=self.sizes[0].peak_flops,
             requests=reqs, steps=steps, runtime_metrics=metrics, sim_wall_s=wall, stalled=stalled)

@@ -62,7 +62,7 @@ def parse_configs(text: str, base: SimConfig) -> list[SimConfig]:
 
 def _coerce(item: str, key: str, value: str, default: object) -> object:
     try:
-        if isinstance(default, bool):
+        if isinstance(default, bool) or key == "enable_prefix_caching":  # (None: the engine's own choice)
             low = value.lower()
             if low in _TRUE:
                 return True
@@ -77,5 +77,6 @@ def _coerce(item: str, key: str, value: str, default: object) -> object:
             return float(value)
         return value
     except ValueError as e:  # int() / float() say "invalid literal for int() with base 10": say what is expected
-        detail = str(e) if isinstance(default, bool) else f"expected {expected}, got {value!r}"
+        detail = str(e) if isinstance(default, bool) or key == "enable_prefix_caching" else \
+            f"expected {expected}, got {value!r}"
         raise ConfigSpecError(f"config {item!r}: {key}={value!r}: {detail}") from None

@@ -12,10 +12,9 @@ import math
 import time
 from collections.abc import Callable
 
-import attrs
 import numpy as np
 
-from schedir.sim.config import SimConfig
+from schedir.sim.config import SimConfig, plain_value  # noqa: F401 (plain_value: the fleet's import)
 from schedir.sim.decode_run import run_decodes
 from schedir.sim.engine import Engine, StepStatus, engine_sizes
 from schedir.sim.records import RequestLog, SimResult, StepLog
@@ -99,18 +98,9 @@ class Simulator:
         if progress is not None:
             progress(done, n, self.now)
         return SimResult(
-            config_name=cfg.name, config=attrs.asdict(cfg, value_serializer=plain_value),
+            config_name=cfg.name, config=cfg.recorded(),
             workload={"name": workload.name, "source": workload.source, **workload.stats()},
             num_blocks=self.num_blocks, max_model_len=self.max_model_len, peak_flops=self.cost.peak_flops,
             requests=reqs, steps=steps, runtime_metrics=sched.get_metrics(), sim_wall_s=wall, stalled=stalled,
             add_wall_s=add_s, decode_run_steps=engine.decode_run_steps,
         )
-
-
-def plain_value(instance: object, attribute: attrs.Attribute | None, value: object) -> object:
-    """attrs' value serializer for a config in a result's JSON: tuples as lists, paths as strings."""
-    if isinstance(value, (tuple, frozenset)):
-        return list(value)
-    if hasattr(value, "__fspath__"):
-        return str(value)
-    return value

@@ -79,7 +79,7 @@ class VllmEngine:
         self.llm = LLM(model=str(model_dir), load_format="dummy", skip_tokenizer_init=True, dtype="bfloat16", seed=0,
                        enforce_eager=True, max_model_len=self.max_model_len, max_num_seqs=config.max_num_seqs,
                        max_num_batched_tokens=config.max_num_batched_tokens,
-                       enable_prefix_caching=config.enable_prefix_caching, scheduling_policy=config.policy,
+                       enable_prefix_caching=config.prefix_caching, scheduling_policy=config.policy,
                        long_prefill_token_threshold=config.long_prefill_token_threshold, block_size=BLOCK_SIZE,
                        kv_cache_memory_bytes=self.num_blocks * KV_BYTES_PER_BLOCK,
                        scheduler_cls=_fleet_scheduler(self.seen),

@@ -76,7 +76,8 @@ def add_deployment_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     p.add_argument("--long-prefill", type=int, default=0, metavar="TOKENS",
                    help="long_prefill_token_threshold (0: off)")
-    p.add_argument("--no-prefix-caching", action="store_true")
+    p.add_argument("--no-prefix-caching", action="store_true", help="turn the prefix cache off (default: on, but for "
+                   "the vllm-v0 presets, whose engine's prefix caching is not reproduced)")
     p.add_argument("--ttft-slo", type=float, default=2.0, metavar="S", help="TTFT SLO for goodput (seconds)")
     p.add_argument("--tbt-slo", type=float, default=0.1, metavar="S", help="mean time-between-tokens SLO (seconds)")
     p.add_argument("--json", type=Path, metavar="OUT", help="write the metrics JSON here")
@@ -163,7 +164,8 @@ def _base_config(args: argparse.Namespace, pipeline: str) -> SimConfig:
         pipeline=pipeline, policy=args.policy, model=args.model, gpu=args.gpu, tp=args.tp,
         block_size=args.block_size, max_num_batched_tokens=args.max_num_batched_tokens,
         max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len, num_blocks=args.num_blocks,
-        gpu_memory_utilization=args.gpu_memory_utilization, enable_prefix_caching=not args.no_prefix_caching,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        enable_prefix_caching=False if args.no_prefix_caching else None,  # None: the engine's own (SimConfig)
         long_prefill_token_threshold=args.long_prefill, ttft_slo_s=args.ttft_slo, tbt_slo_s=args.tbt_slo,
         seed=args.seed,
     )
