@@ -4,6 +4,8 @@ declared request state (mlfq-levels, mlfq-order, mlfq-account)."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from schedir import Request, Scheduler, SchedulerConfig
 from schedir.ir.errors import PipelineError
@@ -196,3 +198,26 @@ def test_dumped_fastserve_swap_steps_replay(tmp_path, capsys) -> None:  # noqa: 
         live = (tmp_path / f"{stem}08-verify-step.mlir").read_text()
         assert replayed == live
         assert "host_free_blocks = " in live and ("req.preempt" in live or "mem.swap_in" in live)
+
+
+@given(st.data())
+@settings(max_examples=300, deadline=None)
+def test_the_batch_order_kernel_is_the_stable_level_then_arrival_sort(data) -> None:  # noqa: ANN001
+    """`level_arrival_order` (a steady step's batch order: the queue in arrival order skips a sort,
+    the levels counted) is `_sorted`'s stable (level, arrival) order: ties in queue order, levels
+    spread past counting (a mergesort then), unplaced -1 levels, arrivals out of order."""
+    import numpy as np
+
+    from schedir.passes.mlfq_order import level_arrival_order
+
+    n = data.draw(st.integers(1, 40))
+    running = np.array(data.draw(st.permutations(range(64)))[:n], dtype=np.int64)
+    arrival = np.array(data.draw(st.lists(st.integers(0, data.draw(st.sampled_from([0, 3, 10**6]))), min_size=64,
+                                          max_size=64)), dtype=np.int64)
+    if data.draw(st.booleans()):  # the queue in arrival order (admission order): no sort of arrivals
+        arrival[running] = np.sort(arrival[running])
+    top = data.draw(st.sampled_from([1, 6, 10**9]))
+    lv = np.array(data.draw(st.lists(st.integers(-1, top), min_size=n, max_size=n)), dtype=np.int64)
+    by_arrival = np.argsort(arrival[running], kind="mergesort")
+    expected = by_arrival[np.argsort(lv[by_arrival], kind="mergesort")]
+    assert level_arrival_order(running, lv, arrival).tolist() == expected.tolist()
