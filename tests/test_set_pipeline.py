@@ -20,16 +20,26 @@ def _trace(sched: Scheduler, n: int, seed: int) -> None:
                                   ignore_eos=True))
 
 
-@pytest.mark.parametrize("num_blocks", [60, 400])  # 60: preemptions under the vllm and base presets
-def test_switching_pipelines_mid_run_loses_nothing(num_blocks: int) -> None:
+# pipelines whose steady steps run the steady program with scheduler state (v0's delay clock and
+# running places, slo-aware's clock) or answer their windows by rule (base, orca), switched between
+LOWERED_PIPELINES = ("vllm-v0", "vllm-v0-chunked", "base", "slo-aware", "vllm-v0-chunked", "orca", "vllm-v0")
+
+
+@pytest.mark.parametrize("num_blocks,pipelines", [(60, PIPELINES), (400, PIPELINES), (60, LOWERED_PIPELINES),
+                                                  (400, LOWERED_PIPELINES)])
+def test_switching_pipelines_mid_run_loses_nothing(num_blocks: int, pipelines: tuple[str, ...]) -> None:
+    """Every request finishes and every block comes back across switches every 7 steps (60
+    blocks: preemptions), the lowered pipelines' scheduler state carried through the switches."""
+    v0 = pipelines is LOWERED_PIPELINES  # (v0's prefix caching is not reproduced: off)
     sched = Scheduler(SchedulerConfig(num_blocks=num_blocks, block_size=8, max_num_batched_tokens=256,
-                                      max_num_seqs=8, max_model_len=256))
+                                      max_num_seqs=8, max_model_len=256, enable_prefix_caching=not v0,
+                                      pipeline=pipelines[-1]))
     _trace(sched, 60, seed=num_blocks)
     finished: set[str] = set()
     steps = 0
     while sched.has_requests():
         if steps % 7 == 6:
-            sched.set_pipeline(PIPELINES[(steps // 7) % len(PIPELINES)])
+            sched.set_pipeline(pipelines[(steps // 7) % len(pipelines)])
         out = sched.schedule()
         sched.pool.check()
         assert len(set(out.req_ids)) == len(out.req_ids)
@@ -38,6 +48,7 @@ def test_switching_pipelines_mid_run_loses_nothing(num_blocks: int) -> None:
         assert steps < 5000, "the run does not drain"
     assert len(finished) == 60
     assert sched.pool.num_free == sched.pool.usable_blocks
+    assert sched.metrics.steady_steps > 0
     assert steps > 7 * len(PIPELINES)  # every pipeline ran
     if num_blocks == 60:
         assert sched.metrics.preemptions > 0
