@@ -250,7 +250,7 @@ def test_which_steady_answers_lower():
     assert program.asked == ()  # the default answers' window rules lower too (reject-oversized, admit-greedy, ...)
     assert program.codes.tolist() == [4, 0, 1, 4, 2, 4, 3, 4]  # in pipeline order (4: a window's rule)
     v0 = Scheduler(SchedulerConfig(pipeline="vllm-v0-chunked", enable_prefix_caching=False))._answers.program
-    assert v0 is not None and v0.codes.tolist() == [4, 9, 4, 8]  # v0-chunked-running (9), -prefills (8)
+    assert v0 is not None and v0.codes.tolist() == [4, 8, 4, 6]  # v0-chunked-running (8), -prefills (6: v0-prefills')
     assert v0.writes == ("v0_run_pos",)  # the decodes' places: request-state rows
     assert v0.scalars == ("v0_next_run_pos", "v0_prev_time_us", "v0_prev_prompt", "v0_last_prompt_latency_us")
     assert Scheduler(SchedulerConfig(pipeline="vtc"))._answers.program is None  # transitions: asked in Python
@@ -258,7 +258,7 @@ def test_which_steady_answers_lower():
     from schedir.passes.v0_prefills import V0Prefills
 
     # scheduler state the layout has no slot for (not a number) keeps the pipeline in Python
-    layout = SteadyLayout({"total": 2}, {}, {"v0_prev_time_us": 0, "v0_prev_prompt": 1})
+    layout = SteadyLayout({"total": 2, "computed": 3}, {}, {"v0_prev_time_us": 0, "v0_prev_prompt": 1})
     assert SteadyProgram.lower([V0Prefills()], layout) is None
 
     @dataclass(frozen=True)
@@ -268,7 +268,8 @@ def test_which_steady_answers_lower():
         def waiting_window(self, ctx):  # type: ignore[no-untyped-def]
             return None
 
-    layout = SteadyLayout({"total": 2}, {}, {"v0_prev_time_us": 0, "v0_prev_prompt": 1, "v0_last_prompt_latency_us": 2})
+    layout = SteadyLayout({"total": 2, "computed": 3}, {}, {"v0_prev_time_us": 0, "v0_prev_prompt": 1,
+                                                             "v0_last_prompt_latency_us": 2})
     assert SteadyProgram.lower([V0Prefills(), AdmitGreedy()], layout) is not None
     assert SteadyProgram.lower([V0Prefills(), KeepsAClock()], layout) is None
 
@@ -436,7 +437,7 @@ def test_steady_steps_need_what_their_passes_declare(mutation, monkeypatch):
         if mutation in ("lowered order pass dropped", "lowered v0 running dropped", "lowered slo dropped"):
             lowered = SteadyProgram.lower  # the program asks every lowered answer but mlfq-order's (v0-running's:
             # it would never preempt; order-slo's: it would never reject): the opcode (steady_program.LOWERED)
-            dropped = {"lowered order pass dropped": 1, "lowered v0 running dropped": 7}.get(mutation, 10)
+            dropped = {"lowered order pass dropped": 1, "lowered v0 running dropped": 7}.get(mutation, 9)
 
             def without_order(passes, layout):  # type: ignore[no-untyped-def]
                 program = lowered(passes, layout)

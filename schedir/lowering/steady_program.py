@@ -47,7 +47,6 @@ from schedir.passes.mlfq_levels import levels_steady_lowered
 from schedir.passes.mlfq_order import order_steady_lowered
 from schedir.passes.mlfq_swap_in import swap_in_steady_lowered
 from schedir.passes.order_slo import slo_steady_lowered
-from schedir.passes.v0_chunked_prefills import chunked_prefills_steady_lowered
 from schedir.passes.v0_chunked_running import chunked_running_steady_lowered
 from schedir.passes.v0_prefills import prefills_steady_lowered
 from schedir.passes.v0_running import running_steady_lowered
@@ -56,7 +55,7 @@ from schedir.passes.v0_running import running_steady_lowered
 # default answer (`{}` while the pass's waiting window is empty) over its window's rule
 LOWERED = (levels_steady_lowered, order_steady_lowered, swap_in_steady_lowered, account_steady_lowered,
            window_steady_lowered, map_steady_lowered, prefills_steady_lowered, running_steady_lowered,
-           chunked_prefills_steady_lowered, chunked_running_steady_lowered, slo_steady_lowered)
+           chunked_running_steady_lowered, slo_steady_lowered)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -98,9 +97,6 @@ def run_steady(codes: np.ndarray, options: np.ndarray, first_write: np.ndarray, 
         elif c == 7:
             r = running_steady_lowered(D, ST, NB, running, waiting, swapped, sc, SS, o, into, rows, w, memo[i], over)
         elif c == 8:
-            r = chunked_prefills_steady_lowered(D, ST, NB, running, waiting, swapped, sc, SS, o, into, rows, w,
-                                                memo[i], over)
-        elif c == 9:
             r = chunked_running_steady_lowered(D, ST, NB, running, waiting, swapped, sc, SS, o, into, rows, w,
                                                memo[i], over)
         else:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import numba as nb
 import numpy as np
 
 from schedir.dialects.codes import Reason
@@ -13,53 +12,20 @@ from schedir.dialects.req import PreemptOp, ScheduleOp
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step, pool_of, root_queue
 from schedir.ir.window import WindowContext
-from schedir.lowering.steady_layout import (
-    ANSWERED,
-    ASK_IR,
-    MEMO_SET,
-    SC_BLOCK_SIZE,
-    SC_MAX_MODEL_LEN,
-    SC_MAX_SEQS,
-    SC_NOW_US,
-    SC_TOKEN_BUDGET,
-    SC_TOTAL_BLOCKS,
-)
 from schedir.passes import v0_kernels as K
 from schedir.passes.v0_chunked import long_threshold, slot_budget
-from schedir.passes.v0_prefills import delay_clock, delay_clock_lowered, emit_prefills
+from schedir.passes.v0_prefills import delay_clock, emit_prefills, prefills_lowered_options, prefills_steady_lowered
 from schedir.passes.v0_state import (
     BAND,
     LAST_LATENCY,
     NEXT_RUN_POS,
     PREFILL_END,
-    PREV_PROMPT,
-    PREV_TIME,
     RUN_BANDS,
     RUN_POS,
     SCHEDULER_STATE,
 )
 
 _REJECT = (int(Reason.TOO_LONG), int(Reason.EXCEEDS_CACHE))
-
-
-@nb.njit(cache=True, nogil=True)
-def chunked_prefills_steady_lowered(D, ST, NB, running, waiting, swapped, sc, SS, o, order, rows, w, m,  # noqa: ANN001
-                                    over) -> int:
-    """`V0ChunkedPrefills.steady_state` in the steady program: whether v0 could ignore a waiting
-    request kept in the memo while the queue stays (`m[1]`); the delay rule's clock into its slots."""
-    if running.size >= sc[SC_TOKEN_BUDGET]:
-        return ANSWERED
-    if waiting.size:
-        if running.size < sc[SC_MAX_SEQS]:
-            return ASK_IR
-        if m[MEMO_SET] == 0:
-            m[1] = K.any_ignorable(waiting, D[int(o[0])], D[int(o[1])], sc[SC_MAX_MODEL_LEN], sc[SC_TOTAL_BLOCKS],
-                                   sc[SC_BLOCK_SIZE])
-            m[MEMO_SET] = 1
-        if m[1]:
-            return ASK_IR
-    delay_clock_lowered(SS, float(max(sc[SC_NOW_US], 0)), int(o[2]), int(o[3]), int(o[4]))
-    return ANSWERED
 
 
 @dataclass(frozen=True)
@@ -95,11 +61,10 @@ class V0ChunkedPrefills(StepPass):
     # steady decode steps: over the waiting queue; nobody admitted or ignored, the delay rule's clock
     # written (`steady_state`)
     steady_when: ClassVar[dict[str, str]] = {"queue": "waiting"}
-    steady_lowered = staticmethod(chunked_prefills_steady_lowered)
+    steady_lowered = staticmethod(prefills_steady_lowered)  # v0-prefills' kernel, with chunking
 
     def steady_lowered_options(self, layout) -> tuple[float, ...]:  # noqa: ANN001
-        return (layout.column("total"), layout.column("computed"), layout.scalar(PREV_TIME.name),
-                layout.scalar(PREV_PROMPT.name), layout.scalar(LAST_LATENCY.name))
+        return prefills_lowered_options(True, layout)
 
     def steady_state(self, ctx: WindowContext) -> dict[str, float] | None:
         """What a steady step writes: nothing when the decodes spend the whole budget (v0 returns

@@ -33,20 +33,37 @@ _REJECT = (int(Reason.TOO_LONG), int(Reason.EXCEEDS_CACHE))
 
 @nb.njit(cache=True, nogil=True)
 def prefills_steady_lowered(D, ST, NB, running, waiting, swapped, sc, SS, o, order, rows, w, m, over) -> int:  # noqa: ANN001
-    """`V0Prefills.steady_state` in the steady program (`schedir.lowering.steady_program`): whether
-    v0 could ignore a waiting request kept in the memo while the queue stays (`m[1]`, as the
-    Python answer keeps it with `WindowContext.queued`); the delay rule's clock into its slots."""
+    """`V0Prefills.steady_state` (o[0] 0) and `V0ChunkedPrefills.steady_state` (o[0] 1: chunked
+    prefill, which returns before the delay rule when the decodes spend the budget, and judges a
+    waiting request's chunk against max_model_len) in the steady program
+    (`schedir.lowering.steady_program`): whether v0 could ignore a waiting request kept in the
+    memo while the queue stays (`m[1]`, as the Python answers keep it with
+    `WindowContext.queued`); the delay rule's clock into its slots (o[3:6])."""
+    chunked = o[0] != 0
+    if chunked and running.size >= sc[SC_TOKEN_BUDGET]:
+        return ANSWERED
     if waiting.size:
         if running.size < sc[SC_MAX_SEQS]:
             return ASK_IR
         if m[MEMO_SET] == 0:
-            limit = min(sc[SC_MAX_MODEL_LEN], sc[SC_TOKEN_BUDGET])
-            m[1] = K.any_ignorable(waiting, D[int(o[0])], None, limit, sc[SC_TOTAL_BLOCKS], sc[SC_BLOCK_SIZE])
+            total = D[int(o[1])]
+            if chunked:
+                m[1] = K.any_ignorable(waiting, total, D[int(o[2])], sc[SC_MAX_MODEL_LEN], sc[SC_TOTAL_BLOCKS],
+                                       sc[SC_BLOCK_SIZE])
+            else:
+                m[1] = K.any_ignorable(waiting, total, None, min(sc[SC_MAX_MODEL_LEN], sc[SC_TOKEN_BUDGET]),
+                                       sc[SC_TOTAL_BLOCKS], sc[SC_BLOCK_SIZE])
             m[MEMO_SET] = 1
         if m[1]:
             return ASK_IR
-    delay_clock_lowered(SS, float(max(sc[SC_NOW_US], 0)), int(o[1]), int(o[2]), int(o[3]))
+    delay_clock_lowered(SS, float(max(sc[SC_NOW_US], 0)), int(o[3]), int(o[4]), int(o[5]))
     return ANSWERED
+
+
+def prefills_lowered_options(chunked: bool, layout) -> tuple[float, ...]:  # noqa: ANN001
+    """`prefills_steady_lowered`'s options for v0-prefills or v0-chunked-prefills."""
+    return (float(chunked), layout.column("total"), layout.column("computed"), layout.scalar(PREV_TIME.name),
+            layout.scalar(PREV_PROMPT.name), layout.scalar(LAST_LATENCY.name))
 
 
 @dataclass(frozen=True)
@@ -83,8 +100,7 @@ class V0Prefills(StepPass):
     steady_lowered = staticmethod(prefills_steady_lowered)
 
     def steady_lowered_options(self, layout) -> tuple[float, ...]:  # noqa: ANN001
-        return (layout.column("total"), layout.scalar(PREV_TIME.name), layout.scalar(PREV_PROMPT.name),
-                layout.scalar(LAST_LATENCY.name))
+        return prefills_lowered_options(False, layout)
 
     def steady_state(self, ctx: WindowContext) -> dict[str, float] | None:
         """What a steady step writes: `_passed_delay`'s clock (it runs every step nothing is
