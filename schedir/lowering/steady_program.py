@@ -140,8 +140,8 @@ class SteadyProgram:
     memo_kept: list = attrs.field(factory=lambda: [0], eq=False, repr=False, init=False)  # steps reusing its memo
     # its memo's key among the runtime's answers over the queued requests (one per program)
     memo_key: list = attrs.field(factory=lambda: [("steady-program", object())], eq=False, repr=False, init=False)
-    # (plan, marks, work, flags, order, rows): the kernel's inputs and buffers (`buffers_for`), made
-    # again when the batch's size changes
+    # (plan, marks, work, flags, order): the kernel's inputs and buffers (`buffers_for`; flags and
+    # order are views of marks and work), made again when the batch's size changes
     buffers: list = attrs.field(factory=lambda: [None], eq=False, repr=False, init=False)
     # (SS, a reader of its values from the scheduler state), made once
     scalar_slots: list = attrs.field(factory=lambda: [None], eq=False, repr=False, init=False)
@@ -224,20 +224,8 @@ class SteadyProgram:
             plan = np.concatenate((self.codes, self.first_write, self.write_rows)).astype(np.int64)
             marks = np.zeros(2 + n + ST.shape[0], dtype=np.int64)
             work = np.empty((2 + self.write_rows.size, nr), dtype=np.int64)
-            buffers = self.buffers[0] = (plan, marks, work, marks[:2 + n], work[0], work[2:])
+            buffers = self.buffers[0] = (plan, marks, work, marks[:2 + n], work[0])
         return memo, buffers[0], buffers[1], buffers[2]
-
-    def written(self) -> tuple[tuple[str, np.ndarray], ...]:
-        """The request state the last answers wrote for the batch's rows, as (name, values aligned
-        with the running queue) pairs: views of the buffers, valid until the next call (the kernel
-        wrote them into the table when the step was taken)."""
-        flags, rows = self.buffers[0][3], self.buffers[0][5]
-        f = flags.tolist()
-        out: list[tuple[str, np.ndarray]] = []
-        for flag, named in self.slots:  # the rows of the passes that wrote this step
-            if f[flag]:
-                out += [(name, rows[j]) for name, j in named]
-        return tuple(out)
 
     def ordered(self) -> np.ndarray | None:
         """The batch order the last answers gave (positions in the running queue; a copy), or None."""

@@ -999,7 +999,7 @@ class Scheduler:
         out = self._output(step, batch, tokens, settled, _NO_ROWS, _NO_ROWS, {}, _NO_PAIRS, _NO_PAIRS)
         if scalars:  # the scheduler state they wrote (v0's delay clock, its running queue's next place)
             program.write_scalars(self.scheduler_state)
-        if marks[0] == 2:  # request state of the batch's rows, written by the kernel (`SteadyProgram.written`)
+        if marks[0] == 2:  # request state of the batch's rows, written by the kernel
             self._request_state_writes += 1
         elif not scalars and answers.holds:  # (an answer that writes scheduler state is asked again)
             answers.hold(running, waiting, self._request_state_writes, self.scheduler_state,

@@ -5,7 +5,7 @@ in one call and, when they let the step be steady, settled it in another (`stead
 with Python between them: a second dispatch of ~20 arrays, the answers' arrays boxed and read
 back, the batch order applied. Here one call asks the answers into the program's buffers and,
 when they answered, settles the batch in the order they gave. The request state the answers
-write for the batch's rows is left in the buffers (`SteadyProgram.written`) and written by the
+write for the batch's rows is left in the program's buffers (`work`) and written by the
 kernel once the step was taken, as the IR's `req.set_state` is applied after the step; the
 scheduler state they write is left in `SS` for the runtime (`SteadyProgram.write_scalars`).
 """
