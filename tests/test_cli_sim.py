@@ -108,6 +108,20 @@ def test_bad_input_is_one_clear_message(capsys, argv, message):
     assert message in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("argv", [
+    ["sim", "--preset", "no-such-preset", "--num-requests", "2"],
+    ["sim", "--preset", "mlfq-order", "--num-requests", "2"],  # a pipeline the runtime refuses
+    ["bench", "--configs", "vllm,no-such-preset", "--num-requests", "2"],
+    ["sim", "--instances", "2", "--preset", "no-such-preset", "--num-requests", "2"],
+])
+def test_a_refused_pipeline_is_said_before_any_progress(capsys, argv):
+    """No progress bar, warm-up line or fleet banner ahead of the error (they printed first)."""
+    code, out, err = run(capsys, *argv)
+    assert code == EXIT_BAD_INPUT
+    assert ("no-such-preset" in err or "reject-oversized" in err) and "Traceback" not in err
+    assert out == ""
+
+
 def test_bad_trace_row_names_file_and_line(capsys, tmp_path):
     trace = tmp_path / "bad.jsonl"
     trace.write_text('{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [0, 1]}\n'

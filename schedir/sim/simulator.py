@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from schedir.runtime.scheduler import Scheduler
 from schedir.sim.config import SimConfig, plain_value  # noqa: F401 (plain_value: the fleet's import)
 from schedir.sim.decode_run import run_decodes
 from schedir.sim.engine import Engine, StepStatus, engine_sizes
@@ -38,6 +39,14 @@ class Simulator:
         self.sizes = engine_sizes(config)
         self.cost, self.vocab_size, self.max_model_len, self.num_blocks = self.sizes
         self.now = 0.0
+
+    def check(self) -> None:
+        """Build the engine's scheduler once, so that a pipeline or a setting the runtime refuses
+        (an unknown pass, a swapping pipeline without a host tier, ...) is reported before a run
+        prints anything (the CLI calls it first; `run` builds its own scheduler)."""
+        cfg = self.config
+        host = self.cost.host_blocks(cfg.swap_space_gib, cfg.block_size)
+        Scheduler(cfg.scheduler_config(self.num_blocks, self.max_model_len, host), clock=lambda: 0.0)
 
     def run(self, workload: Workload, progress: Progress | None = None, progress_every: int = 200) -> SimResult:
         cfg = self.config

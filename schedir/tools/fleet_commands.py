@@ -132,6 +132,14 @@ def check_fleet_args(args: argparse.Namespace) -> None:
         raise ValueError("--ray-address: empty (write auto, or HOST:PORT of the cluster's head)")
 
 
+def check_engine(args: argparse.Namespace) -> None:
+    """Refuse an engine pipeline the runtime would refuse (`Simulator.check`), before a fleet
+    run prints its first line."""
+    from schedir.sim.simulator import Simulator
+
+    Simulator(_engine(args)).check()
+
+
 def cmd_fleet_sim(args: argparse.Namespace, console: Console) -> int:
     from schedir.tools.sim_commands import load_workload, parse_dump_steps
 
@@ -141,6 +149,7 @@ def cmd_fleet_sim(args: argparse.Namespace, console: Console) -> int:
     FleetConfig(instances=args.instances, router=args.router, removals=removals,  # refuse bad options before loading
                 prefill_instances=args.prefill_instances, dump_dir=args.dump_dir,
                 dump_steps=parse_dump_steps(args.dump_steps))
+    check_engine(args)
     backend = make_backend(args)
     workload = load_workload(args, console)
     try:
@@ -165,6 +174,7 @@ def cmd_fleet_bench(args: argparse.Namespace, console: Console) -> int:
     for r in routers:
         FleetSimulator(_engine(args), FleetConfig(instances=args.instances, router=r,
                                                   prefill_instances=args.prefill_instances))
+    check_engine(args)
     backend = make_backend(args)
     workload = load_workload(args, console)
     try:

@@ -192,6 +192,7 @@ def parse_dump_steps(text: str | None) -> tuple[int, ...] | str:
 def simulate(config: SimConfig, workload: Workload, console: Console, quiet: bool,
              decode_runs: bool = True) -> tuple[dict[str, Any], SimResult]:
     simulator = Simulator(config, decode_runs=decode_runs)
+    simulator.check()  # a pipeline the runtime refuses: said before the progress bar
     if quiet:
         result = simulator.run(workload)
     else:
@@ -258,6 +259,8 @@ def cmd_bench(args: argparse.Namespace, console: Console) -> int:
         return cmd_fleet_bench(args, console)
     configs = parse_configs(args.configs, base_config(args, "vllm"))
     workload = load_workload(args, console)
+    for config in configs:  # a pipeline the runtime refuses: said before the warm-up line
+        Simulator(config).check()
     if not args.quiet:
         console.print("warming up: a few requests through each config, untimed "
                       "(Numba compiles its kernels on a first run)")
