@@ -127,6 +127,11 @@ def test_passes_show_which_declare_steady_steps(capsys):
     for nothing in ("order-vllm", "reject-oversized", "vllm-admit"):
         assert "it decides nothing" in sections[nothing], nothing
     assert "running:     declared" not in sections["schedule-running"]
+    for arrays in ("reject-oversized", "mlfq-levels", "mlfq-order", "schedule-running", "mlfq-swap-in", "admit-greedy",
+                   "mlfq-account", "verify-step", "order-fcfs", "order-priority", "orca-admit"):
+        assert "arrays:      declared: it decides an IR step over arrays" in sections[arrays], arrays
+    for ir_only in ("vllm-admit", "sglang-admit", "prefix-cache-aware"):
+        assert "arrays:" not in sections[ir_only], ir_only
     # answers held over a run of steps, and what asks them again
     assert "held:        its steady answers are asked again only when the queues, the request state or one of " \
         "sglang_batch_full, sglang_batch_size, sglang_chunked change" in sections["sglang-decode"]

@@ -8,10 +8,16 @@ import numpy as np
 import pytest
 
 from schedir import Request, Scheduler, SchedulerConfig
+from schedir.ir.array_step import ArrayStep
+from schedir.ir.errors import PassFailure
 from schedir.ir.pass_base import StepPass
 from schedir.ir.pipeline import parse_passes
 from schedir.lowering.radix_pool import RadixKVPool
+from schedir.passes.mlfq_account import MlfqAccount
+from schedir.passes.mlfq_order import MlfqOrder
+from schedir.passes.mlfq_state import LEVEL
 from schedir.passes.presets import PRESETS
+from schedir.passes.schedule_running import ScheduleRunning
 from schedir.passes.vllm_schedule_running import VllmScheduleRunning
 from schedir.runtime import table as T
 
@@ -51,10 +57,12 @@ def replay(steady: bool, *, pipeline: str = "vllm", seed: int, num_blocks: int, 
            caching: bool = True, policy: str = "fcfs", depth: int = 1, max_seqs: int = 6, n: int = 60,
            long_prefill: int = 0, async_mode: bool = False, budget: int = 48,
            tenants: int = 0, spread: int = 300, prompt_len: int = 30,
-           memo: bool = True, cpu_blocks: int = 0, lowered: bool = True) -> tuple[list[tuple], int, int]:
+           memo: bool = True, cpu_blocks: int = 0, lowered: bool = True, arrays: bool = True,
+           counts: dict[str, int] | None = None) -> tuple[list[tuple], int, int]:
     """Run one random trace (shared prefixes, aborts, arrivals over `spread` ticks); returns every
     step's output and state, how many steps were steady decode steps and how many running steps
-    (both lowered without their IR)."""
+    (both lowered without their IR). `arrays` false: every IR step builds its IR (no array
+    steps, `schedir.ir.array_step`); `counts`, when given, gets the run's `array_steps`."""
     cfg = SchedulerConfig(pipeline=pipeline, num_blocks=num_blocks, block_size=block_size,
                           max_num_batched_tokens=budget, max_num_seqs=max_seqs, max_model_len=160,
                           enable_prefix_caching=caching, policy=policy, async_scheduling=depth > 1 or async_mode,
@@ -65,6 +73,7 @@ def replay(steady: bool, *, pipeline: str = "vllm", seed: int, num_blocks: int, 
         sched._steady_pipeline = False
     sched._answers.reuse = memo
     sched._answers.lowered = lowered  # False: every steady answer asked in Python
+    sched._arrays_allowed = arrays
     rng = np.random.default_rng(seed)
     prefixes = [rng.integers(0, 50, 40).tolist() for _ in range(3)]
     arrivals = sorted(int(rng.integers(0, spread)) for _ in range(n))
@@ -92,6 +101,8 @@ def replay(steady: bool, *, pipeline: str = "vllm", seed: int, num_blocks: int, 
             records.append(tuple(sched.update(done, np.where(done.sampled, 7, -1))))
         assert tick < 20000
     running = sched.metrics.running_steps
+    if counts is not None:
+        counts["array_steps"] = sched.metrics.array_steps
     return records, sched.get_metrics()["steady_steps"] - running, running
 
 
@@ -335,6 +346,84 @@ def test_which_pipelines_take_running_steps():
                  "reject-oversized,order-vllm{queue=running},vllm-schedule-running,vllm-admit"):
         assert decider(spec) is None, spec
     assert not parse_passes("vllm-schedule-running{long-prefill=8}")[0].decides_running_steps()
+
+
+ARRAYS = [c for c in CASES if c["seed"] in (81, 82, 83, 84, 11, 12, 13, 14, 16)] + [
+    dict(seed=85, num_blocks=40, pipeline="fastserve", max_seqs=4, n=80),  # no host tier: every victim recomputed
+    dict(seed=86, num_blocks=50, pipeline="fastserve", max_seqs=3, n=80, cpu_blocks=100, policy="priority"),
+    dict(seed=87, num_blocks=80, pipeline="fastserve", max_seqs=8, n=80, cpu_blocks=10, budget=24),  # chunks
+    dict(seed=88, num_blocks=60, pipeline="fastserve", caching=False, cpu_blocks=40, prompt_len=120),  # oversized
+]
+
+
+@pytest.mark.parametrize("case", ARRAYS, ids=[f"seed{c['seed']}" for c in ARRAYS])
+def test_array_steps_decide_as_the_ir(case):
+    """IR steps decided over arrays (every pass's `run_arrays`, `schedir.ir.array_step`: FastServe,
+    the seed's base pipelines, Orca) take the IR's decisions: every output and state of every step
+    as with the IR built each step."""
+    counts: dict[str, int] = {}
+    arrays = replay(False, counts=counts, **case)[0]
+    assert counts["array_steps"] > 50, f"only {counts['array_steps']} array steps: the case misses the path"
+    assert arrays == replay(False, arrays=False, **case)[0]
+
+
+@pytest.mark.parametrize("mutation", ["service not accounted", "queue left unsorted", "allocations not counted"])
+def test_array_steps_need_each_rule(mutation, monkeypatch):
+    """The array-step equivalence fails when one pass's `run_arrays` drops a rule of its `run` (or
+    the step refuses to lower: blocks counted free that are not)."""
+    if mutation == "service not accounted":
+        monkeypatch.setattr(MlfqAccount, "run_arrays", lambda self, step: None)
+    elif mutation == "queue left unsorted":
+        monkeypatch.setattr(MlfqOrder, "_sorted_arrays", lambda self, step, q: (
+            np.zeros(0, dtype=np.int64) if q is None else step.state(LEVEL.name)[q.pending]))
+    else:
+        real = ArrayStep.alloc
+
+        def uncounted(self, rows, blocks):  # type: ignore[no-untyped-def]
+            real(self, rows, blocks)
+            self.blocks_taken -= int(blocks.sum())
+
+        monkeypatch.setattr(ArrayStep, "alloc", uncounted)
+
+    def diverges(case: dict) -> bool:
+        try:
+            return replay(False, **case)[0] != replay(False, arrays=False, **case)[0]
+        except PassFailure:
+            return True
+
+    fastserve = [c for c in ARRAYS if c["seed"] in (81, 82, 83)]
+    assert any(diverges(case) for case in fastserve), mutation
+
+
+def test_verify_step_refuses_an_illegal_array_step(monkeypatch):
+    """verify-step checks an array step as it checks the IR: a request scheduled twice is refused,
+    with the IR's message."""
+    real = ScheduleRunning.run_arrays
+
+    def twice(self, step):  # type: ignore[no-untyped-def]
+        running = step.pending(self.queue)
+        rows = None if running is None else running.pending.copy()
+        real(self, step)
+        if rows is not None and rows.size:
+            step.schedule(step.queues["running"], rows[:1], np.ones(1, dtype=np.int64))
+
+    monkeypatch.setattr(ScheduleRunning, "run_arrays", twice)
+    with pytest.raises(PassFailure, match=r"verify-step.*scheduled more than once"):
+        replay(False, **next(c for c in ARRAYS if c["seed"] == 82))
+
+
+def test_which_pipelines_take_array_steps():
+    def arrays(spec: str, **options: object) -> bool:
+        cfg = SchedulerConfig(pipeline=spec, num_blocks=64, block_size=4, max_model_len=128,
+                              enable_prefix_caching=spec != "vllm-v0", num_cpu_blocks=16, **options)
+        return Scheduler(cfg)._array_pipeline
+
+    for spec in ("fastserve", "base", "base-priority", "orca",
+                 "reject-oversized,mlfq-levels,mlfq-order,schedule-running,admit-greedy"):
+        assert arrays(spec), spec
+    assert not arrays("fastserve", verify_each=True)  # asked for the IR
+    for spec in ("vllm", "sglang", "vllm-v0", "with-all-passes", "with-prefix-aware"):  # a pass without `run_arrays`
+        assert not arrays(spec), spec
 
 
 @pytest.mark.parametrize("cfg", [dict(seed=3, num_blocks=40, block_size=8),  # vllm: admissible_bound

@@ -359,26 +359,30 @@ def test_a_full_batch_keeps_a_long_queue_out_of_the_step(pipeline):
 
 
 def _fastserve_overload(ranked: bool, num_blocks: int, seed: int = 9, num_cpu_blocks: int = 60,
-                        swapped_sizes: list[tuple[int, int]] | None = None) -> tuple[list[tuple], Scheduler, list[int]]:
+                        swapped_sizes: list[tuple[int, int]] | None = None,
+                        arrays: bool = True) -> tuple[list[tuple], Scheduler, list[int]]:
     """FastServe behind 4 seats with ~300 waiting (mixed prompt lengths: several skip-join levels,
     demotions and swaps); returns the decisions, the scheduler and the waiting queue's length in
-    each IR step built (`swapped_sizes`: the swapped queue's and the step's swapped requests, per
-    step built over a ranked window)."""
+    each IR step built or decided over arrays (`swapped_sizes`: the swapped queue's and the step's
+    swapped requests, per step over a ranked window). `arrays` false: every IR step builds its IR."""
     cfg = SchedulerConfig(num_blocks=num_blocks, block_size=4, max_num_batched_tokens=64, max_num_seqs=4,
                           max_model_len=256, pipeline="fastserve", num_cpu_blocks=num_cpu_blocks)
     sched = Scheduler(cfg, clock=lambda: 0.0)
+    sched._arrays_allowed = arrays
     if not ranked:
         sched._declared_window = False
     built: list[int] = []
-    real = sched._build_and_run
 
-    def spy(step, waiting, dumping):  # type: ignore[no-untyped-def]
-        built.append(waiting.size)
-        if swapped_sizes is not None and sched._ranked_prefix is not None:
-            swapped_sizes.append((sched.swapped.size, sched._ranked_prefix[3].size))
-        return real(step, waiting, dumping)
+    def spy(real):  # type: ignore[no-untyped-def]
+        def step_over(step, waiting, *rest):  # type: ignore[no-untyped-def]
+            built.append(waiting.size)
+            if swapped_sizes is not None and sched._ranked_prefix is not None:
+                swapped_sizes.append((sched.swapped.size, sched._ranked_prefix[3].size))
+            return real(step, waiting, *rest)
+        return step_over
 
-    sched._build_and_run = spy  # type: ignore[method-assign]
+    sched._build_and_run = spy(sched._build_and_run)  # type: ignore[method-assign]
+    sched._decide_arrays = spy(sched._decide_arrays)  # type: ignore[method-assign]
     rng = np.random.default_rng(seed)
     decisions = []
     for i in range(300):
@@ -404,8 +408,9 @@ def test_fastserve_ir_steps_carry_the_head_of_its_order(num_blocks):
     and built again over the whole queue where that fails (then not tried for a while: a pool too
     tight for the head to fill the seats stays so). Decisions, swaps and request state equal the
     whole queue's at every step."""
-    windowed, sched, built = _fastserve_overload(True, num_blocks)
-    whole, _, whole_built = _fastserve_overload(False, num_blocks)
+    windowed, sched, built = _fastserve_overload(True, num_blocks)  # (its IR steps over arrays)
+    whole, _, whole_built = _fastserve_overload(False, num_blocks, arrays=False)
+    assert sched.metrics.array_steps > 0.9 * len(built)
     metrics = sched.metrics
     assert metrics.ranked_steps > 20
     assert max(whole_built) > 250  # the whole queue entered the IR there
@@ -429,7 +434,7 @@ def test_fastserve_ir_steps_carry_the_head_of_a_long_swapped_queue(num_blocks):
     levels included) equal the whole queues' at every step."""
     sizes: list[tuple[int, int]] = []
     windowed, sched, _ = _fastserve_overload(True, num_blocks, num_cpu_blocks=4000, swapped_sizes=sizes)
-    whole, _, _ = _fastserve_overload(False, num_blocks, num_cpu_blocks=4000)
+    whole, _, _ = _fastserve_overload(False, num_blocks, num_cpu_blocks=4000, arrays=False)
     long = [(queue, in_step) for queue, in_step in sizes if queue > 4 + 16]
     assert len(long) > 100 and max(queue for queue, _ in long) > 100  # the swapped queue grew long
     assert all(in_step < queue for queue, in_step in long)  # ... and the steps held its head only
@@ -439,24 +444,29 @@ def test_fastserve_ir_steps_carry_the_head_of_a_long_swapped_queue(num_blocks):
         assert a == b, f"step {step + 1} differs"
 
 
+@pytest.mark.parametrize("arrays", [False, True], ids=["ir", "arrays"])
 @pytest.mark.parametrize("mutation", ["no exhaustion check", "no swapped check"])
-def test_a_ranked_window_needs_both_checks(mutation, monkeypatch):
+def test_a_ranked_window_needs_both_checks(mutation, arrays, monkeypatch):
     """Without either half of `_ranked_window_held` (admission out of seats or tokens within the
-    head; swapped jobs ranked past a left-out job not reached), a tight pool's steps decide
-    otherwise than over the whole queue."""
-    real = Scheduler._ranked_window_held
+    head; swapped jobs ranked past a left-out job not reached), or of its array-step twin
+    `_ranked_arrays_held`, a tight pool's steps decide otherwise than over the whole queue."""
+    name = "_ranked_arrays_held" if arrays else "_ranked_window_held"
+    real = getattr(Scheduler, name)
 
-    def mutated(self, module, facts):  # type: ignore[no-untyped-def]
+    def mutated(self, *args):  # type: ignore[no-untyped-def]
         head, window, behind, _ = self._ranked_prefix
         if mutation == "no swapped check":
             self._ranked_prefix = (head, window, behind[:0], self._ranked_prefix[3])
-            return real(self, module, facts)
-        from schedir.ir.step import Step
-        used = Step(steps_of(module)[0]).usage()
-        return not np.isin(used.scheduled_ids, np.setdiff1d(window, head)).any()
+            return real(self, *args)
+        if arrays:
+            scheduled = args[0].scheduled_rows()
+        else:
+            from schedir.ir.step import Step
+            scheduled = Step(steps_of(args[0])[0]).usage().scheduled_ids
+        return not np.isin(scheduled, np.setdiff1d(window, head)).any()
 
-    monkeypatch.setattr(Scheduler, "_ranked_window_held", mutated)
-    windowed, _, _ = _fastserve_overload(True, 60)
-    monkeypatch.setattr(Scheduler, "_ranked_window_held", real)
-    whole, _, _ = _fastserve_overload(False, 60)
+    monkeypatch.setattr(Scheduler, name, mutated)
+    windowed, _, _ = _fastserve_overload(True, 60, arrays=arrays)
+    monkeypatch.setattr(Scheduler, name, real)
+    whole, _, _ = _fastserve_overload(False, 60, arrays=False)
     assert windowed != whole

@@ -30,6 +30,7 @@ from schedir.ir.state import RequestState, SchedulerState
 from schedir.ir.step import Step, steps_of
 
 if TYPE_CHECKING:
+    from schedir.ir.array_step import ArrayStep
     from schedir.ir.running_step import RunningDecision, RunningStep
     from schedir.ir.window import WindowContext
 
@@ -65,6 +66,9 @@ class StepPass(ModulePass):
     # the option values under which it decides a running step as `decides_running_steps` says
     # ({} for any options); None (the default): it does not declare them
     running_step_when: ClassVar[dict[str, str] | None] = None
+    # the option values under which `run_arrays` decides an array step as `run` decides the IR
+    # ({} for any options); None (the default): it does not declare them (`decides_array_steps`)
+    array_step_when: ClassVar[dict[str, str] | None] = None
     # the scheduler state its `steady_state` / `steady_order` answers read (see `steady_reads`
     # below); None (the default): undeclared, asked every steady step
     steady_reads: ClassVar[frozenset[str] | None] = None
@@ -200,6 +204,19 @@ class StepPass(ModulePass):
         commits them. None (the default): this pass does not decide running steps; a pass that
         overrides it answers None only before it changed anything (the runtime then builds the IR)."""
         return None
+
+    def decides_array_steps(self) -> bool:
+        """Whether `run_arrays` decides an array step as `run` decides the step's IR, under this
+        pass's options (`array_step_when`: the option values it holds under, {} for any; None,
+        the default: it does not declare). When every pass of a count-level pipeline declares,
+        the runtime takes its IR steps over arrays (`schedir.ir.array_step`): the same
+        decisions (tested step by step), without building and reading the IR's ops."""
+        when = self.array_step_when
+        return when is not None and all(getattr(self, option) == value for option, value in when.items())
+
+    def run_arrays(self, step: ArrayStep) -> None:
+        """`run`, rule for rule, over an `ArrayStep` (see `decides_array_steps`)."""
+        raise NotImplementedError(f"pass '{self.name}' does not decide array steps")
 
     def steady_token_budget(self, budget: int) -> int:
         """The token budget this pass leaves a steady decode step whose budget is `budget` (the

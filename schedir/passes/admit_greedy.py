@@ -9,11 +9,12 @@ import numpy as np
 
 from schedir.dialects.mem import AllocOp, ShareOp
 from schedir.dialects.req import PreemptOp
+from schedir.ir.array_step import ArrayStep
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step, Usage
 from schedir.ir.window import WindowContext
 from schedir.lowering.steady_layout import WINDOW_SEATS, window_steady_lowered
-from schedir.passes.kernels import count_members, fit_pending
+from schedir.passes.kernels import count_members, fit_arrays, fit_pending
 
 
 def running_not_scheduled(step: Step, used: Usage, queue: str = "running") -> int:
@@ -73,6 +74,21 @@ class AdmitGreedy(StepPass):
     def swapped_window(self, ctx: WindowContext) -> np.ndarray | None:
         """Nobody swapped, unless its queue is the swapped one."""
         return ctx.NONE if self.queue != "swapped" else None
+
+    array_step_when: ClassVar[dict[str, str]] = {}  # `run_arrays`: any options
+
+    def run_arrays(self, step: ArrayStep) -> None:
+        """`run` over an array step (`schedir.ir.array_step`)."""
+        pending = step.pending(self.queue)
+        if pending is None:
+            return
+        fit = fit_arrays(step, pending, prefix_hits=True, chunk=self.chunk, stop_at_first=self.stop_at_first,
+                         seated=step.running_not_scheduled(self.running))
+        step.schedule(pending, fit.run_ids, fit.run_tokens)
+        step.share(fit.share_ids, fit.share_blocks, fit.share_revived)
+        step.alloc(fit.alloc_ids, fit.alloc_blocks)
+        step.defer(pending, fit.defer_ids, fit.defer_reasons)
+        step.decided(pending)
 
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)

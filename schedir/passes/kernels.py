@@ -11,6 +11,7 @@ import numpy as np
 from xdsl.ir import SSAValue
 
 from schedir.dialects.codes import Reason
+from schedir.ir.array_step import ArrayQueue, ArrayStep
 from schedir.ir.step import EMPTY, Step, Usage
 
 _BUDGET = int(Reason.BUDGET)
@@ -266,4 +267,26 @@ def fit_pending(step: Step, pending: SSAValue, *, prefix_hits: bool, chunk: bool
         cols.get_or("in_flight", EMPTY), hit_rows, hit, cached_free,
         facts.token_budget - used.tokens, facts.max_seqs - used.seqs - seated, used.free_left(facts),
         facts.block_size, chunk, stop_at_first, rank,
+    ))
+
+
+def fit_arrays(step: ArrayStep, pending: ArrayQueue, *, prefix_hits: bool, chunk: bool, stop_at_first: bool,
+               seated: int = 0, preempt: bool = False) -> Fit:
+    """`fit_pending` over an array step's pending requests (`schedir.ir.array_step`): the same
+    `fit_batch` call, the table's columns indexed by row."""
+    facts = step.facts
+    rows = pending.pending
+    hit, cached_free, hit_rows = step.prefix_hit_source(pending) if prefix_hits else (EMPTY, EMPTY, EMPTY)
+    rank = EMPTY
+    if preempt:
+        if facts.policy == "priority":
+            order = np.lexsort((step.column("arrival")[rows], step.column("priority")[rows]))
+            rank = np.empty(rows.size, dtype=np.int64)
+            rank[order] = np.arange(rows.size)
+        else:
+            rank = np.arange(rows.size, dtype=np.int64)
+    return Fit(fit_batch(
+        rows, step.column("id"), step.column("computed"), step.column("total"), step.column("blocks"),
+        step.column("in_flight"), hit_rows, hit, cached_free, facts.token_budget - step.tokens,
+        facts.max_seqs - step.seqs - seated, step.free_left(), facts.block_size, chunk, stop_at_first, rank,
     ))

@@ -8,6 +8,7 @@ from typing import ClassVar
 import numba
 import numpy as np
 
+from schedir.ir.array_step import ArrayStep
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
 from schedir.ir.window import WindowContext
@@ -69,6 +70,17 @@ class MlfqAccount(StepPass):
         """The batch's rows: one more decode token served, last run this step."""
         decode, last = _served_one(ctx.running, ctx.state_of(SERVED_DECODE.name), ctx.step)
         return {SERVED_DECODE.name: decode, LAST_RUN.name: last}
+
+    array_step_when: ClassVar[dict[str, str]] = {}  # `run_arrays`: any options
+
+    def run_arrays(self, step: ArrayStep) -> None:
+        """`run` over an array step (`schedir.ir.array_step`)."""
+        now = step.facts.step
+        for got in step.served():
+            prefill = step.state(SERVED_PREFILL.name)[got.rows] + got.prefill
+            decode = step.state(SERVED_DECODE.name)[got.rows] + got.decode
+            step.set_state(got.rows, mlfq_prefill=prefill, mlfq_decode=decode,
+                           mlfq_last_run=np.full(got.rows.size, now, dtype=np.int64))
 
     def run(self, step: Step) -> None:
         now = step.facts.step

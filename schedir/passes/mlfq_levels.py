@@ -8,6 +8,7 @@ from typing import ClassVar
 import numba
 import numpy as np
 
+from schedir.ir.array_step import ArrayStep
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
 from schedir.ir.window import WindowContext
@@ -236,6 +237,23 @@ class MlfqLevels(StepPass):
                 raise ValueError(f"{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
         if self.quantum_ratio < 1:
             raise ValueError(f"quantum-ratio must be >= 1, got {self.quantum_ratio}")
+
+    array_step_when: ClassVar[dict[str, str]] = {}  # `run_arrays`: any options
+
+    def run_arrays(self, step: ArrayStep) -> None:
+        """`run` over an array step (`schedir.ir.array_step`): every queue's requests placed."""
+        state = step.state
+        for queue in step.queues.values():
+            rows = queue.rows
+            if not rows.size:
+                continue
+            placed, changed = place_rows(rows, state(LEVEL.name), state(LEVEL_START.name), state(LAST_RUN.name),
+                                         step.column("prompt"), state(SERVED_PREFILL.name),
+                                         state(SERVED_DECODE.name), step.facts.step, self.quantum,
+                                         self.quantum_ratio, self.levels, self.prefill_cost, self.starve_steps)
+            if changed.size:
+                step.set_state(rows[changed], mlfq_level=placed[0][changed], mlfq_level_start=placed[1][changed],
+                               mlfq_last_run=placed[2][changed])
 
     def run(self, step: Step) -> None:
         for queue in step.queues():

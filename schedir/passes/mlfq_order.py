@@ -9,6 +9,7 @@ import numba
 import numpy as np
 from xdsl.ir import SSAValue
 
+from schedir.ir.array_step import ArrayQueue, ArrayStep
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
 from schedir.ir.window import WindowContext
@@ -377,6 +378,56 @@ class MlfqOrder(StepPass):
         order = np.lexsort((arrival, level))
         ids = step.ids(value)
         return step.sort(value, ("mlfq_level", "arrival"), ids[order], picked=order), level[order]
+
+    array_step_when: ClassVar[dict[str, str]] = {}  # `run_arrays`: any options
+
+    def _sorted_arrays(self, step: ArrayStep, q: ArrayQueue | None) -> np.ndarray:
+        """`_sorted` over an array step: `q`'s pending requests sorted, their levels in that order."""
+        if q is None:
+            return _NONE
+        rows = q.pending
+        level = step.state(LEVEL.name)[rows]
+        order = np.lexsort((step.column("arrival")[rows], level))
+        step.sort(q, order)
+        return level[order]
+
+    def run_arrays(self, step: ArrayStep) -> None:
+        """`run` over an array step (`schedir.ir.array_step`), rule for rule."""
+        swap = self.preemption == "swap"
+        if swap and step.queue(self.swapped) is None:
+            raise ValueError(f"mlfq-order: preemption=swap needs the '{self.swapped}' queue: put mlfq-swap-in "
+                             "(which brings swapped jobs back) in the pipeline")
+        waiting = step.pending(self.queue)
+        wait_level = self._sorted_arrays(step, waiting)
+        swapped = step.pending(self.swapped) if swap else None
+        swap_level = self._sorted_arrays(step, swapped)
+        running = step.pending(self.running)
+        run_level = self._sorted_arrays(step, running)
+        if running is None or (waiting is None and swapped is None):
+            return
+        parts = [(q, lv) for q, lv in ((swapped, swap_level), (waiting, wait_level)) if q is not None]
+        rows = np.concatenate([q.pending for q, _ in parts]) if len(parts) > 1 else parts[0][0].pending
+        level = np.concatenate([lv for _, lv in parts]) if len(parts) > 1 else parts[0][1]
+        arrival, total = step.column("arrival")[rows], step.column("total")[rows]
+        fresh = (step.state(SERVED_PREFILL.name)[rows] == 0) & (step.state(SERVED_DECODE.name)[rows] == 0)
+        if len(parts) > 1:
+            order = np.lexsort((arrival, level))
+            level, total, fresh = level[order], total[order], fresh[order]
+        facts = step.facts
+        run_rows = running.pending
+        run_blocks = step.column("blocks")[run_rows]
+        if swap:  # a job with a token in flight (async scheduling) has KV not written yet: recompute it
+            swappable = step.column("in_flight")[run_rows] == 0
+        else:
+            swappable = np.zeros(run_rows.size, dtype=np.bool_)
+        fate = mlfq_pick(run_level, run_blocks, step.column("total")[run_rows], swappable, level, total, fresh,
+                         facts.max_seqs - step.seqs, step.free_left(), facts.block_size,
+                         facts.host_free_blocks if swap else -1)
+        if not fate.any():
+            return
+        step.preempt(running, "recompute", run_rows[fate == RECOMPUTE])
+        step.preempt(running, "swap", run_rows[fate == SWAP])
+        step.keep(running, np.flatnonzero(fate == KEEP))
 
     def run(self, step: Step) -> None:
         swap = self.preemption == "swap"

@@ -10,6 +10,7 @@ import numpy as np
 
 from schedir.dialects.codes import Reason
 from schedir.dialects.mem import AllocOp, SwapInOp
+from schedir.ir.array_step import ArrayStep
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
 from schedir.ir.window import WindowContext
@@ -114,6 +115,43 @@ class MlfqSwapIn(StepPass):
         taken by the running jobs (all scheduled in a steady step: the walk stops at once).
         Else None: the IR decides."""
         return {} if not ctx.swapped.size or ctx.running.size >= ctx.max_seqs else None
+
+    array_step_when: ClassVar[dict[str, str]] = {}  # `run_arrays`: any options
+
+    def run_arrays(self, step: ArrayStep) -> None:
+        """`run` over an array step (`schedir.ir.array_step`), rule for rule."""
+        swapped = step.pending(self.swapped)
+        if swapped is None:
+            return
+        facts = step.facts
+        seats = facts.max_seqs - step.seqs - step.running_not_scheduled(self.running)
+        level_of, arrival_of = step.state(LEVEL.name), step.column("arrival")
+        if seats <= 0:  # mlfq_resume's first check stops the walk at once: every swapped job stays
+            rows = swapped.pending
+            order = np.lexsort((arrival_of[rows], level_of[rows]))
+            step.defer(swapped, rows[order], np.full(rows.size, _MAX_SEQS, dtype=np.int64))
+            step.decided(swapped)
+            return
+        waiting = step.pending(self.queue)
+        n_swapped = swapped.pending.size
+        rows = swapped.pending if waiting is None else np.concatenate([swapped.pending, waiting.pending])
+        order = np.lexsort((arrival_of[rows], level_of[rows]))
+        walked = rows[order]
+        computed, total = step.column("computed")[walked], step.column("total")[walked]
+        blocks = step.column("blocks")[walked]
+        is_swapped = order < n_swapped
+        out = mlfq_resume(is_swapped, computed, total, blocks, seats, facts.token_budget - step.tokens,
+                          step.free_left(), facts.block_size)
+        back = np.flatnonzero(is_swapped & (out[RESUME_TOKENS] > 0))
+        if back.size:
+            resumed = walked[back]
+            step.schedule(swapped, resumed, out[RESUME_TOKENS, back])
+            step.alloc(resumed, blocks[back])  # the host blocks copied back (`mem.swap_in`)
+            extra = out[RESUME_ALLOC, back]
+            step.alloc(resumed[extra > 0], extra[extra > 0])
+        stay = is_swapped & (out[RESUME_TOKENS] == 0)
+        step.defer(swapped, walked[stay], out[RESUME_REASON, stay])
+        step.decided(swapped)
 
     def run(self, step: Step) -> None:
         swapped = step.pending(self.swapped)

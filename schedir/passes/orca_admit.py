@@ -18,6 +18,7 @@ import numpy as np
 
 from schedir.dialects.codes import Reason
 from schedir.dialects.mem import AllocOp, ShareOp
+from schedir.ir.array_step import ArrayStep
 from schedir.ir.errors import PassFailure
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
@@ -117,6 +118,47 @@ class OrcaAdmit(StepPass):
         """Nobody while every sequence slot is taken and stays taken this step (no block shortage
         to preempt for: `WindowContext.seats_stay_taken`); else the whole queue."""
         return ctx.nobody_while_seats_stay_taken(self.queue, self.running)
+
+    array_step_when: ClassVar[dict[str, str]] = {}  # `run_arrays`: any options
+
+    def run_arrays(self, step: ArrayStep) -> None:
+        """`run` over an array step (`schedir.ir.array_step`), rule for rule."""
+        facts = step.facts
+        if facts.token_budget < facts.max_model_len:
+            raise PassFailure(self.name, f"token_budget {facts.token_budget} is below max_model_len "
+                              f"{facts.max_model_len}: Orca runs every prompt whole, so the longest could never run")
+        pending = step.pending(self.queue)
+        if pending is None:
+            return
+        bs, mml = facts.block_size, facts.max_model_len
+        headroom = facts.free_blocks
+        seats = facts.max_seqs
+        running = step.queue(self.running)
+        prompt_of, max_tokens_of, blocks_of = step.column("prompt"), step.column("max_tokens"), step.column("blocks")
+        if running is not None and running.rows.size:
+            run = running.rows
+            reserve = reserved_blocks(prompt_of[run], max_tokens_of[run], mml, bs)
+            headroom -= int(np.maximum(reserve - blocks_of[run], 0).sum())
+            seats -= run.size
+        rows = pending.pending
+        hit, cached_free, at = step.prefix_hit_source(pending)
+        if hit.size:
+            hit, cached_free = hit[at], cached_free[at]
+        else:
+            hit = cached_free = np.zeros(rows.size, dtype=np.int64)
+        tokens, shared, alloc, reasons, admitted = orca_fit(
+            step.column("computed")[rows], step.column("total")[rows], hit, cached_free,
+            reserved_blocks(prompt_of[rows], max_tokens_of[rows], mml, bs), blocks_of[rows],
+            headroom, facts.token_budget - step.tokens, seats, bs)
+        if admitted:
+            take = rows[:admitted]
+            step.schedule(pending, take, tokens[:admitted])
+            sharing = shared[:admitted] > 0
+            step.share(take[sharing], shared[:admitted][sharing], cached_free[:admitted][sharing])
+            got = alloc[:admitted] > 0
+            step.alloc(take[got], alloc[:admitted][got])
+        step.defer(pending, rows[admitted:], reasons[admitted:])
+        step.decided(pending)
 
     def run(self, step: Step) -> None:
         facts = step.facts

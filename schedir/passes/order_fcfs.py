@@ -7,11 +7,12 @@ import numpy as np
 from dataclasses import dataclass
 from typing import ClassVar
 
+from schedir.ir.array_step import ArrayStep
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
 from schedir.ir.window import WindowContext
 from schedir.lowering.steady_layout import WINDOW_NOBODY, window_steady_lowered
-from schedir.passes.ordering import sort_by_columns
+from schedir.passes.ordering import sort_arrays_by_columns, sort_by_columns
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,14 @@ class OrderFcfs(StepPass):
     def waiting_window(self, ctx: WindowContext) -> np.ndarray:
         """Nobody of its own: it orders what the step holds (admission declares what it picks from)."""
         return ctx.NONE
+
+    array_step_when: ClassVar[dict[str, str]] = {}  # `run_arrays`: any queue
+
+    def run_arrays(self, step: ArrayStep) -> None:
+        """`run` over an array step (`schedir.ir.array_step`)."""
+        pending = step.pending(self.queue)
+        if pending is not None:
+            sort_arrays_by_columns(step, pending, ("arrival",))
 
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 from xdsl.ir import SSAValue
 
+from schedir.ir.array_step import ArrayQueue, ArrayStep
 from schedir.ir.step import Step
 
 
@@ -19,3 +20,11 @@ def sort_by_columns(step: Step, value: SSAValue, keys: Sequence[str]) -> SSAValu
     ids = step.ids(value)
     order = np.lexsort(sort_keys[::-1]) if ids.size else np.zeros(0, dtype=np.int64)
     return step.sort(value, keys, ids[order], picked=order)
+
+
+def sort_arrays_by_columns(step: ArrayStep, q: ArrayQueue, keys: Sequence[str]) -> None:
+    """`sort_by_columns` over an array step's pending requests (`schedir.ir.array_step`)."""
+    rows = q.pending
+    sort_keys = [(-step.column(key.split()[0])[rows] if key.endswith(" desc") else step.column(key.split()[0])[rows])
+                 for key in keys]
+    step.sort(q, np.lexsort(sort_keys[::-1]))

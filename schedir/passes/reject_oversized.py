@@ -8,6 +8,7 @@ from typing import ClassVar
 import numpy as np
 
 from schedir.dialects.codes import Reason
+from schedir.ir.array_step import ArrayStep
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
 from schedir.ir.window import WindowContext
@@ -67,6 +68,32 @@ class RejectOversized(StepPass):
     def swapped_window(self, ctx: WindowContext) -> np.ndarray | None:
         """Nobody swapped (it judges its own queue), unless its queue is the swapped one."""
         return ctx.NONE if self.queue != "swapped" else None
+
+    array_step_when: ClassVar[dict[str, str]] = {}  # `run_arrays`: any queue
+
+    def run_arrays(self, step: ArrayStep) -> None:
+        """`run` over an array step (`schedir.ir.array_step`)."""
+        pending = step.pending(self.queue)
+        if pending is None:
+            return
+        facts = step.facts
+        rows = pending.pending
+        total = step.column("total")[rows]
+        mml, cache = facts.max_model_len, facts.total_blocks * facts.block_size
+        longest = int(total.max())
+        fits = longest < mml and longest <= cache
+        if fits and mml - 1 <= cache:
+            return
+        prompt, max_tokens = step.column("prompt")[rows], step.column("max_tokens")[rows]
+        if fits and int((prompt + max_tokens).max()) - 1 <= cache:
+            return
+        too_long, too_big = oversized(total, prompt, max_tokens, mml, facts.total_blocks, facts.block_size)
+        bad = too_long | too_big
+        if not bad.any():
+            return
+        reasons = np.where(too_long, int(Reason.TOO_LONG), int(Reason.EXCEEDS_CACHE))
+        step.reject(pending, rows[bad], reasons[bad])
+        step.keep(pending, np.flatnonzero(~bad))
 
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)

@@ -8,11 +8,12 @@ from typing import ClassVar
 import numpy as np
 
 from schedir.dialects.mem import AllocOp
+from schedir.ir.array_step import ArrayStep
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
 from schedir.ir.window import WindowContext
 from schedir.lowering.steady_layout import WINDOW_NOBODY, window_steady_lowered
-from schedir.passes.kernels import fit_pending
+from schedir.passes.kernels import fit_arrays, fit_pending
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,21 @@ class ScheduleRunning(StepPass):
     def swapped_window(self, ctx: WindowContext) -> np.ndarray | None:
         """Nobody swapped: it schedules its own queue (the running one)."""
         return ctx.NONE if self.queue != "swapped" else None
+
+    array_step_when: ClassVar[dict[str, str]] = {}  # `run_arrays`: any options
+
+    def run_arrays(self, step: ArrayStep) -> None:
+        """`run` over an array step (`schedir.ir.array_step`)."""
+        pending = step.pending(self.queue)
+        if pending is None:
+            return
+        fit = fit_arrays(step, pending, prefix_hits=False, chunk=self.chunk, stop_at_first=False,
+                         preempt=self.preempt)
+        step.schedule(pending, fit.run_ids, fit.run_tokens)
+        step.alloc(fit.alloc_ids, fit.alloc_blocks)
+        step.preempt(pending, "recompute", fit.preempt_ids)
+        step.defer(pending, fit.defer_ids, fit.defer_reasons)
+        step.decided(pending)
 
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)

@@ -11,6 +11,7 @@ import numpy as np
 from schedir.dialects.columns import joined_columns
 from schedir.dialects.mem import AllocOp, MatchOp, ShareOp, SwapInOp
 from schedir.dialects.req import OUTCOMES, ScheduleOp
+from schedir.ir.array_step import ArrayStep
 from schedir.ir.errors import PassFailure
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
@@ -110,6 +111,57 @@ class VerifyStep(StepPass):
         problems = self.problems(step)
         if problems:
             raise PassFailure(self.name, f"step {step.facts.step} is illegal: " + "; ".join(problems))
+
+    array_step_when: ClassVar[dict[str, str]] = {}  # `run_arrays`: any options
+
+    def run_arrays(self, step: ArrayStep) -> None:
+        """`run` over an array step (`schedir.ir.array_step`): the same checks, the same message."""
+        problems = self.array_problems(step)
+        if problems:
+            raise PassFailure(self.name, f"step {step.facts.step} is illegal: " + "; ".join(problems))
+
+    def array_problems(self, step: ArrayStep) -> list[str]:
+        """`problems` of an array step (the IR's batch check aside: its decisions are the batch)."""
+        facts = step.facts
+        out: list[str] = []
+        if step.tokens > facts.token_budget:
+            out.append(f"{step.tokens} tokens scheduled, token budget is {facts.token_budget}")
+        if step.seqs > facts.max_seqs:
+            out.append(f"{step.seqs} requests scheduled, max_seqs is {facts.max_seqs}")
+        scheduled = step.scheduled_rows()
+        twice, _ = decision_gaps(_NO_IDS, scheduled)
+        if twice.size:
+            out.append(f"request(s) {_listed(twice)} scheduled more than once")
+        if step.free_left() < 0:
+            out.append(f"{step.blocks_taken} blocks taken, but only {facts.free_blocks} free "
+                       f"+ {step.blocks_given} given back this step")
+        parts = step.of_kind("schedule")
+        if parts:
+            blocks = step.column("blocks")
+            held = joined_columns([np.zeros(d.rows.size, dtype=np.int64) if d.queue == "swapped" else blocks[d.rows]
+                                   for d in parts])
+            tokens = joined_columns([d.values for d in parts])
+            match_ids = step.queues["waiting"].rows if step.hit is not None and "waiting" in step.queues else _NO_IDS
+            over, short = token_and_block_gaps(
+                scheduled, tokens, step.column("computed")[scheduled], step.column("total")[scheduled], held, _NO_IDS,
+                match_ids, step.hit if step.hit is not None else _NO_IDS,
+                joined_columns([e[0] for e in step.effects]), joined_columns([e[1] for e in step.effects]),
+                joined_columns([e[2] for e in step.effects]), facts.block_size)
+            if over.any():
+                out.append(f"request(s) {_listed(scheduled[over])} scheduled more tokens than they have left to "
+                           "compute")
+            if short.any():
+                out.append(f"request(s) {_listed(scheduled[short])} hold too few blocks for the tokens scheduled")
+        if self.complete:
+            for name, q in step.queues.items():
+                got = joined_columns([d.rows for d in step.decisions if d.queue == name])
+                twice, undecided = decision_gaps(q.rows, got)
+                if twice.size:
+                    out.append(f"request(s) {_listed(twice)} of queue '{name}' have more than one decision")
+                if undecided.size:
+                    out.append(f"request(s) {_listed(undecided)} of queue '{name}' have no decision "
+                               "(schedule, defer, reject or preempt)")
+        return out
 
     def problems(self, step: Step) -> list[str]:
         facts, used = step.facts, step.usage()

@@ -28,6 +28,7 @@ class RuntimeMetrics:
     running_steps: int = 0  # of them, running steps
     ranked_steps: int = 0  # IR steps built over a ranked window (the head of the order: Scheduler._waiting_window)
     ranked_rebuilt: int = 0  # ... that did not hold and were built again over the whole queue
+    array_steps: int = 0  # IR steps decided over arrays, no ops built (`schedir.ir.array_step`)
     scheduled_tokens: int = 0
     prefix_hit_tokens: int = 0
     step_seconds: np.ndarray = attrs.field(factory=lambda: np.zeros(STEP_WINDOW))  # a ring: step k at k % size

@@ -34,6 +34,7 @@ from schedir.dialects.req import DeferOp, PreemptOp, RejectOp, ScheduleOp
 from schedir.dialects.req import SetStateOp as ReqSetStateOp
 from schedir.dialects.sched import SetStateOp as SchedSetStateOp
 from schedir.dialects.sched import StepFacts, decoded_state_values
+from schedir.ir.array_step import ArrayQueue, ArrayStep
 from schedir.ir.builder import RecycledStep, build_step
 from schedir.ir.errors import PassFailure, PipelineError
 from schedir.ir.fastop import dispose
@@ -41,7 +42,7 @@ from schedir.ir.pass_base import StepPass
 from schedir.ir.pipeline import Instrumentation, PassManager
 from schedir.ir.running_step import RunningStep
 from schedir.ir.state import RequestState
-from schedir.ir.step import Step, root_queue, steps_of
+from schedir.ir.step import Step, positions, root_queue, steps_of
 from schedir.ir.window import WindowContext
 from schedir.lowering.hashing import extend_hashes
 from schedir.lowering.kv_pool import KVPool, commit, match_rows
@@ -141,6 +142,9 @@ class Scheduler:
                                                         enable_caching=cfg.enable_prefix_caching,
                                                         host_blocks=cfg.num_cpu_blocks)
         self.metrics = RuntimeMetrics()  # its denominators are set by _install_pipeline
+        # IR steps over arrays where the pipeline declares them (off: every IR step builds its IR,
+        # the tests' reference for `schedir.ir.array_step`)
+        self._arrays_allowed = True
         self._install_pipeline(cfg)
         # Rows reject-oversized will refuse (decided at arrival: a waiting request's length and
         # peak never change), so the window includes them without checking every row each step.
@@ -307,6 +311,11 @@ class Scheduler:
         self._running_decider = (deciders[0] if not swap_queue and not cfg.verify_each and not radix
                                  and len(deciders) == 1 and not manager.state.requests
                                  and all(p.decides_running_steps() for p in manager.passes) else None)
+        # IR steps over arrays (`schedir.ir.array_step`) when every pass decides them as its IR run,
+        # on the count-level pool; after one IR step (the pipeline's checks) and never when asked for the IR
+        self._array_pipeline = (not self.pool_level and not cfg.verify_each
+                                and all(p.decides_array_steps() for p in manager.passes))
+        self._arrays_ready = False
         self._steady_budget = cfg.max_num_batched_tokens
         for p in manager.passes:
             self._steady_budget = p.steady_token_budget(self._steady_budget)
@@ -526,6 +535,11 @@ class Scheduler:
                 return out
         if self._ranked_prefix is not None:
             self.metrics.ranked_steps += 1
+        if self._arrays_ready and not dumping and not self.keep_ir:
+            out, hit_tokens = self._array_step(step, waiting)
+            self.metrics.record_step(time.perf_counter() - start, out.total_num_scheduled_tokens, hit_tokens,
+                                     self.pool.num_free)
+            return out
         while True:
             out = self._build_and_run(step, waiting, dumping)
             if out is not None:
@@ -560,13 +574,7 @@ class Scheduler:
         # a ranked window's swapped queue may be its head too (`_swapped_window`)
         swapped = self.swapped if self._ranked_prefix is None else self._ranked_prefix[3]
         work_pool = pool.copy() if dumping and self.pool_level else pool
-        facts = StepFacts(step=step, token_budget=cfg.max_num_batched_tokens, max_seqs=cfg.max_num_seqs,
-                          block_size=cfg.block_size, free_blocks=pool.num_free,
-                          cached_free_blocks=pool.num_cached_free() if cfg.enable_prefix_caching else 0,
-                          total_blocks=pool.usable_blocks, max_model_len=cfg.max_model_len, policy=cfg.policy,
-                          facts=self._initial_facts,
-                          now_us=max(round(self.clock() * 1e6), 0) if self._reads_clock else -1,
-                          host_free_blocks=self._host_free())
+        facts = self._step_facts(step)
         # a swapped request holds no device blocks: its `blocks` column counts those on the host tier
         host_blocks = pool.host.hnblk if self.swap_queue and pool.host is not None else None
         if self._state_rows.size:
@@ -606,11 +614,116 @@ class Scheduler:
         else:
             self.manager.run(module, complete_state=True)  # the queues and sched.state carry every declared state
             self._steady = self._steady_pipeline  # checked by a first run: steady steps may skip the IR now
+            self._arrays_ready = self._array_pipeline and self._arrays_allowed  # ... and IR steps may be arrays
             if self._ranked_prefix is not None and not self._ranked_window_held(module, facts):
                 if not recycled:
                     dispose(module)
                 return None
         return module, recycled
+
+    def _step_facts(self, step: int) -> StepFacts:
+        """The step's `sched.step` facts, as its IR (or its array step) sees them."""
+        cfg = self.config
+        pool = self.pool
+        return StepFacts(step=step, token_budget=cfg.max_num_batched_tokens, max_seqs=cfg.max_num_seqs,
+                         block_size=cfg.block_size, free_blocks=pool.num_free,
+                         cached_free_blocks=pool.num_cached_free() if cfg.enable_prefix_caching else 0,
+                         total_blocks=pool.usable_blocks, max_model_len=cfg.max_model_len, policy=cfg.policy,
+                         facts=self._initial_facts,
+                         now_us=max(round(self.clock() * 1e6), 0) if self._reads_clock else -1,
+                         host_free_blocks=self._host_free())
+
+    def _array_step(self, step: int, waiting: np.ndarray) -> tuple[SchedulerOutput, int]:
+        """An IR step decided over arrays (`schedir.ir.array_step`): every pass's `run_arrays` over
+        the queues `waiting` leaves, a ranked window checked as the IR's is (and the step decided
+        again over the whole queue where it did not hold), the decisions lowered as `_lower`
+        lowers the IR's. Returns the output and the admitted requests' prefix-hit tokens."""
+        while True:
+            arrays = self._decide_arrays(step, waiting)
+            if self._ranked_prefix is None or self._ranked_arrays_held(arrays):
+                break
+            self.metrics.ranked_rebuilt += 1  # as the IR path: the whole queue, and back off a while
+            waiting = self.waiting
+            self._ranked_prefix = None
+            self._ranked_backoff = min(2 * self._ranked_backoff + 1, 32)
+            self._ranked_wait = self._ranked_backoff
+        if self._ranked_prefix is not None:
+            self._ranked_backoff = 0
+        self.metrics.array_steps += 1
+        out = self._lower_arrays(arrays, step)
+        self._queued_state_writes += 1  # an IR step may change what the queued requests' answers read
+        return out
+
+    def _decide_arrays(self, step: int, waiting: np.ndarray) -> ArrayStep:
+        """The step's queues as `_build_and_run` would build them, decided by every pass's `run_arrays`."""
+        cfg = self.config
+        pool = self.pool
+        d = self.table.data
+        running = self.running
+        swapped = self.swapped if self._ranked_prefix is None else self._ranked_prefix[3]
+        d[T.BLOCKS, running] = pool.nblk[running]  # the step's columns show the blocks held now
+        queues = {"running": ArrayQueue("running", running, running, np.arange(running.size)),
+                  "waiting": ArrayQueue("waiting", waiting, waiting, np.arange(waiting.size))}
+        if self.swap_queue:
+            if pool.host is not None and swapped.size:  # a swapped request's are its host blocks
+                d[T.BLOCKS, swapped] = pool.host.hnblk[swapped]
+            queues["swapped"] = ArrayQueue("swapped", swapped, swapped, np.arange(swapped.size))
+        hit = cached_free = None
+        if cfg.enable_prefix_caching and waiting.size:
+            hit, cached_free = match_rows(waiting, d[T.TOTAL, waiting], cfg.block_size, pool.ref, pool.rhash,
+                                          pool.nhash, pool.cache)
+        data = d.view()
+        data.flags.writeable = False  # read-only, as the IR's columns: the kernels see one signature
+        table = self.table
+        arrays = ArrayStep(self._step_facts(step), data, _COLUMN_INDEX, table.state, table.state_index, queues,
+                           hit, cached_free)
+        for p in self.manager.passes:
+            p.run_arrays(arrays)
+        return arrays
+
+    def _ranked_arrays_held(self, arrays: ArrayStep) -> bool:
+        """`_ranked_window_held` for an array step: the same three checks over its decisions."""
+        head, window, behind, _ = self._ranked_prefix
+        facts = arrays.facts
+        if arrays.tokens < facts.token_budget and arrays.seqs + arrays.running_not_scheduled() < facts.max_seqs:
+            return False
+        if behind.size:
+            stopped = 0
+            for decision in arrays.of_kind("defer"):
+                at = np.isin(decision.rows, behind)
+                if not np.isin(decision.values[at], _WALK_STOPPED).all():
+                    return False
+                stopped += int(at.sum())
+            if stopped < behind.size:
+                return False
+        beyond = np.setdiff1d(window, head, assume_unique=True)
+        return not beyond.size or not np.isin(arrays.scheduled_rows(), beyond).any()
+
+    def _lower_arrays(self, arrays: ArrayStep, step: int) -> tuple[SchedulerOutput, int]:
+        """`_lower` for an array step: its decisions, in the order the passes took them."""
+        parts, part_tokens, admitted, swapped_in, preempted, swapped_out, rejected = [], [], [], [], [], [], []
+        for decision in arrays.decisions:
+            kind = decision.kind
+            if kind == "schedule":
+                parts.append(decision.rows)
+                part_tokens.append(decision.values)
+                if decision.queue == "swapped":
+                    swapped_in.append(decision.rows)
+                elif decision.queue != "running":
+                    admitted.append(decision.rows)
+            elif kind == "preempt":
+                (swapped_out if decision.mode == "swap" else preempted).append(decision.rows)
+            elif kind == "reject":
+                rejected.append((decision.rows, decision.values))
+        if arrays.write_state():
+            self._request_state_writes += 1
+            self._queued_state_writes += 1
+        new_rows = joined_columns(admitted)
+        new_computed: np.ndarray | int = 0
+        if new_rows.size and arrays.hit is not None:  # admitted requests start from their prefix hit
+            new_computed = arrays.hit[positions(arrays.queues["waiting"].rows, new_rows)]
+        return self._apply_decisions(step, joined_columns(parts), joined_columns(part_tokens), new_rows,
+                                     new_computed, joined_columns(preempted), swapped_in, swapped_out, rejected)
 
     def _steady_step(self, step: int, waiting: np.ndarray, rows: np.ndarray | None = None) -> SchedulerOutput | None:
         """A steady decode step (see `StepPass.decodes_steadily`) lowered straight from the
@@ -1098,10 +1211,6 @@ class Scheduler:
     def _lower(self, block: Block, step: int) -> tuple[SchedulerOutput, int]:
         """Read the decisions back from the step's body and apply them: queues, pool, output.
         Also returns the prefix-hit tokens the admitted (new or resumed) requests start from."""
-        cfg = self.config
-        pool = self.pool
-        table = self.table
-        d = table.data
         parts: list[np.ndarray] = []
         part_tokens: list[np.ndarray] = []
         admitted: list[np.ndarray] = []
@@ -1134,8 +1243,23 @@ class Scheduler:
             op = op._next_op
         if state_writes:
             self._apply_state(state_writes)
-        rows, tokens = joined_columns(parts), joined_columns(part_tokens)
-        new_rows, gone = joined_columns(admitted), joined_columns(preempted)
+        new_rows = joined_columns(admitted)
+        new_computed = self._prefix_hits_of(matches, new_rows) if new_rows.size and matches else 0
+        return self._apply_decisions(step, joined_columns(parts), joined_columns(part_tokens), new_rows, new_computed,
+                                     joined_columns(preempted), swapped_in, swapped_out, rejected)
+
+    def _apply_decisions(self, step: int, rows: np.ndarray, tokens: np.ndarray, new_rows: np.ndarray,
+                         new_computed: np.ndarray | int, gone: np.ndarray, swapped_in: list[np.ndarray],
+                         swapped_out: list[np.ndarray], rejected: list[tuple[np.ndarray, np.ndarray]],
+                         ) -> tuple[SchedulerOutput, int]:
+        """Apply a step's decisions, read from its IR or its array step: `rows` scheduled for
+        `tokens` (batch order), `new_rows` admitted (starting from `new_computed` tokens, their
+        prefix hits), `gone` preempted by recompute, the rows swapped in and out (one array per
+        decision), `rejected` with their reasons; the pool, the queues, the output."""
+        cfg = self.config
+        pool = self.pool
+        table = self.table
+        d = table.data
         if swapped_out or swapped_in:  # vLLM v0's swap: rows move between running and the swapped queue
             resumed = joined_columns(swapped_in)
             out_rows = joined_columns(swapped_out)
@@ -1147,7 +1271,7 @@ class Scheduler:
 
         # Admitted requests start from their prefix hit.
         if new_rows.size:
-            d[T.COMPUTED, new_rows] = self._prefix_hits_of(matches, new_rows) if matches else 0
+            d[T.COMPUTED, new_rows] = new_computed
         if not self.pool_level:
             if out_rows.size or resumed.size:  # a count-level pass swapped: the copies happen here
                 self._swap_rows(out_rows, resumed, step)

@@ -99,6 +99,9 @@ def cmd_passes(out: TextIO) -> int:
             out.write("    running:     declared: in a running step (nobody admissible waiting) it decides "
                       + ("the running queue alone\n" if cls.decide_running is not StepPass.decide_running
                          else "nothing\n"))
+        if _declares_by_default(cls, "decides_array_steps"):
+            out.write("    arrays:      declared: it decides an IR step over arrays as over its IR "
+                      "(a pipeline whose passes all say so builds no IR ops for its steps)\n")
     out.write("\npresets\n")
     for name, spec in sorted(default_presets().items()):
         out.write(f"    {name}: {spec}\n")

@@ -1,0 +1,217 @@
+"""An IR step decided over the runtime's arrays: the same passes, the same decisions, no ops built.
+
+An IR step costs its build, one xDSL op per decision and the walks that read them back (~1-2 ms
+for FastServe's eight passes over ~800 requests, where its decisions are a few kernel calls).
+A pass that declares it (`StepPass.decides_array_steps`) also decides from an `ArrayStep`: the
+step's queues as table rows, in the order the passes leave them, the decisions so far as
+arrays, and the budgets they consumed, read with the calls a pass makes of a `Step`
+(`pending`, `sort`, `keep`, `schedule`, `defer`, `preempt`, `set_state`, `usage`, `served`).
+Its `run_arrays` is written rule for rule after its `run`, and the runtime checks nothing
+else: the two are compared step by step (`tests/test_array_step.py`). When every pass of a
+pipeline declares, the runtime takes its IR steps this way unless it is asked for the IR
+(dumps, `keep_ir`, `verify_each`); the decisions are lowered as the IR's are.
+
+Request state a pass writes (`set_state`) is seen by the passes after it, as a `req.set_state`
+is: the written columns are copied once per step (a whole-table row, a few µs) and written into
+the table when the step is lowered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import attrs
+import numpy as np
+
+from schedir.dialects.sched import StepFacts
+
+EMPTY = np.zeros(0, dtype=np.int64)
+EMPTY.flags.writeable = False
+
+
+class ArrayServed(NamedTuple):
+    """One scheduling decision's service (`ArrayStep.served`): its rows and their tokens."""
+
+    rows: np.ndarray
+    prefill: np.ndarray  # prompt tokens computed this step, per request
+    decode: np.ndarray  # generated-token positions computed this step, per request
+
+
+@attrs.define(eq=False, slots=True)
+class ArrayQueue:
+    """One queue of an array step: every request the step's `req.queue` would hold (table rows,
+    queue order), and those not decided yet in the order the passes left them (`pending`, with
+    their positions in `rows`, `at`; None once a pass decided them all)."""
+
+    name: str
+    rows: np.ndarray
+    pending: np.ndarray | None
+    at: np.ndarray | None
+
+
+@attrs.define(eq=False, slots=True)
+class Decision:
+    """One decision on requests of a queue, in the order the passes took them (an IR op's worth):
+    kind is 'schedule' (with tokens), 'defer' / 'reject' (with reasons) or 'preempt' (mode)."""
+
+    kind: str
+    queue: str
+    rows: np.ndarray
+    values: np.ndarray = EMPTY  # tokens, or reasons
+    mode: str = ""  # a preemption's: "recompute" or "swap"
+
+
+@attrs.define(eq=False)
+class ArrayStep:
+    """What the passes read and decide in an array step (see the module docstring). Columns are
+    whole-table rows indexed by request row (`column`, `state`): `data` is the runtime's table,
+    read only here; `blocks` holds every queued request's block count as the step's queue
+    columns show it (device blocks, host blocks for a swapped one)."""
+
+    facts: StepFacts
+    data: np.ndarray
+    column_index: dict[str, int]
+    state_table: np.ndarray
+    state_index: dict[str, int]
+    queues: dict[str, ArrayQueue]
+    hit: np.ndarray | None = None  # prefix-hit tokens of the waiting queue, aligned with its rows
+    cached_free: np.ndarray | None = None
+    tokens: int = 0
+    seqs: int = 0
+    blocks_taken: int = 0
+    blocks_given: int = 0
+    decisions: list[Decision] = attrs.field(factory=list)
+    # block effects per request, as the IR's mem ops hold them: (rows, blocks, shared blocks)
+    effects: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = attrs.field(factory=list)
+    state_written: dict[str, np.ndarray] = attrs.field(factory=dict)  # name -> whole-table copy
+    state_rows: list[np.ndarray] = attrs.field(factory=list)  # rows written, per write
+
+    # ------------------------------------------------------------ queues
+    def queue(self, name: str) -> ArrayQueue | None:
+        return self.queues.get(name)
+
+    def pending(self, name: str) -> ArrayQueue | None:
+        """The queue when some of its requests are not decided yet, else None (`Step.pending`)."""
+        q = self.queues.get(name)
+        if q is None or q.pending is None or not q.pending.size:
+            return None
+        return q
+
+    def sort(self, q: ArrayQueue, order: np.ndarray) -> None:
+        """Reorder the pending requests (`order`: positions in the pending set)."""
+        q.pending = q.pending[order]  # type: ignore[index]
+        q.at = q.at[order]  # type: ignore[index]
+
+    def keep(self, q: ArrayQueue, picked: np.ndarray) -> None:
+        """Leave `picked` (positions in the pending set) pending, in that order (`Step.keep`);
+        the others have their decisions."""
+        q.pending = q.pending[picked]  # type: ignore[index]
+        q.at = q.at[picked]  # type: ignore[index]
+
+    @staticmethod
+    def decided(q: ArrayQueue) -> None:
+        """Every pending request of `q` has its decision now."""
+        q.pending = None
+        q.at = None
+
+    # ------------------------------------------------------------ columns
+    def column(self, name: str) -> np.ndarray:
+        """A queue column of every table row (`blocks`: see the class docstring)."""
+        return self.data[self.column_index[name]]
+
+    def state(self, name: str) -> np.ndarray:
+        """Declared request state of every row, with this step's writes so far."""
+        written = self.state_written.get(name)
+        return written if written is not None else self.state_table[self.state_index[name]]
+
+    def set_state(self, rows: np.ndarray, **columns: np.ndarray) -> None:
+        """New values of declared request state for `rows`, seen by the passes after this one
+        and kept from the next step on (`Step.set_request_state`)."""
+        if not rows.size:
+            return
+        for name, values in columns.items():
+            written = self.state_written.get(name)
+            if written is None:
+                written = self.state_written[name] = self.state_table[self.state_index[name]].copy()
+            written[rows] = values
+        self.state_rows.append(rows)
+
+    def write_state(self) -> bool:
+        """Write the step's request-state writes into the table (when it is lowered); whether any."""
+        if not self.state_rows:
+            return False
+        rows = np.concatenate(self.state_rows) if len(self.state_rows) > 1 else self.state_rows[0]
+        for name, written in self.state_written.items():
+            self.state_table[self.state_index[name], rows] = written[rows]
+        return True
+
+    # ------------------------------------------------------------ decisions
+    def schedule(self, q: ArrayQueue, rows: np.ndarray, tokens: np.ndarray) -> None:
+        if rows.size:
+            self.decisions.append(Decision("schedule", q.name, rows, tokens))
+            self.tokens += int(tokens.sum())
+            self.seqs += rows.size
+
+    def defer(self, q: ArrayQueue, rows: np.ndarray, reasons: np.ndarray) -> None:
+        if rows.size:
+            self.decisions.append(Decision("defer", q.name, rows, reasons))
+
+    def reject(self, q: ArrayQueue, rows: np.ndarray, reasons: np.ndarray) -> None:
+        if rows.size:
+            self.decisions.append(Decision("reject", q.name, rows, reasons))
+
+    def preempt(self, q: ArrayQueue, mode: str, rows: np.ndarray) -> None:
+        if rows.size:
+            self.decisions.append(Decision("preempt", q.name, rows, mode=mode))
+
+    def alloc(self, rows: np.ndarray, blocks: np.ndarray) -> None:
+        """New blocks for `rows` (`mem.alloc`; `mem.swap_in` too: the host blocks copied back)."""
+        if rows.size:
+            self.blocks_taken += int(blocks.sum())
+            self.effects.append((rows, blocks, np.zeros(rows.size, dtype=np.int64)))
+
+    def share(self, rows: np.ndarray, blocks: np.ndarray, revived: np.ndarray) -> None:
+        """Cached prefix blocks `rows` share (`mem.share`): the `revived` ones leave the free queue."""
+        if rows.size:
+            self.blocks_taken += int(revived.sum())
+            self.effects.append((rows, blocks, blocks))
+
+    # ------------------------------------------------------------ what the decisions use
+    def free_left(self) -> int:
+        return self.facts.free_blocks + self.blocks_given - self.blocks_taken
+
+    def of_kind(self, kind: str, queue: str | None = None) -> list[Decision]:
+        return [d for d in self.decisions if d.kind == kind and (queue is None or d.queue == queue)]
+
+    def scheduled_rows(self) -> np.ndarray:
+        parts = [d.rows for d in self.decisions if d.kind == "schedule"]
+        return EMPTY if not parts else parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def running_not_scheduled(self, queue: str = "running") -> int:
+        """Requests of `queue` this step neither scheduled nor preempted: they keep their slots
+        (`admit_greedy.running_not_scheduled`)."""
+        q = self.queues.get(queue)
+        if q is None or not q.rows.size:
+            return 0
+        gone = [d.rows for d in self.decisions if d.queue == queue and d.kind in ("schedule", "preempt")]
+        done = np.unique(np.concatenate(gone)).size if gone else 0
+        return q.rows.size - done
+
+    def prefix_hit_source(self, q: ArrayQueue) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(hit, cached_free, positions): pending request i of `q` has `hit[positions[i]]`
+        (`Step.prefix_hit_source`; three empty arrays without the step's prefix hits)."""
+        if q.name != "waiting" or self.hit is None or q.at is None:
+            return EMPTY, EMPTY, EMPTY
+        return self.hit, self.cached_free, q.at  # type: ignore[return-value]
+
+    def served(self) -> Iterator[ArrayServed]:
+        """This step's service so far, one per scheduling decision (`Step.served`): tokens below
+        the prompt's end count as prefill, the rest as decode."""
+        computed_of, prompt_of = self.column("computed"), self.column("prompt")
+        for d in self.decisions:
+            if d.kind != "schedule":
+                continue
+            computed = computed_of[d.rows]
+            prefill = np.clip(np.minimum(computed + d.values, prompt_of[d.rows]) - computed, 0, None)
+            yield ArrayServed(d.rows, prefill, d.values - prefill)
