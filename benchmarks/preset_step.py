@@ -10,6 +10,12 @@ drift in the machine's speed moves them all alike.
 
     python benchmarks/preset_step.py                  # every engine preset, 32 and 256
     python benchmarks/preset_step.py --presets vllm,vtc --sizes 32 --steps 300
+    python benchmarks/preset_step.py --finishing      # requests finish: admissions, IR steps' median
+
+`--finishing` gives each request 20-399 tokens to generate, so requests finish and the head of
+the queue is admitted every few steps: most steps then run their IR (or decide it over arrays,
+`schedir.ir.array_step`), and the IR med column compares those steps with `vllm`'s own
+admission steps.
 """
 
 from __future__ import annotations
@@ -32,9 +38,10 @@ def engine_presets() -> list[str]:
     return [name for name in PRESETS if name not in ROUTER_PRESETS]
 
 
-def _decoding_scheduler(preset: str, n: int, waiting: int | None = None) -> Scheduler:
+def _decoding_scheduler(preset: str, n: int, waiting: int | None = None, finishing: bool = False) -> Scheduler:
     """A scheduler of `preset` with N requests decoding and `waiting` (default N/2) waiting behind
-    max_num_seqs."""
+    max_num_seqs (`finishing`: each generates 20-399 tokens, so requests finish and the queue's
+    head is admitted every few steps, in IR steps; else 1,000, none finishes while timed)."""
     passes = PassManager.parse(PRESETS[preset]).passes
     no_cache = any(p.no_prefix_cache for p in passes)  # vllm-v0: v0's prefix caching is not reproduced
     cfg = SchedulerConfig(num_blocks=n * 80 + 64, block_size=16, max_num_batched_tokens=16384, max_num_seqs=n,
@@ -43,7 +50,7 @@ def _decoding_scheduler(preset: str, n: int, waiting: int | None = None) -> Sche
     s = Scheduler(cfg, clock=lambda: 0.0)  # every request fresh: order-slo keeps them all
     for i in range(n + (n // 2 if waiting is None else waiting)):
         tokens = (np.arange(PROMPT) + i * PROMPT) % 30000 + 1
-        s.add_request(Request(f"r{i}", tokens, max_tokens=1000, arrival_time=0.0,
+        s.add_request(Request(f"r{i}", tokens, max_tokens=20 + (i * 7919) % 380 if finishing else 1000, arrival_time=0.0,
                               state={"tenant": i % 4} if preset == "vtc" else {}))
     for _ in range(8):  # until every running request decodes
         out = s.schedule()
@@ -51,45 +58,64 @@ def _decoding_scheduler(preset: str, n: int, waiting: int | None = None) -> Sche
     return s
 
 
-def _timed_steps(s: Scheduler, steps: int, into: list[float]) -> int:
-    """Time `steps` steps into `into`; returns how many of them ran their IR (not steady)."""
+def _timed_steps(s: Scheduler, steps: int, into: list[float], ir_into: list[float] | None = None) -> int:
+    """Time `steps` steps into `into` (and the IR steps' also into `ir_into`); returns how many of
+    them ran their IR or decided it over arrays (not steady)."""
     clock = time.perf_counter
     steady = s.metrics.steady_steps
     for _ in range(steps):
+        before = s.metrics.steady_steps
         start = clock()
         out = s.schedule()
-        into.append(clock() - start)
+        took = clock() - start
+        into.append(took)
+        if ir_into is not None and s.metrics.steady_steps == before:
+            ir_into.append(took)
         s.update(out, np.full(len(out.req_ids), 7, dtype=np.int64))
     return steps - (s.metrics.steady_steps - steady)
 
 
-def median_step_us(preset: str, n: int, steps: int, waiting: int | None = None) -> float:
+def median_step_us(preset: str, n: int, steps: int, waiting: int | None = None, finishing: bool = False) -> float:
     """One preset alone: its median `schedule()` over `steps` decode steps."""
     times: list[float] = []
-    _timed_steps(_decoding_scheduler(preset, n, waiting), steps, times)
+    _timed_steps(_decoding_scheduler(preset, n, waiting, finishing), steps, times)
     return float(np.median(times)) * 1e6
 
 
 def interleaved_medians(cases: list[tuple[str, int]], steps: int, rounds: int = 10,
                         waiting: int | None = None,
                         ir_share: dict[tuple[str, int], float] | None = None,
-                        means: dict[tuple[str, int], float] | None = None) -> dict[tuple[str, int], float]:
+                        means: dict[tuple[str, int], float] | None = None,
+                        finishing: bool = False,
+                        ir_medians: dict[tuple[str, int], float] | None = None) -> dict[tuple[str, int], float]:
     """Every case's median `schedule()`, the cases taking turns in `rounds` rounds of steps/rounds
     steps each: a machine whose speed drifts (a shared 2-core box) moves every case alike, so the
     ratios to `vllm` hold even when the absolute figures wander. `ir_share`, when given, gets
-    each case's share of steps that ran their IR (a policy that preempts decides those)."""
-    schedulers = {case: _decoding_scheduler(*case, waiting) for case in cases}
+    each case's share of steps that ran their IR (a policy that preempts decides those), and
+    `ir_medians` the median of those steps alone (nan: none)."""
+    schedulers = {case: _decoding_scheduler(*case, waiting, finishing) for case in cases}
     times: dict[tuple[str, int], list[float]] = {case: [] for case in cases}
+    ir_times: dict[tuple[str, int], list[float]] = {case: [] for case in cases}
     ir_steps = dict.fromkeys(cases, 0)
     per_round = max(1, steps // rounds)
     for _ in range(rounds):
         for case, s in schedulers.items():
-            ir_steps[case] += _timed_steps(s, per_round, times[case])
+            ir_steps[case] += _timed_steps(s, per_round, times[case], ir_times[case])
     if ir_share is not None:
         ir_share.update({case: ir_steps[case] / len(times[case]) for case in cases})
+    if ir_medians is not None:
+        ir_medians.update({case: float(np.median(t)) * 1e6 if t else float("nan") for case, t in ir_times.items()})
     if means is not None:  # every step's mean, the IR steps' cost included (a median hides it)
         means.update({case: float(np.mean(t)) * 1e6 for case, t in times.items()})
     return {case: float(np.median(t)) * 1e6 for case, t in times.items()}
+
+
+def _ir_cell(value: float, base: float) -> str:
+    """An IR-median cell: µs and the ratio to vllm's ('-' where a case ran no IR step)."""
+    if value != value:  # nan: no IR step
+        return f"{'-':>7} {'-':>6}"
+    ratio = f"{value / base:5.2f}x" if base == base else f"{'-':>6}"
+    return f"{value:7.0f} {ratio}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--waiting", type=int, help="requests waiting behind the full batch (default N/2): "
                         "an overload shows whether a preset's step grows with the queue")
+    parser.add_argument("--finishing", action="store_true", help="requests generate 20-399 tokens, so they finish "
+                        "and the queue's head is admitted every few steps: the IR steps' cost (IR med) shows")
     args = parser.parse_args(argv)
     presets = [p for p in args.presets.split(",") if p]
     sizes = [int(x) for x in args.sizes.split(",")]
@@ -106,19 +134,22 @@ def main(argv: list[str] | None = None) -> int:
         presets.insert(0, "vllm")
     for preset in presets:  # compile and load every kernel a preset's steps use before timing any (the
         for n in sizes:      # first load of a cached kernel costs ms, which a mean would charge to the preset)
-            median_step_us(preset, n, 60, args.waiting)
+            median_step_us(preset, n, 60, args.waiting, args.finishing)
     share: dict[tuple[str, int], float] = {}
     means: dict[tuple[str, int], float] = {}
+    ir_medians: dict[tuple[str, int], float] = {}
     results = interleaved_medians([(p, n) for n in sizes for p in presets], args.steps, waiting=args.waiting,
-                                  ir_share=share, means=means)
+                                  ir_share=share, means=means, finishing=args.finishing, ir_medians=ir_medians)
     behind = "N/2" if args.waiting is None else f"{args.waiting:,}"
-    print(f"schedule() median, µs ({args.steps} decode steps in 10 interleaved rounds, N running + {behind} waiting); "
-          "x = / vllm's; IR = share of steps that ran their IR (the rest: steady steps); mean = every step's "
-          "mean, µs (the IR steps' cost shows there)")
-    print(f"{'preset':<18}" + "".join(f"{f'N={n}':>33}" for n in sizes))
+    print(f"schedule() median, µs ({args.steps} {'steps, requests finishing' if args.finishing else 'decode steps'} "
+          f"in 10 interleaved rounds, N running + {behind} waiting); x = / vllm's; IR = share of steps that ran "
+          "their IR (or decided it over arrays; the rest: steady steps); mean = every step's mean, µs (the IR "
+          "steps' cost shows there); IR med = those steps' median, µs, and / vllm's")
+    print(f"{'preset':<18}" + "".join(f"{f'N={n}':>48}" for n in sizes))
     for p in presets:
         cells = "".join(f"{results[(p, n)]:10.1f} {results[(p, n)] / results[('vllm', n)]:5.2f}x "
-                        f"{share[(p, n)]:4.0%} IR {means[(p, n)]:8.1f}" for n in sizes)
+                        f"{share[(p, n)]:4.0%} IR {means[(p, n)]:8.1f} "
+                        + _ir_cell(ir_medians[(p, n)], ir_medians[("vllm", n)]) for n in sizes)
         print(f"{p:<18}{cells}")
     return 0
 
