@@ -50,8 +50,8 @@ def _decoding_scheduler(preset: str, n: int, waiting: int | None = None, finishi
     s = Scheduler(cfg, clock=lambda: 0.0)  # every request fresh: order-slo keeps them all
     for i in range(n + (n // 2 if waiting is None else waiting)):
         tokens = (np.arange(PROMPT) + i * PROMPT) % 30000 + 1
-        s.add_request(Request(f"r{i}", tokens, max_tokens=20 + (i * 7919) % 380 if finishing else 1000, arrival_time=0.0,
-                              state={"tenant": i % 4} if preset == "vtc" else {}))
+        s.add_request(Request(f"r{i}", tokens, max_tokens=20 + (i * 7919) % 380 if finishing else 1000,
+                              arrival_time=0.0, state={"tenant": i % 4} if preset == "vtc" else {}))
     for _ in range(8):  # until every running request decodes
         out = s.schedule()
         s.update(out, np.full(len(out.req_ids), 7, dtype=np.int64))
