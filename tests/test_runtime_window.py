@@ -217,11 +217,13 @@ def test_only_the_vllm_preset_bounds_the_window_by_seats_budget_and_blocks():
     assert not Scheduler(SchedulerConfig(long_prefill_token_threshold=32))._vllm_rules()
 
 
-def run_declared(window: bool, pipeline: str, policy: str, seed: int, num_blocks: int) -> tuple[list[tuple], int]:
+def run_declared(window: bool, pipeline: str, policy: str, seed: int, num_blocks: int,
+                 metrics: dict | None = None) -> tuple[list[tuple], int]:
     """A pipeline whose passes declare a waiting window (`StepPass.waiting_window`), over arrivals
     far more than max_num_seqs serves (shared prefixes, four tenants, tight TTFT targets, a few
     prompts no pool could hold, preemptions or retractions when the pool is small), with or
-    without the window: every step's output and every piece of state must agree."""
+    without the window: every step's output and every piece of state must agree. `metrics`,
+    when given, gets the run's ranked steps and array steps."""
     whole_prompts = pipeline in ("orca", "vllm-v0", "vllm-v0-swap")  # their budget holds max_model_len
     v0 = pipeline.startswith("vllm-v0")
     cfg = SchedulerConfig(num_blocks=num_blocks, block_size=4, max_num_batched_tokens=256 if whole_prompts else 64,
@@ -276,8 +278,11 @@ def run_declared(window: bool, pipeline: str, policy: str, seed: int, num_blocks
         sched.update(out, np.where(out.sampled, 7, -1))
         now[0] += 0.01
         assert len(decisions) < 20000
-    metrics = sched.get_metrics()
-    assert metrics["finished_requests"] + metrics["rejected_requests"] == n
+    done = sched.get_metrics()
+    assert done["finished_requests"] + done["rejected_requests"] == n
+    if metrics is not None:
+        metrics.update(ranked=sched.metrics.ranked_steps, rebuilt=sched.metrics.ranked_rebuilt,
+                       arrays=sched.metrics.array_steps)
     return decisions, windowed_steps
 
 
@@ -307,6 +312,29 @@ def test_declared_window_keeps_every_decision_and_state(pipeline, policy, num_bl
     assert len(windowed) == len(whole)
     for step, (a, b) in enumerate(zip(windowed, whole, strict=True)):
         assert a == b, f"step {step + 1} differs"
+
+
+@pytest.mark.parametrize("pipeline,policy", [("base", "fcfs"), ("base-priority", "priority")])
+def test_fcfs_and_priority_orders_give_admission_a_ranked_window(pipeline, policy):
+    """order-fcfs and order-priority declare the key they sort by (`waiting_rank`), so the seed's
+    admission (admit-greedy, a ranked walker) is built over the head of that order under a long
+    queue and checked after the step, as FastServe's: the same decisions as the whole queue."""
+    metrics: dict = {}
+    windowed, _ = run_declared(True, pipeline, policy, seed=6, num_blocks=400, metrics=metrics)
+    whole, _ = run_declared(False, pipeline, policy, seed=6, num_blocks=400)
+    assert metrics["ranked"] > 50 and metrics["arrays"] > 200
+    assert windowed == whole
+
+
+def test_an_order_of_no_declared_key_ends_the_rank():
+    """A pass after order-fcfs that reorders the queue by no declared key (batching-efficiency)
+    leaves admission's walk in its own order: no ranked window (the head by arrival would not be
+    the head of the walk), the whole queue, the same decisions."""
+    spec = "reject-oversized,order-fcfs,batching-efficiency,schedule-running,admit-greedy,verify-step"
+    metrics: dict = {}
+    windowed, _ = run_declared(True, spec, "fcfs", seed=6, num_blocks=400, metrics=metrics)
+    assert metrics["ranked"] == 0
+    assert windowed == run_declared(False, spec, "fcfs", seed=6, num_blocks=400)[0]
 
 
 def test_a_window_only_where_every_pass_declares_one():
@@ -454,16 +482,16 @@ def test_a_ranked_window_needs_both_checks(mutation, arrays, monkeypatch):
     real = getattr(Scheduler, name)
 
     def mutated(self, *args):  # type: ignore[no-untyped-def]
-        head, window, behind, _ = self._ranked_prefix
+        head, beyond, behind, _ = self._ranked_prefix
         if mutation == "no swapped check":
-            self._ranked_prefix = (head, window, behind[:0], self._ranked_prefix[3])
+            self._ranked_prefix = (head, beyond, behind[:0], self._ranked_prefix[3])
             return real(self, *args)
         if arrays:
             scheduled = args[0].scheduled_rows()
         else:
             from schedir.ir.step import Step
             scheduled = Step(steps_of(args[0])[0]).usage().scheduled_ids
-        return not np.isin(scheduled, np.setdiff1d(window, head)).any()
+        return not np.isin(scheduled, beyond).any()
 
     monkeypatch.setattr(Scheduler, name, mutated)
     windowed, _, _ = _fastserve_overload(True, 60, arrays=arrays)

@@ -97,6 +97,10 @@ class WindowContext:
     batch_state: dict = attrs.field(factory=dict)
     # how many of the rank's first the runtime's ranked window takes (`first_by_rank`; 0: none)
     head_size: int = 0
+    # the rank keys (waiting, swapped) of the order the passes asked so far leave the queue in
+    # (`StepPass.waiting_rank` of the last pass that orders it; None: an order of no declared key,
+    # or none yet): a pass after them that walks that order may name a head of it (`orca-admit`)
+    rank: tuple[np.ndarray, np.ndarray] | None = None
 
     NONE: ClassVar[np.ndarray] = np.zeros(0, dtype=np.int64)  # nobody
 

@@ -116,8 +116,16 @@ class OrcaAdmit(StepPass):
 
     def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
         """Nobody while every sequence slot is taken and stays taken this step (no block shortage
-        to preempt for: `WindowContext.seats_stay_taken`); else the whole queue."""
-        return ctx.nobody_while_seats_stay_taken(self.queue, self.running)
+        to preempt for: `WindowContext.seats_stay_taken`). Else, where the order before it ranks
+        the queue by a declared key (`ctx.rank`: order-fcfs, order-priority), the head of that
+        order it can reach: it admits in order into the free slots and stops at the first request
+        that does not fit, so the first free-slots + 1 of the order, and as many more as requests
+        reject-oversized takes out ahead of it (the oversized ones); else the whole queue."""
+        nobody = ctx.nobody_while_seats_stay_taken(self.queue, self.running)
+        if nobody is not None or ctx.rank is None or (self.queue, self.running) != ("waiting", "running"):
+            return nobody
+        seats = max(ctx.max_seqs - ctx.running.size, 0)
+        return ctx.first_by_rank(ctx.rank[0], seats + 1 + ctx.oversized.size)
 
     array_step_when: ClassVar[dict[str, str]] = {}  # `run_arrays`: any options
 

@@ -38,6 +38,14 @@ class OrderFcfs(StepPass):
 
     array_step_when: ClassVar[dict[str, str]] = {}  # `run_arrays`: any queue
 
+    def waiting_rank(self, ctx: WindowContext) -> tuple[np.ndarray, np.ndarray] | None:
+        """Arrival, as `run` sorts the waiting queue (a ranked window for admission's walk: the
+        runtime builds a step under a long queue over the head of this order, `schedir.ir.window`)."""
+        if self.queue != "waiting" or ctx.column_of is None:
+            return None
+        return ctx.shared(("fcfs-rank", self), lambda: (ctx.column_of("arrival")[ctx.waiting],  # type: ignore[return-value]
+                                                        ctx.column_of("arrival")[ctx.swapped]))
+
     def run_arrays(self, step: ArrayStep) -> None:
         """`run` over an array step (`schedir.ir.array_step`)."""
         pending = step.pending(self.queue)

@@ -15,6 +15,24 @@ from schedir.lowering.steady_layout import WINDOW_NOBODY, window_steady_lowered
 from schedir.passes.ordering import sort_arrays_by_columns, sort_by_columns
 
 
+_ARRIVAL_BITS = 47  # a rank key: priority (from the lowest queued) << 47 | arrival (µs; ~4 years)
+
+
+def priority_keys(priority: np.ndarray, arrival: np.ndarray, waiting: np.ndarray,
+                  swapped: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Rank keys `(priority - lowest) << 47 | arrival` of the waiting and swapped rows (by row
+    id), or None when the priorities span 2**15 or more or an arrival does not fit 47 bits."""
+    rows = np.concatenate([waiting, swapped]) if swapped.size else waiting
+    if not rows.size:
+        return waiting[:0], swapped[:0]
+    p, at = priority[rows], arrival[rows]
+    low = int(p.min())
+    if int(p.max()) - low >= 1 << 15 or int(at.min()) < 0 or int(at.max()) >= 1 << _ARRIVAL_BITS:
+        return None
+    keys = ((p - low) << _ARRIVAL_BITS) | at
+    return keys[:waiting.size], keys[waiting.size:]
+
+
 @dataclass(frozen=True)
 class OrderPriority(StepPass):
     """Order a queue by priority (lower value first), then by arrival time."""
@@ -37,6 +55,14 @@ class OrderPriority(StepPass):
         return ctx.NONE
 
     array_step_when: ClassVar[dict[str, str]] = {}  # `run_arrays`: any queue
+
+    def waiting_rank(self, ctx: WindowContext) -> tuple[np.ndarray, np.ndarray] | None:
+        """(priority, arrival) as one key, as `run` sorts the waiting queue (a ranked window for
+        admission's walk, `schedir.ir.window`); None where the priorities or arrivals do not fit it."""
+        if self.queue != "waiting" or ctx.column_of is None:
+            return None
+        return ctx.shared(("priority-rank", self), lambda: priority_keys(  # type: ignore[return-value]
+            ctx.column_of("priority"), ctx.column_of("arrival"), ctx.waiting, ctx.swapped))
 
     def run_arrays(self, step: ArrayStep) -> None:
         """`run` over an array step (`schedir.ir.array_step`)."""

@@ -50,6 +50,7 @@ from schedir.lowering.host_pool import swap_rows
 from schedir.lowering.radix_pool import KIND as RADIX_KIND
 from schedir.lowering.radix_pool import RadixKVPool
 from schedir.passes.admit_greedy import running_not_scheduled
+from schedir.passes.kernels import count_members
 from schedir.passes.reject_oversized import oversized
 from schedir.runtime import table as T
 from schedir.runtime.config import SGLANG_POLICIES, Request, SchedulerConfig
@@ -160,7 +161,8 @@ class Scheduler:
         # computed from the queued requests alone (SteadyProgram.buffers_for's memo, WindowContext.queued)
         self._queued_state_writes = 0
         self._queued_memo: tuple = (None, None, -1, {})  # (waiting, swapped, writes, answers)
-        self._ranked_prefix: tuple | None = None  # (head, window, swapped behind, swapped in step): _waiting_window
+        # (head, the rest of the step's waiting, swapped behind, swapped in step): _waiting_window
+        self._ranked_prefix: tuple | None = None
         self._ranked_backoff = 0  # window asks to skip after the next ranked window that does not hold
         self._ranked_wait = 0  # ... left to skip now
         self._back = 0  # FCFS key of the next arrival
@@ -683,7 +685,7 @@ class Scheduler:
 
     def _ranked_arrays_held(self, arrays: ArrayStep) -> bool:
         """`_ranked_window_held` for an array step: the same three checks over its decisions."""
-        head, window, behind, _ = self._ranked_prefix
+        _, beyond, behind, _ = self._ranked_prefix
         facts = arrays.facts
         if arrays.tokens < facts.token_budget and arrays.seqs + arrays.running_not_scheduled() < facts.max_seqs:
             return False
@@ -696,8 +698,7 @@ class Scheduler:
                 stopped += int(at.sum())
             if stopped < behind.size:
                 return False
-        beyond = np.setdiff1d(window, head, assume_unique=True)
-        return not beyond.size or not np.isin(arrays.scheduled_rows(), beyond).any()
+        return not beyond.size or count_members(arrays.scheduled_rows(), beyond) == 0
 
     def _lower_arrays(self, arrays: ArrayStep, step: int) -> tuple[SchedulerOutput, int]:
         """`_lower` for an array step: its decisions, in the order the passes took them."""
@@ -853,10 +854,15 @@ class Scheduler:
         parts = []
         walkers = False
         rank = None
+        ctx.rank = None
         for p in self.manager.passes:
             at = p.waiting_window(ctx)
-            if rank is None:
-                rank = p.waiting_rank(ctx)
+            ranked = p.waiting_rank(ctx)
+            if ranked is not None:
+                rank = ranked
+            elif "order" in p.provides:  # it orders the queue by no declared key: the walk follows its order
+                rank = None
+            ctx.rank = rank
             if at is None:
                 if not (p.walks_ranked and ranked_ok):
                     return waiting
@@ -871,18 +877,25 @@ class Scheduler:
             parts.append(prefix)
         if not parts:
             return _EMPTY
-        at = np.unique(np.concatenate(parts)) if len(parts) > 1 else np.sort(parts[0])
+        inside = None
+        if len(parts) > 1 or walkers:  # the union, marked (np.unique's sort costs ~50 µs over thousands)
+            inside = np.zeros(waiting.size, dtype=np.bool_)
+            for part in parts:
+                inside[part] = True
+            at = np.flatnonzero(inside)
+        else:
+            at = np.sort(parts[0])
         window = waiting[at]
         if walkers and window.size < waiting.size:
             keys, swapped_keys = rank  # type: ignore[misc]
             swapped_at = self._swapped_window(ctx, swapped_keys)
             behind = _NO_ROWS
+            beyond = inside.copy()  # type: ignore[union-attr]
+            beyond[prefix] = False  # in the step but not in the head: what the walkers must not take
             if swapped_keys.size:
                 # swapped requests ranked after a waiting one left out (equal keys: swapped first, as
                 # the passes' stable sort of both): a walk that reached them would have passed it
-                inside = np.zeros(keys.size, dtype=np.bool_)
-                inside[at] = True
-                left_out = keys[~inside]
+                left_out = keys[~inside]  # type: ignore[operator]
                 late = swapped_keys > left_out.min()
                 if swapped_at is not None:  # of those in the step (the rest rank behind them all)
                     in_step = np.zeros(swapped_keys.size, dtype=np.bool_)
@@ -890,11 +903,9 @@ class Scheduler:
                     late &= in_step
                 if late.any():
                     behind = self.swapped[late]
-                    extra = inside.copy()
-                    extra[prefix] = False
-                    if (keys[extra] < swapped_keys[late].max()).any():
+                    if (keys[beyond] < swapped_keys[late].max()).any():
                         return waiting  # requests outside the head ranked among them: no ranked window
-            self._ranked_prefix = (waiting[prefix], window, behind,
+            self._ranked_prefix = (waiting[prefix], waiting[np.flatnonzero(beyond)], behind,
                                    self.swapped if swapped_at is None else self.swapped[swapped_at])
         return window
 
@@ -909,15 +920,16 @@ class Scheduler:
         k = self.config.max_num_seqs + WINDOW_SLACK
         if swapped_keys.size <= k or swapped_keys.size != self.swapped.size:
             return None
-        parts = [ctx.first_by_rank(swapped_keys, k)]
+        inside = np.zeros(swapped_keys.size, dtype=np.bool_)
+        inside[ctx.first_by_rank(swapped_keys, k)] = True
         for p in self.manager.passes:
             at = p.swapped_window(ctx)
             if at is None:
                 if not p.walks_ranked:
                     return None
             elif at.size:
-                parts.append(at)
-        return np.unique(np.concatenate(parts))
+                inside[at] = True
+        return np.flatnonzero(inside)
 
     def _ranked_head(self, ctx: WindowContext, rank: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray | None:
         """Positions in the waiting queue of a ranked window's head: the first max_num_seqs + 16
@@ -937,7 +949,7 @@ class Scheduler:
         and the walkers (`StepPass.walks_ranked`) took nobody ranked after the head and ran out of
         sequence slots or token budget within it, so nobody left out could have been taken.
         Otherwise the runtime builds the step again over the whole queue."""
-        head, window, behind, _ = self._ranked_prefix
+        _, beyond, behind, _ = self._ranked_prefix
         step = Step(steps_of(module)[0])
         used = step.usage()
         if (used.tokens < facts.token_budget
@@ -953,8 +965,7 @@ class Scheduler:
                 stopped += int(at.sum())
             if stopped < behind.size:  # one of them resumed
                 return False
-        beyond = np.setdiff1d(window, head, assume_unique=True)
-        return not beyond.size or not np.isin(used.scheduled_ids, beyond).any()
+        return not beyond.size or count_members(used.scheduled_ids, beyond) == 0
 
     def _window_context(self, waiting: np.ndarray, steady: bool,
                         scheduler_state: Mapping[str, float | np.ndarray], now_us: int = -1,
@@ -984,6 +995,7 @@ class Scheduler:
         ctx.swapped = self.swapped
         ctx.host_free_blocks = self._host_free()
         ctx.queued_memo = self._queued_answers(waiting)
+        ctx.rank = None
         return ctx
 
     def _queued_answers(self, waiting: np.ndarray) -> dict:
