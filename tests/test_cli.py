@@ -128,9 +128,10 @@ def test_passes_show_which_declare_steady_steps(capsys):
         assert "it decides nothing" in sections[nothing], nothing
     assert "running:     declared" not in sections["schedule-running"]
     for arrays in ("reject-oversized", "mlfq-levels", "mlfq-order", "schedule-running", "mlfq-swap-in", "admit-greedy",
-                   "mlfq-account", "verify-step", "order-fcfs", "order-priority", "orca-admit"):
+                   "mlfq-account", "verify-step", "order-fcfs", "order-priority", "orca-admit",
+                   "prefix-cache-aware"):
         assert "arrays:      declared: it decides an IR step over arrays" in sections[arrays], arrays
-    for ir_only in ("vllm-admit", "sglang-admit", "prefix-cache-aware"):
+    for ir_only in ("vllm-admit", "sglang-admit", "batching-efficiency"):
         assert "arrays:" not in sections[ir_only], ir_only
     # answers held over a run of steps, and what asks them again
     assert "held:        its steady answers are asked again only when the queues, the request state or one of " \

@@ -7,6 +7,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from schedir.ir.array_step import ArrayStep
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
 from schedir.ir.window import WindowContext
@@ -43,6 +44,19 @@ class PrefixCacheAware(StepPass):
     def waiting_window(self, ctx: WindowContext) -> np.ndarray:
         """Nobody of its own: it orders what the step holds by the hits the runtime matched (admission declares what it picks from)."""
         return ctx.NONE
+
+    array_step_when: ClassVar[dict[str, str]] = {}  # `run_arrays`: any options
+
+    def run_arrays(self, step: ArrayStep) -> None:
+        """`run` over an array step (`schedir.ir.array_step`)."""
+        pending = step.pending(self.queue)
+        if pending is None:
+            return
+        rows = pending.pending
+        hit, _, at = step.prefix_hit_source(pending)
+        hit = hit[at] if hit.size else np.zeros(rows.size, dtype=np.int64)
+        hit = np.where(hit >= self.min_blocks * step.facts.block_size, hit, 0)
+        step.sort(pending, np.lexsort((step.column("arrival")[rows], -hit)))
 
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)
