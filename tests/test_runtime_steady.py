@@ -395,20 +395,28 @@ def test_array_steps_need_each_rule(mutation, monkeypatch):
     assert any(diverges(case) for case in fastserve), mutation
 
 
-def test_verify_step_refuses_an_illegal_array_step(monkeypatch):
-    """verify-step checks an array step as it checks the IR: a request scheduled twice is refused,
-    with the IR's message."""
-    real = ScheduleRunning.run_arrays
+@pytest.mark.parametrize("illegal", ["scheduled twice", "left undecided"])
+def test_verify_step_refuses_an_illegal_array_step(illegal, monkeypatch):
+    """verify-step checks an array step as it checks the IR: a request scheduled twice, or one
+    left without a decision, is refused with the IR's message."""
+    if illegal == "scheduled twice":
+        real = ScheduleRunning.run_arrays
 
-    def twice(self, step):  # type: ignore[no-untyped-def]
-        running = step.pending(self.queue)
-        rows = None if running is None else running.pending.copy()
-        real(self, step)
-        if rows is not None and rows.size:
-            step.schedule(step.queues["running"], rows[:1], np.ones(1, dtype=np.int64))
+        def broken(self, step):  # type: ignore[no-untyped-def]
+            running = step.pending(self.queue)
+            rows = None if running is None else running.pending.copy()
+            real(self, step)
+            if rows is not None and rows.size:
+                step.schedule(step.queues["running"], rows[:1], np.ones(1, dtype=np.int64))
 
-    monkeypatch.setattr(ScheduleRunning, "run_arrays", twice)
-    with pytest.raises(PassFailure, match=r"verify-step.*scheduled more than once"):
+        monkeypatch.setattr(ScheduleRunning, "run_arrays", broken)
+        message = r"verify-step.*scheduled more than once"
+    else:
+        from schedir.passes.admit_greedy import AdmitGreedy
+
+        monkeypatch.setattr(AdmitGreedy, "run_arrays", lambda self, step: None)  # nobody admitted nor deferred
+        message = r"verify-step.*of queue 'waiting' have no decision"
+    with pytest.raises(PassFailure, match=message):
         replay(False, **next(c for c in ARRAYS if c["seed"] == 82))
 
 

@@ -194,9 +194,12 @@ class ArrayStep:
         q = self.queues.get(queue)
         if q is None or not q.rows.size:
             return 0
+        from schedir.passes.kernels import count_members  # (the passes' kernels import this module)
+
         gone = [d.rows for d in self.decisions if d.queue == queue and d.kind in ("schedule", "preempt")]
-        done = np.unique(np.concatenate(gone)).size if gone else 0
-        return q.rows.size - done
+        if not gone:
+            return q.rows.size
+        return q.rows.size - count_members(q.rows, np.concatenate(gone) if len(gone) > 1 else gone[0])
 
     def prefix_hit_source(self, q: ArrayQueue) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(hit, cached_free, positions): pending request i of `q` has `hit[positions[i]]`
