@@ -359,8 +359,8 @@ ARRAYS = [c for c in CASES if c["seed"] in (81, 82, 83, 84, 11, 12, 13, 14, 15, 
 @pytest.mark.parametrize("case", ARRAYS, ids=[f"seed{c['seed']}" for c in ARRAYS])
 def test_array_steps_decide_as_the_ir(case):
     """IR steps decided over arrays (every pass's `run_arrays`, `schedir.ir.array_step`: FastServe,
-    the seed's base pipelines and prefix-aware order, Orca) take the IR's decisions: every output and state of every step
-    as with the IR built each step."""
+    the seed's base pipelines and prefix-aware order, Orca) take the IR's decisions: every output
+    and state of every step as with the IR built each step."""
     counts: dict[str, int] = {}
     arrays = replay(False, counts=counts, **case)[0]
     assert counts["array_steps"] > 50, f"only {counts['array_steps']} array steps: the case misses the path"
