@@ -143,7 +143,7 @@ def steady(args: argparse.Namespace) -> dict[str, object]:
     return _two_ways(args, "steady", args.presets or STEADY_PRESETS)
 
 
-ARRAY_PRESETS = ["fastserve", "base", "base-priority", "orca", "with-prefix-aware"]
+ARRAY_PRESETS = ["fastserve", "base", "base-priority", "orca", "with-prefix-aware", "with-all-passes"]
 
 
 def arrays(args: argparse.Namespace) -> dict[str, object]:

@@ -131,7 +131,7 @@ def test_passes_show_which_declare_steady_steps(capsys):
                    "mlfq-account", "verify-step", "order-fcfs", "order-priority", "orca-admit",
                    "prefix-cache-aware"):
         assert "arrays:      declared: it decides an IR step over arrays" in sections[arrays], arrays
-    for ir_only in ("vllm-admit", "sglang-admit", "batching-efficiency"):
+    for ir_only in ("vllm-admit", "sglang-admit", "vtc-order"):
         assert "arrays:" not in sections[ir_only], ir_only
     # answers held over a run of steps, and what asks them again
     assert "held:        its steady answers are asked again only when the queues, the request state or one of " \

@@ -348,7 +348,7 @@ def test_which_pipelines_take_running_steps():
     assert not parse_passes("vllm-schedule-running{long-prefill=8}")[0].decides_running_steps()
 
 
-ARRAYS = [c for c in CASES if c["seed"] in (81, 82, 83, 84, 11, 12, 13, 14, 15, 16)] + [
+ARRAYS = [c for c in CASES if c["seed"] in (81, 82, 83, 84, 11, 12, 13, 14, 15, 16, 71, 72, 73)] + [
     dict(seed=85, num_blocks=40, pipeline="fastserve", max_seqs=4, n=80),  # no host tier: every victim recomputed
     dict(seed=86, num_blocks=50, pipeline="fastserve", max_seqs=3, n=80, cpu_blocks=100, policy="priority"),
     dict(seed=87, num_blocks=80, pipeline="fastserve", max_seqs=8, n=80, cpu_blocks=10, budget=24),  # chunks
@@ -359,7 +359,7 @@ ARRAYS = [c for c in CASES if c["seed"] in (81, 82, 83, 84, 11, 12, 13, 14, 15, 
 @pytest.mark.parametrize("case", ARRAYS, ids=[f"seed{c['seed']}" for c in ARRAYS])
 def test_array_steps_decide_as_the_ir(case):
     """IR steps decided over arrays (every pass's `run_arrays`, `schedir.ir.array_step`: FastServe,
-    the seed's base pipelines and prefix-aware order, Orca) take the IR's decisions: every output
+    the seed's pipelines with their four passes, Orca) take the IR's decisions: every output
     and state of every step as with the IR built each step."""
     counts: dict[str, int] = {}
     arrays = replay(False, counts=counts, **case)[0]
@@ -426,11 +426,11 @@ def test_which_pipelines_take_array_steps():
                               enable_prefix_caching=spec != "vllm-v0", num_cpu_blocks=16, **options)
         return Scheduler(cfg)._array_pipeline
 
-    for spec in ("fastserve", "base", "base-priority", "orca", "with-prefix-aware",
+    for spec in ("fastserve", "base", "base-priority", "orca", "with-prefix-aware", "with-all-passes",
                  "reject-oversized,mlfq-levels,mlfq-order,schedule-running,admit-greedy"):
         assert arrays(spec), spec
     assert not arrays("fastserve", verify_each=True)  # asked for the IR
-    for spec in ("vllm", "sglang", "vllm-v0", "with-all-passes"):  # a pass without `run_arrays`
+    for spec in ("vllm", "sglang", "vllm-v0", "sarathi", "vtc"):  # a pass without `run_arrays`
         assert not arrays(spec), spec
 
 

@@ -8,6 +8,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from schedir.ir.array_step import ArrayStep
 from schedir.ir.errors import PassFailure
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
@@ -52,6 +53,26 @@ class BatchingEfficiency(StepPass):
     def waiting_window(self, ctx: WindowContext) -> np.ndarray:
         """Nobody of its own: it orders what the step holds (admission declares what it picks from)."""
         return ctx.NONE
+
+    array_step_when: ClassVar[dict[str, str]] = {}  # `run_arrays`: any options
+
+    def run_arrays(self, step: ArrayStep) -> None:
+        """`run` over an array step (`schedir.ir.array_step`), rule for rule."""
+        if not self.spread > 0:
+            raise PassFailure(self.name, f"spread must be > 0, got {self.spread}")
+        pending = step.pending(self.queue)
+        if pending is None:
+            return
+        rows = pending.pending
+        total, computed, arrival = (step.column(name)[rows] for name in ("total", "computed", "arrival"))
+        group = length_groups(total - computed, self.spread)
+        aged = (step.facts.now_us - arrival) >= self.max_age_ms * 1000
+        group = np.where(aged, -1, group)  # the aged are one group, first, FCFS
+        uniq, inverse = np.unique(group, return_inverse=True)
+        lead = np.full(uniq.size, np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(lead, inverse, arrival)
+        lead = np.where(uniq == -1, np.iinfo(np.int64).min, lead)
+        step.sort(pending, np.lexsort((arrival, inverse, lead[inverse])))
 
     def run(self, step: Step) -> None:
         if not self.spread > 0:

@@ -8,6 +8,7 @@ from typing import ClassVar
 import numba
 import numpy as np
 
+from schedir.ir.array_step import ArrayStep
 from schedir.ir.errors import PassFailure
 from schedir.ir.pass_base import StepPass
 from schedir.ir.state import RequestState
@@ -155,6 +156,52 @@ class MemoryAwarePreemption(StepPass):
             if need > ctx.free_blocks - int(growth.sum()):
                 return None
         return {SEEN_COMPUTED.name: now, LAST_RUN.name: last}
+
+    array_step_when: ClassVar[dict[str, str]] = {}  # `run_arrays`: any options
+
+    def run_arrays(self, step: ArrayStep) -> None:
+        """`run` over an array step (`schedir.ir.array_step`), rule for rule."""
+        if self.victim not in VICTIM_POLICIES:
+            raise PassFailure(self.name, f"victim must be one of {', '.join(VICTIM_POLICIES)}, got {self.victim!r}")
+        running = step.pending(self.running)
+        if running is None:
+            return
+        rows = running.pending
+        computed = step.column("computed")[rows]
+        last_run = np.where(_ran(computed, step.state(SEEN_COMPUTED.name)[rows]), step.facts.step - 1,
+                            step.state(LAST_RUN.name)[rows])
+        step.set_state(rows, map_seen_computed=computed, map_last_run=last_run)
+        waiting = step.pending(self.queue)
+        if waiting is None:
+            return
+        bs = step.facts.block_size
+        total, blocks, prompt, priority, arrival = (step.column(name)[rows] for name in
+                                                    ("total", "blocks", "prompt", "priority", "arrival"))
+        growth = np.maximum(blocks_for(total, bs) - blocks, 0)
+        w_rows = waiting.pending
+        hit, _, at = step.prefix_hit_source(waiting)
+        hit = hit[at] if hit.size else np.zeros(w_rows.size, dtype=np.int64)
+        need = np.cumsum(blocks_for(step.column("total")[w_rows], bs) - hit // bs)
+        free = step.free_left() - int(growth.sum())
+        short = np.flatnonzero(need > free)
+        if not short.size:
+            return
+        first = short[0]
+        shortfall = int(need[first]) - free
+        decoding = computed >= prompt
+        eligible = np.flatnonzero(decoding & (priority > step.column("priority")[w_rows][first]))
+        if not eligible.size:
+            return
+        order = eligible[victim_order(self.victim, priority[eligible], arrival[eligible],
+                                      computed[eligible] - prompt[eligible], last_run[eligible])]
+        gain = np.cumsum(blocks[order] + growth[order])
+        enough = np.flatnonzero(gain >= shortfall)
+        if not enough.size:
+            return
+        chosen = order[: enough[0] + 1]
+        step.preempt(running, "recompute", rows[chosen])
+        step.set_state(rows[chosen], map_seen_computed=np.full(chosen.size, -1, dtype=np.int64))
+        step.keep(running, np.setdiff1d(np.arange(rows.size), chosen))
 
     def run(self, step: Step) -> None:
         if self.victim not in VICTIM_POLICIES:
