@@ -365,10 +365,12 @@ class SglangAdmit(StepPass):
             # that order, and a fresh batch's batch_is_full is False
             joining += decoding.tolist()
             full = False
+        place_of = {r: base + k for k, r in reversed(list(enumerate(joining)))}  # a row's first place
         for value, queue_ids in ((running, run_ids), (waiting, wait_ids)):
-            mine = np.asarray([r for r in joining if r in set(queue_ids.tolist())], dtype=np.int64)
+            members = set(queue_ids.tolist())  # once per queue: it was built again per joining row
+            mine = np.asarray([r for r in joining if r in members], dtype=np.int64)
             if mine.size:
-                places = np.asarray([base + joining.index(r) for r in mine.tolist()], dtype=np.int64)
+                places = np.asarray([place_of[r] for r in mine.tolist()], dtype=np.int64)
                 step.set_request_state(value, mine, **{JOIN.name: places})
         # The next step expects the running batch plus this whole batch: a request that finished or
         # stays chunked (filtered out of the last batch, scheduler.py:get_next_batch_to_run) makes
