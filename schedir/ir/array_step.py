@@ -208,6 +208,15 @@ class ArrayStep:
             return EMPTY, EMPTY, EMPTY
         return self.hit, self.cached_free, q.at  # type: ignore[return-value]
 
+    def prefix_hits(self, q: ArrayQueue) -> tuple[np.ndarray, np.ndarray]:
+        """Cached prefix tokens and cached-free blocks per pending request of `q`, zeros where
+        none (`Step.prefix_hits`)."""
+        hit, cached_free, at = self.prefix_hit_source(q)
+        if not hit.size:
+            zeros = np.zeros(0 if q.pending is None else q.pending.size, dtype=np.int64)
+            return zeros, zeros
+        return hit[at], cached_free[at]
+
     def served(self) -> Iterator[ArrayServed]:
         """This step's service so far, one per scheduling decision (`Step.served`): tokens below
         the prompt's end count as prefill, the rest as decode."""

@@ -58,36 +58,35 @@ class BatchingEfficiency(StepPass):
 
     def run_arrays(self, step: ArrayStep) -> None:
         """`run` over an array step (`schedir.ir.array_step`), rule for rule."""
-        if not self.spread > 0:
-            raise PassFailure(self.name, f"spread must be > 0, got {self.spread}")
+        self._check_spread()
         pending = step.pending(self.queue)
         if pending is None:
             return
         rows = pending.pending
         total, computed, arrival = (step.column(name)[rows] for name in ("total", "computed", "arrival"))
+        step.sort(pending, self._order(total, computed, arrival, step.facts.now_us))
+
+    def _check_spread(self) -> None:
+        if not self.spread > 0:
+            raise PassFailure(self.name, f"spread must be > 0, got {self.spread}")
+
+    def _order(self, total: np.ndarray, computed: np.ndarray, arrival: np.ndarray, now_us: int) -> np.ndarray:
+        """Positions in (aged first, groups led by their oldest, arrival) order."""
         group = length_groups(total - computed, self.spread)
-        aged = (step.facts.now_us - arrival) >= self.max_age_ms * 1000
+        aged = (now_us - arrival) >= self.max_age_ms * 1000
         group = np.where(aged, -1, group)  # the aged are one group, first, FCFS
         uniq, inverse = np.unique(group, return_inverse=True)
         lead = np.full(uniq.size, np.iinfo(np.int64).max, dtype=np.int64)
         np.minimum.at(lead, inverse, arrival)
         lead = np.where(uniq == -1, np.iinfo(np.int64).min, lead)
-        step.sort(pending, np.lexsort((arrival, inverse, lead[inverse])))
+        return np.lexsort((arrival, inverse, lead[inverse])) if total.size else np.zeros(0, dtype=np.int64)
 
     def run(self, step: Step) -> None:
-        if not self.spread > 0:
-            raise PassFailure(self.name, f"spread must be > 0, got {self.spread}")
+        self._check_spread()
         pending = step.pending(self.queue)
         if pending is None:
             return
         ids = step.ids(pending)
         total, computed, arrival = step.columns(pending, ("total", "computed", "arrival"))
-        group = length_groups(total - computed, self.spread)
-        aged = (step.facts.now_us - arrival) >= self.max_age_ms * 1000
-        group = np.where(aged, -1, group)  # the aged are one group, first, FCFS
-        uniq, inverse = np.unique(group, return_inverse=True)
-        lead = np.full(uniq.size, np.iinfo(np.int64).max, dtype=np.int64)
-        np.minimum.at(lead, inverse, arrival)
-        lead = np.where(uniq == -1, np.iinfo(np.int64).min, lead)
-        order = np.lexsort((arrival, inverse, lead[inverse])) if ids.size else np.zeros(0, dtype=np.int64)
+        order = self._order(total, computed, arrival, step.facts.now_us)
         step.sort(pending, ("aged", "length_group", "arrival"), ids[order], picked=order)

@@ -237,6 +237,17 @@ class Fit:
         self.preempt_ids = out[9, :npre]  # in the order they were preempted
 
 
+def victim_rank(policy: str, arrival: np.ndarray, priority: np.ndarray) -> np.ndarray:
+    """Each request's rank as a victim, higher first: FCFS the last in order, priority the
+    largest (priority, arrival)."""
+    if policy != "priority":
+        return np.arange(arrival.size, dtype=np.int64)
+    order = np.lexsort((arrival, priority))
+    rank = np.empty(arrival.size, dtype=np.int64)
+    rank[order] = np.arange(arrival.size)
+    return rank
+
+
 def fit_pending(step: Step, pending: SSAValue, *, prefix_hits: bool, chunk: bool, stop_at_first: bool,
                 seated: int = 0, preempt: bool = False, used: Usage | None = None) -> Fit | None:
     """Run `fit_batch` over a pending set against what the step has left of its budgets
@@ -254,14 +265,7 @@ def fit_pending(step: Step, pending: SSAValue, *, prefix_hits: bool, chunk: bool
     if used is None:
         used = step.usage()
     hit, cached_free, hit_rows = step.prefix_hit_source(pending) if prefix_hits else (EMPTY, EMPTY, EMPTY)
-    rank = EMPTY
-    if preempt:
-        if facts.policy == "priority":
-            order = np.lexsort((cols.get("arrival")[rows], cols.get("priority")[rows]))
-            rank = np.empty(rows.size, dtype=np.int64)
-            rank[order] = np.arange(rows.size)
-        else:
-            rank = np.arange(rows.size, dtype=np.int64)
+    rank = victim_rank(facts.policy, cols.get("arrival")[rows], cols.get("priority")[rows]) if preempt else EMPTY
     return Fit(fit_batch(
         rows, cols.get("id"), cols.get("computed"), cols.get("total"), cols.get("blocks"),
         cols.get_or("in_flight", EMPTY), hit_rows, hit, cached_free,
@@ -277,14 +281,7 @@ def fit_arrays(step: ArrayStep, pending: ArrayQueue, *, prefix_hits: bool, chunk
     facts = step.facts
     rows = pending.pending
     hit, cached_free, hit_rows = step.prefix_hit_source(pending) if prefix_hits else (EMPTY, EMPTY, EMPTY)
-    rank = EMPTY
-    if preempt:
-        if facts.policy == "priority":
-            order = np.lexsort((step.column("arrival")[rows], step.column("priority")[rows]))
-            rank = np.empty(rows.size, dtype=np.int64)
-            rank[order] = np.arange(rows.size)
-        else:
-            rank = np.arange(rows.size, dtype=np.int64)
+    rank = victim_rank(facts.policy, step.column("arrival")[rows], step.column("priority")[rows]) if preempt else EMPTY
     return Fit(fit_batch(
         rows, step.column("id"), step.column("computed"), step.column("total"), step.column("blocks"),
         step.column("in_flight"), hit_rows, hit, cached_free, facts.token_budget - step.tokens,

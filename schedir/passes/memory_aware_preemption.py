@@ -161,8 +161,7 @@ class MemoryAwarePreemption(StepPass):
 
     def run_arrays(self, step: ArrayStep) -> None:
         """`run` over an array step (`schedir.ir.array_step`), rule for rule."""
-        if self.victim not in VICTIM_POLICIES:
-            raise PassFailure(self.name, f"victim must be one of {', '.join(VICTIM_POLICIES)}, got {self.victim!r}")
+        self._check_victim()
         running = step.pending(self.running)
         if running is None:
             return
@@ -174,38 +173,50 @@ class MemoryAwarePreemption(StepPass):
         waiting = step.pending(self.queue)
         if waiting is None:
             return
-        bs = step.facts.block_size
-        total, blocks, prompt, priority, arrival = (step.column(name)[rows] for name in
-                                                    ("total", "blocks", "prompt", "priority", "arrival"))
-        growth = np.maximum(blocks_for(total, bs) - blocks, 0)
         w_rows = waiting.pending
-        hit, _, at = step.prefix_hit_source(waiting)
-        hit = hit[at] if hit.size else np.zeros(w_rows.size, dtype=np.int64)
-        need = np.cumsum(blocks_for(step.column("total")[w_rows], bs) - hit // bs)
-        free = step.free_left() - int(growth.sum())
+        hit, _ = step.prefix_hits(waiting)
+        chosen = self._victims(step.facts.block_size, step.free_left(), last_run,
+                               *(step.column(name)[rows] for name in
+                                 ("total", "computed", "blocks", "prompt", "priority", "arrival")),
+                               step.column("total")[w_rows], step.column("priority")[w_rows], hit)
+        if chosen is None:
+            return
+        step.preempt(running, "recompute", rows[chosen])
+        step.set_state(rows[chosen], map_seen_computed=np.full(chosen.size, -1, dtype=np.int64))
+        step.keep(running, np.setdiff1d(np.arange(rows.size), chosen))
+
+    def _check_victim(self) -> None:
+        if self.victim not in VICTIM_POLICIES:
+            raise PassFailure(self.name, f"victim must be one of {', '.join(VICTIM_POLICIES)}, got {self.victim!r}")
+
+    def _victims(self, bs: int, free_left: int, last_run: np.ndarray, total: np.ndarray, computed: np.ndarray,
+                 blocks: np.ndarray, prompt: np.ndarray, priority: np.ndarray, arrival: np.ndarray,
+                 w_total: np.ndarray, w_priority: np.ndarray, hit: np.ndarray) -> np.ndarray | None:
+        """Positions of the running requests to preempt for the first waiting prefill the free
+        blocks cannot hold (the running ones' growth kept for them), by the victim policy among the
+        decoding ones less urgent than it; None when none is short or no victims cover it."""
+        growth = np.maximum(blocks_for(total, bs) - blocks, 0)
+        need = np.cumsum(blocks_for(w_total, bs) - hit // bs)
+        free = free_left - int(growth.sum())
         short = np.flatnonzero(need > free)
         if not short.size:
-            return
+            return None
         first = short[0]
         shortfall = int(need[first]) - free
         decoding = computed >= prompt
-        eligible = np.flatnonzero(decoding & (priority > step.column("priority")[w_rows][first]))
+        eligible = np.flatnonzero(decoding & (priority > w_priority[first]))
         if not eligible.size:
-            return
+            return None
         order = eligible[victim_order(self.victim, priority[eligible], arrival[eligible],
                                       computed[eligible] - prompt[eligible], last_run[eligible])]
         gain = np.cumsum(blocks[order] + growth[order])
         enough = np.flatnonzero(gain >= shortfall)
         if not enough.size:
-            return
-        chosen = order[: enough[0] + 1]
-        step.preempt(running, "recompute", rows[chosen])
-        step.set_state(rows[chosen], map_seen_computed=np.full(chosen.size, -1, dtype=np.int64))
-        step.keep(running, np.setdiff1d(np.arange(rows.size), chosen))
+            return None
+        return order[: enough[0] + 1]
 
     def run(self, step: Step) -> None:
-        if self.victim not in VICTIM_POLICIES:
-            raise PassFailure(self.name, f"victim must be one of {', '.join(VICTIM_POLICIES)}, got {self.victim!r}")
+        self._check_victim()
         running = step.pending(self.running)
         if running is None:
             return
@@ -213,30 +224,12 @@ class MemoryAwarePreemption(StepPass):
         waiting = step.pending(self.queue)
         if waiting is None:
             return
-        bs = step.facts.block_size
-        total, computed, blocks, prompt, priority, arrival = step.columns(
-            running, ("total", "computed", "blocks", "prompt", "priority", "arrival"))
-        growth = np.maximum(blocks_for(total, bs) - blocks, 0)
         hit, _ = step.prefix_hits(waiting)
-        w_total, w_priority = step.columns(waiting, ("total", "priority"))
-        need = np.cumsum(blocks_for(w_total, bs) - hit // bs)
-        free = step.usage().free_left(step.facts) - int(growth.sum())
-        short = np.flatnonzero(need > free)
-        if not short.size:
+        chosen = self._victims(step.facts.block_size, step.usage().free_left(step.facts), last_run,
+                               *step.columns(running, ("total", "computed", "blocks", "prompt", "priority", "arrival")),
+                               *step.columns(waiting, ("total", "priority")), hit)
+        if chosen is None:
             return
-        first = short[0]
-        shortfall = int(need[first]) - free
-        decoding = computed >= prompt
-        eligible = np.flatnonzero(decoding & (priority > w_priority[first]))
-        if not eligible.size:
-            return
-        order = eligible[victim_order(self.victim, priority[eligible], arrival[eligible],
-                                      computed[eligible] - prompt[eligible], last_run[eligible])]
-        gain = np.cumsum(blocks[order] + growth[order])
-        enough = np.flatnonzero(gain >= shortfall)
-        if not enough.size:
-            return
-        chosen = order[: enough[0] + 1]
         ids = step.ids(running)
         step.preempt(running, "recompute", ids[chosen])
         step.set_request_state(running, ids[chosen], map_seen_computed=np.full(chosen.size, -1, dtype=np.int64))

@@ -132,32 +132,19 @@ class OrcaAdmit(StepPass):
     def run_arrays(self, step: ArrayStep) -> None:
         """`run` over an array step (`schedir.ir.array_step`), rule for rule."""
         facts = step.facts
-        if facts.token_budget < facts.max_model_len:
-            raise PassFailure(self.name, f"token_budget {facts.token_budget} is below max_model_len "
-                              f"{facts.max_model_len}: Orca runs every prompt whole, so the longest could never run")
+        self._check_budget(facts)
         pending = step.pending(self.queue)
         if pending is None:
             return
-        bs, mml = facts.block_size, facts.max_model_len
-        headroom = facts.free_blocks
-        seats = facts.max_seqs
         running = step.queue(self.running)
         prompt_of, max_tokens_of, blocks_of = step.column("prompt"), step.column("max_tokens"), step.column("blocks")
-        if running is not None and running.rows.size:
-            run = running.rows
-            reserve = reserved_blocks(prompt_of[run], max_tokens_of[run], mml, bs)
-            headroom -= int(np.maximum(reserve - blocks_of[run], 0).sum())
-            seats -= run.size
+        run = running.rows if running is not None else _NONE
         rows = pending.pending
-        hit, cached_free, at = step.prefix_hit_source(pending)
-        if hit.size:
-            hit, cached_free = hit[at], cached_free[at]
-        else:
-            hit = cached_free = np.zeros(rows.size, dtype=np.int64)
-        tokens, shared, alloc, reasons, admitted = orca_fit(
-            step.column("computed")[rows], step.column("total")[rows], hit, cached_free,
-            reserved_blocks(prompt_of[rows], max_tokens_of[rows], mml, bs), blocks_of[rows],
-            headroom, facts.token_budget - step.tokens, seats, bs)
+        hit, cached_free = step.prefix_hits(pending)
+        fit = self._fit(facts, (prompt_of[run], max_tokens_of[run], blocks_of[run]),
+                        (step.column("computed")[rows], step.column("total")[rows], prompt_of[rows],
+                         max_tokens_of[rows], blocks_of[rows]), hit, cached_free, step.tokens)
+        tokens, shared, alloc, reasons, admitted = fit
         if admitted:
             take = rows[:admitted]
             step.schedule(pending, take, tokens[:admitted])
@@ -168,31 +155,41 @@ class OrcaAdmit(StepPass):
         step.defer(pending, rows[admitted:], reasons[admitted:])
         step.decided(pending)
 
-    def run(self, step: Step) -> None:
-        facts = step.facts
+    def _check_budget(self, facts) -> None:  # noqa: ANN001 (StepFacts)
         if facts.token_budget < facts.max_model_len:
             raise PassFailure(self.name, f"token_budget {facts.token_budget} is below max_model_len "
                               f"{facts.max_model_len}: Orca runs every prompt whole, so the longest could never run")
+
+    @staticmethod
+    def _fit(facts, running: tuple, pending: tuple, hit: np.ndarray, cached_free: np.ndarray,  # noqa: ANN001
+             tokens_used: int) -> tuple:
+        """`orca_fit` over the pending requests' (computed, total, prompt, max_tokens, blocks),
+        against the blocks no running request has reserved (their (prompt, max_tokens, blocks))
+        and the slots they leave."""
+        bs, mml = facts.block_size, facts.max_model_len
+        prompt, max_tokens, blocks = running
+        headroom = facts.free_blocks - int(np.maximum(reserved_blocks(prompt, max_tokens, mml, bs) - blocks, 0).sum())
+        computed, total, w_prompt, w_max_tokens, w_blocks = pending
+        return orca_fit(computed, total, hit, cached_free, reserved_blocks(w_prompt, w_max_tokens, mml, bs), w_blocks,
+                        headroom, facts.token_budget - tokens_used, facts.max_seqs - prompt.size, bs)
+
+    def run(self, step: Step) -> None:
+        facts = step.facts
+        self._check_budget(facts)
         pending = step.pending(self.queue)
         if pending is None:
             return
-        bs, mml = facts.block_size, facts.max_model_len
-        headroom = facts.free_blocks
-        seats = facts.max_seqs
         running = step.queue(self.running)
+        reserving = (_NONE, _NONE, _NONE)
         if running is not None and len(running):
             cols = running.columns
-            reserve = reserved_blocks(cols.get("prompt"), cols.get("max_tokens"), mml, bs)
-            headroom -= int(np.maximum(reserve - cols.get("blocks"), 0).sum())
-            seats -= len(running)
-        used = step.usage()
+            reserving = (cols.get("prompt"), cols.get("max_tokens"), cols.get("blocks"))
         cols, rows = step.source(pending)
         get = cols.get
         hit, cached_free = step.prefix_hits(pending)
-        tokens, shared, alloc, reasons, admitted = orca_fit(
-            get("computed")[rows], get("total")[rows], hit, cached_free,
-            reserved_blocks(get("prompt")[rows], get("max_tokens")[rows], mml, bs), get("blocks")[rows],
-            headroom, facts.token_budget - used.tokens, seats, bs)
+        waiting = tuple(get(name)[rows] for name in ("computed", "total", "prompt", "max_tokens", "blocks"))
+        tokens, shared, alloc, reasons, admitted = self._fit(facts, reserving, waiting, hit, cached_free,
+                                                             step.usage().tokens)
         ids = step.ids(pending)
         if admitted:
             take = ids[:admitted]
@@ -205,3 +202,6 @@ class OrcaAdmit(StepPass):
             step.blocks(AllocOp, scheduled, take[got], alloc[:admitted][got])
         if admitted < ids.size:
             step.defer(pending, ids[admitted:], reasons[admitted:])
+
+
+_NONE = np.zeros(0, dtype=np.int64)

@@ -53,8 +53,7 @@ class PrefixCacheAware(StepPass):
         if pending is None:
             return
         rows = pending.pending
-        hit, _, at = step.prefix_hit_source(pending)
-        hit = hit[at] if hit.size else np.zeros(rows.size, dtype=np.int64)
+        hit, _ = step.prefix_hits(pending)
         hit = np.where(hit >= self.min_blocks * step.facts.block_size, hit, 0)
         step.sort(pending, np.lexsort((step.column("arrival")[rows], -hit)))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -32,6 +33,30 @@ def oversized(total: np.ndarray, prompt: np.ndarray, max_tokens: np.ndarray, max
     peak = np.maximum(np.minimum(prompt + max_tokens, max_model_len) - 1, total)
     too_big = (peak + block_size - 1) // block_size > total_blocks
     return too_long, too_big
+
+
+def refused_rows(facts, total: np.ndarray,  # noqa: ANN001 (StepFacts)
+                 prompt_and_max_tokens: Callable[[], tuple[np.ndarray, np.ndarray]]
+                 ) -> tuple[np.ndarray, np.ndarray] | None:
+    """(refused, reasons) of the requests whose known tokens are `total`, or None when nobody is
+    refused; their prompts and max_tokens are read only when the fast path cannot tell."""
+    if total.size == 0:
+        return None
+    mml, cache = facts.max_model_len, facts.total_blocks * facts.block_size
+    # Fast path: nothing reaches the model length, and the longest generation fits the cache
+    # (always, when the cache holds max_model_len tokens: then only `total` is read).
+    longest = int(total.max())
+    fits = longest < mml and longest <= cache
+    if fits and mml - 1 <= cache:
+        return None
+    prompt, max_tokens = prompt_and_max_tokens()
+    if fits and int((prompt + max_tokens).max()) - 1 <= cache:
+        return None
+    too_long, too_big = oversized(total, prompt, max_tokens, mml, facts.total_blocks, facts.block_size)
+    bad = too_long | too_big
+    if not bad.any():
+        return None
+    return bad, np.where(too_long, int(Reason.TOO_LONG), int(Reason.EXCEEDS_CACHE))
 
 
 @dataclass(frozen=True)
@@ -76,48 +101,22 @@ class RejectOversized(StepPass):
         pending = step.pending(self.queue)
         if pending is None:
             return
-        facts = step.facts
         rows = pending.pending
-        total = step.column("total")[rows]
-        mml, cache = facts.max_model_len, facts.total_blocks * facts.block_size
-        longest = int(total.max())
-        fits = longest < mml and longest <= cache
-        if fits and mml - 1 <= cache:
-            return
-        prompt, max_tokens = step.column("prompt")[rows], step.column("max_tokens")[rows]
-        if fits and int((prompt + max_tokens).max()) - 1 <= cache:
-            return
-        too_long, too_big = oversized(total, prompt, max_tokens, mml, facts.total_blocks, facts.block_size)
-        bad = too_long | too_big
-        if not bad.any():
-            return
-        reasons = np.where(too_long, int(Reason.TOO_LONG), int(Reason.EXCEEDS_CACHE))
-        step.reject(pending, rows[bad], reasons[bad])
-        step.keep(pending, np.flatnonzero(~bad))
+        refused = refused_rows(step.facts, step.column("total")[rows],
+                               lambda: (step.column("prompt")[rows], step.column("max_tokens")[rows]))
+        if refused is not None:
+            bad, reasons = refused
+            step.reject(pending, rows[bad], reasons[bad])
+            step.keep(pending, np.flatnonzero(~bad))
 
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)
         if pending is None:
             return
-        facts = step.facts
-        total = step.column(pending, "total")
-        if total.size == 0:
-            return
-        mml, cache = facts.max_model_len, facts.total_blocks * facts.block_size
-        # Fast path: nothing reaches the model length, and the longest generation fits the cache
-        # (always, when the cache holds max_model_len tokens: then only `total` is read).
-        longest = int(total.max())
-        fits = longest < mml and longest <= cache
-        if fits and mml - 1 <= cache:
-            return
-        prompt, max_tokens = step.columns(pending, ("prompt", "max_tokens"))
-        if fits and int((prompt + max_tokens).max()) - 1 <= cache:
-            return
-        too_long, too_big = oversized(total, prompt, max_tokens, mml, facts.total_blocks, facts.block_size)
-        bad = too_long | too_big
-        if not bad.any():
-            return
-        ids = step.ids(pending)
-        reasons = np.where(too_long, int(Reason.TOO_LONG), int(Reason.EXCEEDS_CACHE))
-        step.reject(pending, ids[bad], reasons[bad])
-        step.keep(pending, ids[~bad], picked=np.flatnonzero(~bad))
+        refused = refused_rows(step.facts, step.column(pending, "total"),
+                               lambda: step.columns(pending, ("prompt", "max_tokens")))
+        if refused is not None:
+            bad, reasons = refused
+            ids = step.ids(pending)
+            step.reject(pending, ids[bad], reasons[bad])
+            step.keep(pending, ids[~bad], picked=np.flatnonzero(~bad))
