@@ -44,8 +44,9 @@ def test_recycled_steps_print_and_decide_like_fresh_ones(name: str) -> None:
     recycled = Scheduler(SchedulerConfig(**CONFIGS[name]), clock=clock)
     fresh = Scheduler(SchedulerConfig(**CONFIGS[name]), clock=clock)
     fresh.keep_ir = True
-    for s in (recycled, fresh):  # every step through the skeleton (steady steps skip it: test_runtime_steady)
-        s._steady_pipeline = False
+    for s in (recycled, fresh):  # every step through the skeleton (steady steps skip it: test_runtime_steady;
+        s._steady_pipeline = False  # array steps build no IR: tests/test_runtime_steady.py compares those)
+        s._arrays_allowed = False
     steps = compared = hits_steps = 0
     for step in range(120):
         if step < 60 and rng.random() < 0.5:
