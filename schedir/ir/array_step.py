@@ -5,9 +5,11 @@ for FastServe's eight passes over ~800 requests, where its decisions are a few k
 A pass that declares it (`StepPass.decides_array_steps`) also decides from an `ArrayStep`: the
 step's queues as table rows, in the order the passes leave them, the decisions so far as
 arrays, and the budgets they consumed, read with the calls a pass makes of a `Step`
-(`pending`, `sort`, `keep`, `schedule`, `defer`, `preempt`, `set_state`, `usage`, `served`).
-Its `run_arrays` is written rule for rule after its `run`, and the runtime checks nothing
-else: the two are compared step by step (`tests/test_array_step.py`). When every pass of a
+(`pending`, `sort`, `keep`, `schedule`, `defer`, `preempt`, `set_state`, `prefix_hits`,
+`served`; the budgets as `tokens`, `seqs`, `free_left()`). Its `run_arrays` is written rule for
+rule after its `run` (the rules themselves shared where they can be), and the runtime checks
+nothing else: the two are compared step by step (`tests/test_runtime_steady.py`,
+`test_array_steps_decide_as_the_ir`; `benchmarks/parity_fuzz.py --arrays`). When every pass of a
 pipeline declares, the runtime takes its IR steps this way unless it is asked for the IR
 (dumps, `keep_ir`, `verify_each`); the decisions are lowered as the IR's are.
 
@@ -65,9 +67,9 @@ class Decision:
 @attrs.define(eq=False)
 class ArrayStep:
     """What the passes read and decide in an array step (see the module docstring). Columns are
-    whole-table rows indexed by request row (`column`, `state`): `data` is the runtime's table,
-    read only here; `blocks` holds every queued request's block count as the step's queue
-    columns show it (device blocks, host blocks for a swapped one)."""
+    whole-table rows indexed by request row (`column`, `state`): `data` is a read-only view of
+    the runtime's table, whose `blocks` row holds every queued request's block count as the
+    step's queue columns show it (device blocks, host blocks for a swapped one)."""
 
     facts: StepFacts
     data: np.ndarray
