@@ -108,17 +108,19 @@ def test_bad_input_is_one_clear_message(capsys, argv, message):
     assert message in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("argv", [
-    ["sim", "--preset", "no-such-preset", "--num-requests", "2"],
-    ["sim", "--preset", "mlfq-order", "--num-requests", "2"],  # a pipeline the runtime refuses
-    ["bench", "--configs", "vllm,no-such-preset", "--num-requests", "2"],
-    ["sim", "--instances", "2", "--preset", "no-such-preset", "--num-requests", "2"],
+@pytest.mark.parametrize("argv, message", [
+    (["sim", "--preset", "no-such-preset", "--num-requests", "2"], "no-such-preset"),
+    (["sim", "--preset", "mlfq-order", "--num-requests", "2"], "reject-oversized"),  # the runtime refuses it
+    (["bench", "--configs", "vllm,no-such-preset", "--num-requests", "2"], "no-such-preset"),
+    (["bench", "--configs", "vllm,orca", "--num-requests", "2"], "orca@max_model_len=8192"),  # budget < model len
+    (["sim", "--instances", "2", "--preset", "no-such-preset", "--num-requests", "2"], "no-such-preset"),
 ])
-def test_a_refused_pipeline_is_said_before_any_progress(capsys, argv):
-    """No progress bar, warm-up line or fleet banner ahead of the error (they printed first)."""
+def test_a_refused_pipeline_is_said_before_any_progress(capsys, argv, message):
+    """No progress bar, warm-up line or fleet banner ahead of the error (they printed first;
+    Orca's token budget below the model's length was said only at its first step)."""
     code, out, err = run(capsys, *argv)
     assert code == EXIT_BAD_INPUT
-    assert ("no-such-preset" in err or "reject-oversized" in err) and "Traceback" not in err
+    assert message in err and "Traceback" not in err
     assert out == ""
 
 

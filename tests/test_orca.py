@@ -11,7 +11,10 @@ import numpy as np
 import pytest
 
 from schedir import Request, Scheduler, SchedulerConfig
-from schedir.ir.errors import PassFailure
+from schedir.dialects.sched import StepFacts
+from schedir.ir.builder import build_step
+from schedir.ir.errors import PassFailure, PipelineError
+from schedir.ir.pipeline import PassManager
 from schedir.tools.parity.fuzz import SMALL_SIZE, draw_case
 from schedir.tools.parity.harness import RunStats, SchedirEngine, run_engine
 from schedir.tools.parity.invariants import config_for
@@ -40,7 +43,19 @@ def test_orca_runs_each_prompt_whole() -> None:
 
 
 def test_orca_refuses_a_budget_below_the_model_length() -> None:
-    s = Scheduler(SchedulerConfig(max_num_batched_tokens=512, max_model_len=1024, pipeline="orca"))
+    """The runtime refuses it when the scheduler is made (`schedir bench --configs orca` said so
+    only at its first step, after warming the other configs); the pass still refuses a
+    hand-written step."""
+    with pytest.raises(PipelineError, match=r"pass 'orca-admit' runs every prompt whole, so "
+                                            r"max_num_batched_tokens 512 is below max_model_len 1024"):
+        Scheduler(SchedulerConfig(max_num_batched_tokens=512, max_model_len=1024, pipeline="orca"))
+    s = Scheduler(SchedulerConfig(max_num_batched_tokens=1024, max_model_len=1024, pipeline="orca"))
     s.add_request(Request("a", [5, 6, 7], max_tokens=4))
+    s.schedule()  # a budget that holds max_model_len runs
+    facts = StepFacts(step=1, token_budget=512, max_seqs=4, block_size=16, free_blocks=10, cached_free_blocks=0,
+                      total_blocks=20, max_model_len=1024)
+    module = build_step(facts, {"waiting": {"id": np.array([0]), "prompt": np.array([3]), "computed": np.array([0]),
+                                            "total": np.array([3]), "max_tokens": np.array([4]),
+                                            "arrival": np.array([0]), "blocks": np.array([0])}})
     with pytest.raises(PassFailure, match=r"pass 'orca-admit': token_budget 512 is below max_model_len 1024"):
-        s.schedule()
+        PassManager.parse("reject-oversized,order-fcfs,schedule-running,orca-admit").run(module)

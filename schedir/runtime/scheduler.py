@@ -195,6 +195,12 @@ class Scheduler:
             raise PipelineError(f"async_scheduling: pipeline '{spec}' has no pass that schedules a decode ahead "
                                 "of its sampled token (vllm-schedule-running provides 'decode-overlap'); run it "
                                 "without async scheduling or with the vllm preset")
+        whole = [p.name for p in manager.passes if getattr(p, "runs_prompts_whole", False)]
+        if whole and cfg.max_num_batched_tokens < cfg.max_model_len:  # said now, not at the first step
+            raise PipelineError(f"pass '{whole[0]}' runs every prompt whole, so max_num_batched_tokens "
+                                f"{cfg.max_num_batched_tokens} is below max_model_len {cfg.max_model_len}: the "
+                                "longest prompt could never run; raise the token budget or lower max_model_len "
+                                "(schedir sim / bench: orca@max_model_len=8192)")
         radix = any("radix-pool" in p.requires for p in manager.passes)
         if radix and any("kv-pool" in p.requires for p in manager.passes):
             raise PipelineError(f"pipeline '{spec}' mixes passes over vLLM's block pool (kv-pool) with passes "
