@@ -91,6 +91,23 @@ def each_once(members: np.ndarray, decided: np.ndarray) -> bool:
     return True
 
 
+def _budget_problems(facts, tokens: int, seqs: int, scheduled: np.ndarray, taken: int,  # noqa: ANN001
+                     given: int) -> list[str]:
+    """The budget checks of a step, from its IR or its array step: tokens, sequences, nobody
+    scheduled twice, blocks taken within the free ones and those given back."""
+    out: list[str] = []
+    if tokens > facts.token_budget:
+        out.append(f"{tokens} tokens scheduled, token budget is {facts.token_budget}")
+    if seqs > facts.max_seqs:
+        out.append(f"{seqs} requests scheduled, max_seqs is {facts.max_seqs}")
+    twice, _ = decision_gaps(_NO_IDS, scheduled)
+    if twice.size:
+        out.append(f"request(s) {_listed(twice)} scheduled more than once")
+    if facts.free_blocks + given - taken < 0:
+        out.append(f"{taken} blocks taken, but only {facts.free_blocks} free + {given} given back this step")
+    return out
+
+
 def _listed(ids: np.ndarray, limit: int = 10) -> str:
     shown = ids[:limit].tolist()
     more = f" (+{ids.size - limit} more)" if ids.size > limit else ""
@@ -142,18 +159,8 @@ class VerifyStep(StepPass):
     def array_problems(self, step: ArrayStep) -> list[str]:
         """`problems` of an array step (the IR's batch check aside: its decisions are the batch)."""
         facts = step.facts
-        out: list[str] = []
-        if step.tokens > facts.token_budget:
-            out.append(f"{step.tokens} tokens scheduled, token budget is {facts.token_budget}")
-        if step.seqs > facts.max_seqs:
-            out.append(f"{step.seqs} requests scheduled, max_seqs is {facts.max_seqs}")
         scheduled = step.scheduled_rows()
-        twice, _ = decision_gaps(_NO_IDS, scheduled)
-        if twice.size:
-            out.append(f"request(s) {_listed(twice)} scheduled more than once")
-        if step.free_left() < 0:
-            out.append(f"{step.blocks_taken} blocks taken, but only {facts.free_blocks} free "
-                       f"+ {step.blocks_given} given back this step")
+        out = _budget_problems(facts, step.tokens, step.seqs, scheduled, step.blocks_taken, step.blocks_given)
         parts = step.of_kind("schedule")
         if parts:
             blocks = step.column("blocks")
@@ -186,19 +193,7 @@ class VerifyStep(StepPass):
 
     def problems(self, step: Step) -> list[str]:
         facts, used = step.facts, step.usage()
-        out: list[str] = []
-        if used.tokens > facts.token_budget:
-            out.append(f"{used.tokens} tokens scheduled, token budget is {facts.token_budget}")
-        if used.seqs > facts.max_seqs:
-            out.append(f"{used.seqs} requests scheduled, max_seqs is {facts.max_seqs}")
-        twice, _ = decision_gaps(_NO_IDS, used.scheduled_ids)
-        if twice.size:
-            out.append(f"request(s) {_listed(twice)} scheduled more than once")
-        if used.free_left(facts) < 0:
-            out.append(
-                f"{used.blocks_taken} blocks taken, but only {facts.free_blocks} free "
-                f"+ {used.blocks_given} given back this step"
-            )
+        out = _budget_problems(facts, used.tokens, used.seqs, used.scheduled_ids, used.blocks_taken, used.blocks_given)
         # Revived shares are not capped by cached_free_blocks here: two requests with one
         # prefix count the same cached-free blocks each (admission charges them twice: safe).
         if used.evicted > facts.cached_free_blocks:

@@ -690,21 +690,9 @@ class Scheduler:
         return arrays
 
     def _ranked_arrays_held(self, arrays: ArrayStep) -> bool:
-        """`_ranked_window_held` for an array step: the same three checks over its decisions."""
-        _, beyond, behind, _ = self._ranked_prefix
-        facts = arrays.facts
-        if arrays.tokens < facts.token_budget and arrays.seqs + arrays.running_not_scheduled() < facts.max_seqs:
-            return False
-        if behind.size:
-            stopped = 0
-            for decision in arrays.of_kind("defer"):
-                at = np.isin(decision.rows, behind)
-                if not np.isin(decision.values[at], _WALK_STOPPED).all():
-                    return False
-                stopped += int(at.sum())
-            if stopped < behind.size:
-                return False
-        return not beyond.size or count_members(arrays.scheduled_rows(), beyond) == 0
+        """`_ranked_window_held` for an array step: the same checks over its decisions."""
+        return self._ranked_held(arrays.facts, arrays.tokens, arrays.seqs + arrays.running_not_scheduled(),
+                                 ((d.rows, d.values) for d in arrays.of_kind("defer")), arrays.scheduled_rows())
 
     def _lower_arrays(self, arrays: ArrayStep, step: int) -> tuple[SchedulerOutput, int]:
         """`_lower` for an array step: its decisions, in the order the passes took them."""
@@ -955,23 +943,30 @@ class Scheduler:
         and the walkers (`StepPass.walks_ranked`) took nobody ranked after the head and ran out of
         sequence slots or token budget within it, so nobody left out could have been taken.
         Otherwise the runtime builds the step again over the whole queue."""
-        _, beyond, behind, _ = self._ranked_prefix
         step = Step(steps_of(module)[0])
         used = step.usage()
-        if (used.tokens < facts.token_budget
-                and used.seqs + running_not_scheduled(step, used) < facts.max_seqs):
+        return self._ranked_held(facts, used.tokens, used.seqs + running_not_scheduled(step, used),
+                                 ((op.ids, op.col("reason")) for op in step.ops_of(DeferOp)),  # type: ignore[attr-defined]
+                                 used.scheduled_ids)
+
+    def _ranked_held(self, facts: StepFacts, tokens: int, seats: int,
+                     defers: Iterable[tuple[np.ndarray, np.ndarray]], scheduled: np.ndarray) -> bool:
+        """The checks of `_ranked_window_held` over a step's decisions, however they are held: the
+        tokens scheduled, the seats taken (scheduled or kept by running requests left out), every
+        deferral's (ids, reasons) and the ids scheduled."""
+        _, beyond, behind, _ = self._ranked_prefix
+        if tokens < facts.token_budget and seats < facts.max_seqs:
             return False
         if behind.size:  # swapped requests ranked past a request left out: the walk must have stopped
             stopped = 0  # for want of seats or tokens, before the head's end (nothing is walked between)
-            for op in step.ops_of(DeferOp):
-                reasons = op.col("reason")  # type: ignore[attr-defined]
-                at = np.isin(op.ids, behind)  # type: ignore[attr-defined]
+            for ids, reasons in defers:
+                at = np.isin(ids, behind)
                 if not np.isin(reasons[at], _WALK_STOPPED).all():
                     return False
                 stopped += int(at.sum())
             if stopped < behind.size:  # one of them resumed
                 return False
-        return not beyond.size or count_members(used.scheduled_ids, beyond) == 0
+        return not beyond.size or count_members(scheduled, beyond) == 0
 
     def _window_context(self, waiting: np.ndarray, steady: bool,
                         scheduler_state: Mapping[str, float | np.ndarray], now_us: int = -1,
