@@ -848,8 +848,7 @@ class Scheduler:
         parts = []
         walkers = False
         rank = None
-        ctx.rank = None
-        for p in self.manager.passes:
+        for p in self.manager.passes:  # (ctx.rank starts at None: _window_context)
             at = p.waiting_window(ctx)
             ranked = p.waiting_rank(ctx)
             if ranked is not None:
