@@ -32,23 +32,94 @@ from collections.abc import Callable, Mapping
 from typing import ClassVar
 
 import attrs
+import numba
 import numpy as np
 
 
 _SEATS_FREED = "seats-freed-by-policy"  # WindowContext.frees_seats
 
 
+@numba.njit(cache=True, nogil=True)
+def _before(key_a: int, pos_a: int, key_b: int, pos_b: int) -> bool:
+    """(key, position) order: the rank's order, equal keys by position."""
+    return key_a < key_b or (key_a == key_b and pos_a < pos_b)
+
+
+@numba.njit(cache=True, nogil=True)
+def head_in_rank_order(keys: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the first `k` of `keys` by (key, position), in that order: one pass keeping
+    them in a max-heap (O(n log k), no temporaries over the whole queue), then the heap drained."""
+    n = keys.size
+    k = min(k, n)
+    hk = np.empty(k, dtype=np.int64)
+    hp = np.empty(k, dtype=np.int64)
+    size = 0
+    for i in range(n):
+        key = keys[i]
+        if size < k:  # push, sifting up past smaller parents
+            j = size
+            size += 1
+            while j > 0:
+                parent = (j - 1) // 2
+                if not _before(hk[parent], hp[parent], key, i):
+                    break
+                hk[j], hp[j] = hk[parent], hp[parent]
+                j = parent
+            hk[j], hp[j] = key, i
+        elif key < hk[0]:  # ahead of the heap's last (an equal key comes later by position)
+            j = 0
+            while True:
+                child = 2 * j + 1
+                if child >= size:
+                    break
+                if child + 1 < size and _before(hk[child], hp[child], hk[child + 1], hp[child + 1]):
+                    child += 1
+                if not _before(key, i, hk[child], hp[child]):
+                    break
+                hk[j], hp[j] = hk[child], hp[child]
+                j = child
+            hk[j], hp[j] = key, i
+    out = np.empty(size, dtype=np.int64)
+    while size > 0:  # drain the largest first, filling from the end
+        size -= 1
+        out[size] = hp[0]
+        key, pos = hk[size], hp[size]
+        j = 0
+        while True:
+            child = 2 * j + 1
+            if child >= size:
+                break
+            if child + 1 < size and _before(hk[child], hp[child], hk[child + 1], hp[child + 1]):
+                child += 1
+            if not _before(key, pos, hk[child], hp[child]):
+                break
+            hk[j], hp[j] = hk[child], hp[child]
+            j = child
+        if size > 0:
+            hk[j], hp[j] = key, pos
+    return out
+
+
+def rank_head(keys: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the first `k` of `keys` by (key, position), in that order: the heap's pass
+    for a short head (admission's free seats), one partition and a sort of the head for a long
+    one (max_num_seqs + 16: the heap's log k then costs more), where key * n fits."""
+    n = keys.size
+    if n <= k:
+        return np.argsort(keys, kind="stable")
+    if 8 * k <= n or keys.min() < 0 or int(keys.max()) >= (1 << 62) // n:
+        return head_in_rank_order(keys, k)
+    head = np.argpartition(keys * n + np.arange(n), k - 1)[:k]
+    return head[np.lexsort((head, keys[head]))]
+
+
 def first_by_rank(keys: np.ndarray, k: int) -> np.ndarray:
     """Positions of the first `k` of `keys` in a stable sort's order (equal keys in position
     order, as a pass's stable sort of the step's queue leaves them), ascending: a ranked
-    window's head (`StepPass.waiting_rank`). One partition, not a sort, where key * n fits."""
-    n = keys.size
-    if n <= k:
-        return np.arange(n)
-    if keys.min() >= 0 and int(keys.max()) < (1 << 62) // n:
-        combined = keys * n + np.arange(n)
-        return np.sort(np.argpartition(combined, k - 1)[:k])
-    return np.sort(np.argsort(keys, kind="stable")[:k])
+    window's head (`StepPass.waiting_rank`)."""
+    if keys.size <= k:
+        return np.arange(keys.size)
+    return np.sort(rank_head(keys, k))
 
 
 @attrs.define(eq=False)
@@ -149,8 +220,7 @@ class WindowContext:
         key = ("first-by-rank", id(keys))
         held = self.memo.get(key)
         if held is None or held[0] is not keys or held[1].size < min(k, keys.size):
-            head = first_by_rank(keys, max(k, self.head_size))
-            held = self.memo[key] = (keys, head[np.argsort(keys[head], kind="stable")])
+            held = self.memo[key] = (keys, rank_head(keys, max(k, self.head_size)))
         return np.sort(held[1][:k])
 
     def queued(self, key: object, compute: Callable[[], object]) -> object:

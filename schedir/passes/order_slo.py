@@ -53,8 +53,17 @@ def _targets(arrival: np.ndarray, computed: np.ndarray, total: np.ndarray, slo_m
         arr[i] = arrival[r]
         need[i] = total[r] - computed[r]
         slo[i] = (slo_ms[r] if slo_ms[r] > 0 else default_slo_ms) * 1000
-    order = np.argsort(arr, kind="mergesort")
-    return arr, need, slo, order
+    return arr, need, slo, first_come(arr)
+
+
+@numba.njit(cache=True, nogil=True)
+def first_come(arrival: np.ndarray) -> np.ndarray:
+    """A stable sort's order of `arrival`: the identity, found in one pass, where the queue is
+    already in arrival order (it is, but for preempted requests put back at its front)."""
+    for i in range(1, arrival.size):
+        if arrival[i] < arrival[i - 1]:
+            return np.argsort(arrival, kind="mergesort")
+    return np.arange(arrival.size)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -70,6 +79,42 @@ def all_feasible(arrival: np.ndarray, computed: np.ndarray, total: np.ndarray, s
         if ok[i] == 0:
             return False
     return True
+
+
+@numba.njit(cache=True, nogil=True)
+def slo_rank(arrival: np.ndarray, computed: np.ndarray, total: np.ndarray, slo_ms: np.ndarray, waiting: np.ndarray,
+             refused: np.ndarray, default_slo_ms: int, now_us: int, backlog: int,
+             tokens_per_us: float) -> tuple[np.ndarray, int]:
+    """`OrderSlo`'s order of `waiting` (ids into the columns) as rank keys: each request's place in
+    it (the feasible first come first served, then the hopeless), the `refused` positions
+    (reject-oversized's) after all; and how many are feasible. `run` sorts its step by it and
+    `waiting_rank` ranks the runtime's whole queue by it: one pass, no temporaries."""
+    n = waiting.size
+    keep = np.empty(n, dtype=np.int64)
+    m = 0
+    for i in range(n):
+        if not refused[i]:
+            keep[m] = i
+            m += 1
+    keep = keep[:m]
+    arr, need, slo, order = _targets(arrival, computed, total, slo_ms, waiting[keep], default_slo_ms)
+    ok = feasible_first(arr[order], need[order], slo[order], now_us, backlog, tokens_per_us)
+    keys = np.arange(n, 2 * n)
+    place = 0
+    feasible = 0
+    for want in (1, 0):
+        for j in range(m):
+            if ok[j] == want:
+                keys[keep[order[j]]] = place
+                place += 1
+        if want == 1:
+            feasible = place
+    return keys, feasible
+
+
+def prefill_backlog(prompt: np.ndarray, computed: np.ndarray) -> int:
+    """The prompt tokens the running requests have yet to compute: work ahead of every waiting one."""
+    return int(np.maximum(prompt - computed, 0).sum())
 
 
 _FAR_US = 1 << 62  # beyond any clock: a request that always / never meets its target
@@ -189,6 +234,26 @@ class OrderSlo(StepPass):
         request when it rejects the hopeless (each is judged every step)."""
         return ctx.NONE if self.hopeless == "last" else None
 
+    def waiting_rank(self, ctx: WindowContext) -> tuple[np.ndarray, np.ndarray] | None:
+        """Each waiting request's place in the order `run` gives the queue (`last`: the feasible in
+        arrival order, then the hopeless), the requests reject-oversized refuses after all (gone
+        when this pass runs): admission (`vllm-admit`) names the head of it as its window. The
+        head's feasibility is the whole queue's: a request's test reads only the feasible requests
+        ahead of it, and the head holds all of those. None when it rejects (it judges every one)."""
+        if (self.hopeless != "last" or (self.queue, self.running) != ("waiting", "running") or ctx.now_us < 0
+                or ctx.column_of is None or ctx.state_of is None):
+            return None
+        return ctx.shared(("slo-rank", self), lambda: self._rank(ctx))  # type: ignore[return-value]
+
+    def _rank(self, ctx: WindowContext) -> tuple[np.ndarray, np.ndarray]:
+        refused = np.zeros(ctx.waiting.size, dtype=np.bool_)
+        refused[ctx.oversized] = True
+        column, computed = ctx.column_of, ctx.column_of("computed")  # type: ignore[misc]
+        backlog = prefill_backlog(column("prompt")[ctx.running], computed[ctx.running])  # type: ignore[misc]
+        keys, _ = slo_rank(column("arrival"), computed, column("total"), ctx.state_of(TTFT_SLO.name),  # type: ignore[misc]
+                        ctx.waiting, refused, self.ttft_slo_ms, ctx.now_us, backlog, self.prefill_tokens_per_s / 1e6)
+        return keys, np.zeros(ctx.swapped.size, dtype=np.int64)
+
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)
         if pending is None:
@@ -199,21 +264,20 @@ class OrderSlo(StepPass):
                               "now; give the step a now_us fact (the runtime records one for passes that declare reads_clock)")
         ids = step.ids(pending)
         arrival, computed, total = step.columns(pending, ("arrival", "computed", "total"))
-        fcfs = np.argsort(arrival, kind="stable")
-        slo = step.state_column(pending, TTFT_SLO.name, 0)[fcfs]
-        slo = np.where(slo > 0, slo, self.ttft_slo_ms) * 1000
         backlog = 0
         running = step.queue(self.running)
         if running is not None and len(running):
-            prompt, done = running.columns.get("prompt"), running.columns.get("computed")
-            backlog = int(np.maximum(prompt - done, 0).sum())
-        ok = feasible_first(arrival[fcfs], (total - computed)[fcfs], slo, now, backlog,
-                            self.prefill_tokens_per_s / 1e6)
-        order = np.concatenate([fcfs[ok == 1], fcfs[ok == 0]])
-        if self.hopeless == "reject" and not ok.all():
-            bad = fcfs[ok == 0]
+            backlog = prefill_backlog(running.columns.get("prompt"), running.columns.get("computed"))
+        n = ids.size
+        keys, feasible = slo_rank(arrival, computed, total, step.state_column(pending, TTFT_SLO.name, 0),
+                                  np.arange(n), np.zeros(n, dtype=np.bool_), self.ttft_slo_ms, now, backlog,
+                                  self.prefill_tokens_per_s / 1e6)
+        order = np.empty(n, dtype=np.int64)
+        order[keys] = np.arange(n)  # the feasible in arrival order, then the hopeless
+        if self.hopeless == "reject" and feasible < n:
+            bad = order[feasible:]
             step.reject(pending, ids[bad], np.full(bad.size, _SLO, dtype=np.int64))
-            keep = fcfs[ok == 1]
+            keep = order[:feasible]
             if keep.size:  # the rest, in arrival order
                 step.keep(pending, ids[keep], picked=keep)
             return

@@ -58,10 +58,22 @@ class VllmAdmit(StepPass):
 
     def waiting_window(self, ctx: WindowContext):  # noqa: ANN201
         """Nobody while max_seqs requests run (vLLM's waiting loop stops at once, and a step that
-        preempts admits nobody either); else the whole queue."""
-        if (self.queue, self.running) == ("waiting", "running") and ctx.running.size >= ctx.max_seqs:
+        preempts admits nobody either). Else, where the order pass before it ranks the queue by a
+        declared key (`WindowContext.rank`: `vtc-order`, `order-slo`), the head of that order it
+        can reach: the loop admits at most the free sequence slots, stops at the first request
+        that does not fit and skips only requests whose stale outputs are in flight, so it walks
+        no further than free slots + 1 + every such request. Exact before the step (nothing to
+        check after it, so a pass that commits to the pool can have it). Else (no rank, or a
+        long-prefill cap, which counts the waiting requests) the whole queue."""
+        if (self.queue, self.running) != ("waiting", "running"):
+            return None
+        seats = ctx.max_seqs - ctx.running.size
+        if seats <= 0:
             return ctx.NONE
-        return None
+        if ctx.rank is None or self.long_prefill or ctx.column_of is None:
+            return None
+        stale = int(np.count_nonzero(ctx.column_of("stale")[ctx.waiting]))
+        return ctx.first_by_rank(ctx.rank[0], seats + 1 + stale)
 
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)

@@ -19,7 +19,8 @@ from schedir.passes.vtc_state import COUNTERS, MAX_TENANTS, TENANT, Lift, lift_t
 def vtc_pick_order(tenant: np.ndarray, need: np.ndarray, counters: np.ndarray, w_in: float) -> np.ndarray:
     """The order VTC would admit these waiting requests (given in arrival order): again and again
     the next request of the tenant whose counter, charged for what it was given so far, is
-    smallest (ties: the lower tenant id); each pick charges `w_in` per prompt token to compute."""
+    smallest (ties: the lower tenant id); each pick charges `w_in` per prompt token to compute.
+    Each pick scans the backlogged tenants only (kept in id order), not every counter."""
     n = tenant.size
     c = counters.copy()
     nxt = np.full(c.size, -1, dtype=np.int64)  # each tenant's next waiting request (linked by arrival)
@@ -32,17 +33,48 @@ def vtc_pick_order(tenant: np.ndarray, need: np.ndarray, counters: np.ndarray, w
         else:
             link[last[t]] = i
         last[t] = i
+    active = np.empty(c.size, dtype=np.int64)  # the backlogged tenants, in id order
+    m = 0
+    for t in range(c.size):
+        if nxt[t] >= 0:
+            active[m] = t
+            m += 1
     order = np.empty(n, dtype=np.int64)
     for k in range(n):
-        best = -1
-        for t in range(c.size):
-            if nxt[t] >= 0 and (best < 0 or c[t] < c[best]):
-                best = t
+        at = 0
+        for j in range(1, m):
+            if c[active[j]] < c[active[at]]:
+                at = j
+        best = active[at]
         i = nxt[best]
         order[k] = i
         c[best] += w_in * need[i]
         nxt[best] = link[i]
+        if nxt[best] < 0:  # its last request: no longer backlogged
+            for j in range(at, m - 1):
+                active[j] = active[j + 1]
+            m -= 1
     return order
+
+
+@numba.njit(cache=True, nogil=True)
+def first_per_tenant(tenant: np.ndarray, waiting: np.ndarray, tenants: int) -> np.ndarray:
+    """Positions in `waiting` (ids into `tenant`) of each tenant's first request there, and of
+    every request whose tenant is out of 0..tenants-1 (the step refuses those): one pass, where
+    np.unique sorts the whole queue."""
+    seen = np.zeros(tenants, dtype=np.bool_)
+    out = np.empty(waiting.size, dtype=np.int64)
+    m = 0
+    for i in range(waiting.size):
+        t = tenant[waiting[i]]
+        if t < 0 or t >= tenants:
+            out[m] = i
+            m += 1
+        elif not seen[t]:
+            seen[t] = True
+            out[m] = i
+            m += 1
+    return out[:m].copy()
 
 
 _OUT_OF_RANGE, _UNCHANGED, _LIFTED = range(3)
@@ -122,8 +154,7 @@ class VtcOrder(StepPass):
         tenant = ctx.state_of(TENANT.name)
         # the lift reads which tenants wait: one waiting request per tenant, held while the queue
         # stays as it is (`WindowContext.queued`), so the step does not grow with the queue
-        waiting = ctx.queued("vtc-one-per-tenant", lambda: ctx.waiting[np.unique(tenant[ctx.waiting],
-                                                                                 return_index=True)[1]])
+        waiting = ctx.waiting[self._one_per_tenant(ctx)]
         outcome, back, served = lift_sets(tenant, waiting, ctx.running, COUNTERS.size)
         if outcome == _OUT_OF_RANGE:
             return None
@@ -134,7 +165,55 @@ class VtcOrder(StepPass):
         of each (the order itself matters only to admission, which declares its own window)."""
         if (self.queue, self.running) != ("waiting", "running"):
             return None
-        return np.unique(ctx.request_state(TENANT.name, ctx.waiting), return_index=True)[1]
+        return self._one_per_tenant(ctx)
+
+    @staticmethod
+    def _one_per_tenant(ctx: WindowContext) -> np.ndarray:
+        """Positions in `ctx.waiting` of one waiting request per tenant (`first_per_tenant`), held
+        while the queue stays as it is (`WindowContext.queued`): the steady step and the window
+        both ask it."""
+        def first() -> np.ndarray:
+            tenant = ctx.state_of(TENANT.name) if ctx.state_of is not None else None
+            if tenant is None:  # outside a runtime: gather the queue's
+                return first_per_tenant(ctx.request_state(TENANT.name, ctx.waiting), np.arange(ctx.waiting.size),
+                                        COUNTERS.size)
+            return first_per_tenant(tenant, ctx.waiting, COUNTERS.size)
+
+        return ctx.queued("vtc-one-per-tenant", first)  # type: ignore[return-value]
+
+    def waiting_rank(self, ctx: WindowContext) -> tuple[np.ndarray, np.ndarray] | None:
+        """Each waiting request's place in the order `run` gives the queue (`vtc_pick_order` over
+        the lifted counters, as `run` lifts them), the requests reject-oversized refuses ranked
+        after all (they are gone when this pass runs): the head of this order is what admission
+        walks first (`vllm-admit` names it as its window, `schedir.ir.window`). None (no ranked
+        window) where a tenant is out of range: the IR step raises its error."""
+        if (self.queue, self.running) != ("waiting", "running") or ctx.state_of is None or ctx.column_of is None:
+            return None
+        return ctx.shared(("vtc-rank", self), lambda: self._rank(ctx))  # type: ignore[return-value]
+
+    def _rank(self, ctx: WindowContext) -> tuple[np.ndarray, np.ndarray] | None:
+        waiting = ctx.waiting
+        n = waiting.size
+        keys = np.arange(n, 2 * n, dtype=np.int64)  # the refused ones: after every other
+        kept = np.ones(n, dtype=np.bool_)
+        kept[ctx.oversized] = False
+        pending = waiting[kept]
+        tenant_of = ctx.state_of(TENANT.name)  # type: ignore[misc]
+        tenant = tenant_of[pending]
+        served_now = tenant_of[ctx.running]
+        counters = np.asarray(ctx.scheduler_state.get(COUNTERS.name, COUNTERS.initial()), dtype=np.float64)
+        if tenant.size and (tenant.min() < 0 or tenant.max() >= counters.size):
+            return None
+        both = np.concatenate([tenant, served_now])
+        lifted = lift(counters, both, np.arange(tenant.size), np.arange(tenant.size, both.size))
+        column = ctx.column_of
+        need = column("total")[pending] - column("computed")[pending]  # type: ignore[misc]
+        fcfs = np.argsort(column("arrival")[pending], kind="stable")  # type: ignore[misc]
+        picked = fcfs[vtc_pick_order(tenant[fcfs], need[fcfs], lifted, float(self.w_in))]
+        place = np.empty(pending.size, dtype=np.int64)
+        place[picked] = np.arange(pending.size)
+        keys[kept] = place
+        return keys, np.zeros(ctx.swapped.size, dtype=np.int64)
 
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)

@@ -253,6 +253,7 @@ class Scheduler:
         self._install_state(manager)
         self.pool_level = any("kv-pool" in p.requires or "radix-pool" in p.requires for p in manager.passes)
         self._reads_clock = any(p.reads_clock for p in manager.passes)  # the step records now_us then
+        self._clock_read: tuple[int, int] = (-1, -1)  # (step, now_us): see _now_us
         # the length at which update() stops a request: max_model_len tokens (vLLM v1), or one more (v0)
         self._stop_len = cfg.max_model_len + int(any(p.stops_past_max_model_len for p in manager.passes))
         self._initial_facts = (("radix-pool",) if radix else ("kv-pool",)) if self.pool_level else ()
@@ -629,6 +630,18 @@ class Scheduler:
                 return None
         return module, recycled
 
+    def _now_us(self) -> int:
+        """The step's clock in µs (its `now_us` fact; -1 where no pass reads it), read once per
+        step: the window, the steady answers and the step's IR see the same instant, so a pass's
+        window (order-slo's rank) and its run agree even on a wall clock."""
+        if not self._reads_clock:
+            return -1
+        step, now = self._clock_read
+        if step != self._step:
+            now = max(round(self.clock() * 1e6), 0)
+            self._clock_read = (self._step, now)
+        return now
+
     def _step_facts(self, step: int) -> StepFacts:
         """The step's `sched.step` facts, as its IR (or its array step) sees them."""
         cfg = self.config
@@ -638,7 +651,7 @@ class Scheduler:
                          cached_free_blocks=pool.num_cached_free() if cfg.enable_prefix_caching else 0,
                          total_blocks=pool.usable_blocks, max_model_len=cfg.max_model_len, policy=cfg.policy,
                          facts=self._initial_facts,
-                         now_us=max(round(self.clock() * 1e6), 0) if self._reads_clock else -1,
+                         now_us=self._now_us(),
                          host_free_blocks=self._host_free())
 
     def _array_step(self, step: int, waiting: np.ndarray) -> tuple[SchedulerOutput, int]:
@@ -843,7 +856,7 @@ class Scheduler:
         # see _ranked_window_held; after windows that did not hold, the whole queue for a while
         ranked_ok = not self.pool_level and not self.config.dumps(self._step) and self._ranked_wait <= 0
         self._ranked_wait -= 1
-        now_us = max(round(self.clock() * 1e6), 0) if self._reads_clock else -1
+        now_us = self._now_us()
         ctx = self._window_context(waiting, steady, self.scheduler_state, now_us, self._step)
         parts = []
         walkers = False
@@ -980,7 +993,8 @@ class Scheduler:
                 self.running, waiting, cfg.max_num_seqs, pool.num_free, pool.usable_blocks,
                 cfg.max_num_batched_tokens, cfg.block_size, cfg.max_model_len, oversized, scheduler_state,
                 self._request_state_of, self._column_of, {}, steady, self._state_of, self._table_column, now_us,
-                step, head_size=cfg.max_num_seqs + WINDOW_SLACK)
+                step, head_size=cfg.max_num_seqs + WINDOW_SLACK if any(p.walks_ranked for p in self.manager.passes)
+                else 0)  # (no walker: the passes' own heads only, often a few seats long)
         ctx.running = self.running
         ctx.waiting = waiting
         ctx.free_blocks = pool.num_free
@@ -1082,7 +1096,7 @@ class Scheduler:
     def _steady_context(self, state: dict) -> WindowContext:
         """The passes' view before a steady step, over `state` (`SteadyAnswers.answer`)."""
         # the clock as the step's now_us fact would read it (a simulator's: the same instant)
-        now_us = max(round(self.clock() * 1e6), 0) if self._reads_clock else -1
+        now_us = self._now_us()
         return self._window_context(self.waiting, True, state, now_us, self._step)
 
     def _program_step(self, step: int, program: SteadyProgram) -> SchedulerOutput | None:
@@ -1102,7 +1116,7 @@ class Scheduler:
                     return None
         pool = self.pool
         table = self.table
-        now_us = max(round(self.clock() * 1e6), 0) if self._reads_clock else -1
+        now_us = self._now_us()
         sc = self._steady_facts  # (the free blocks: the kernel reads the pool's own count)
         sc[SC_STEP] = self._step
         sc[SC_NOW_US] = now_us
