@@ -314,9 +314,11 @@ def test_declared_window_keeps_every_decision_and_state(pipeline, policy, num_bl
         assert a == b, f"step {step + 1} differs"
 
 
-@pytest.mark.parametrize("pipeline,policy", [("base", "fcfs"), ("base-priority", "priority")])
+@pytest.mark.parametrize("pipeline,policy", [("base", "fcfs"), ("base-priority", "priority"),
+                                             ("with-prefix-aware", "fcfs")])
 def test_fcfs_and_priority_orders_give_admission_a_ranked_window(pipeline, policy):
-    """order-fcfs and order-priority declare the key they sort by (`waiting_rank`), so the seed's
+    """order-fcfs, order-priority and prefix-cache-aware (hit blocks, then arrival, from the hits
+    the step will match) declare the key they sort by (`waiting_rank`), so the seed's
     admission (admit-greedy, a ranked walker) is built over the head of that order under a long
     queue and checked after the step, as FastServe's: the same decisions as the whole queue."""
     metrics: dict = {}

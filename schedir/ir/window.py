@@ -172,6 +172,10 @@ class WindowContext:
     # (`StepPass.waiting_rank` of the last pass that orders it; None: an order of no declared key,
     # or none yet): a pass after them that walks that order may name a head of it (`orca-admit`)
     rank: tuple[np.ndarray, np.ndarray] | None = None
+    # (ids) -> the prefix-hit tokens each would show in the step (its `mem.match`: a count-level
+    # pipeline's, zeros without prefix caching); None where the passes find hits in the pool
+    # themselves (pool-level pipelines) or outside a runtime
+    prefix_hit: Callable[[np.ndarray], np.ndarray] | None = None
 
     NONE: ClassVar[np.ndarray] = np.zeros(0, dtype=np.int64)  # nobody
 

@@ -12,10 +12,7 @@ from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
 from schedir.ir.window import WindowContext
 from schedir.lowering.steady_layout import WINDOW_NOBODY, window_steady_lowered
-from schedir.passes.ordering import sort_arrays_by_columns, sort_by_columns
-
-
-_ARRIVAL_BITS = 47  # a rank key: priority (from the lowest queued) << 47 | arrival (µs; ~4 years)
+from schedir.passes.ordering import sort_arrays_by_columns, sort_by_columns, then_arrival_keys
 
 
 def priority_keys(priority: np.ndarray, arrival: np.ndarray, waiting: np.ndarray,
@@ -23,13 +20,9 @@ def priority_keys(priority: np.ndarray, arrival: np.ndarray, waiting: np.ndarray
     """Rank keys `(priority - lowest) << 47 | arrival` of the waiting and swapped rows (by row
     id), or None when the priorities span 2**15 or more or an arrival does not fit 47 bits."""
     rows = np.concatenate([waiting, swapped]) if swapped.size else waiting
-    if not rows.size:
-        return waiting[:0], swapped[:0]
-    p, at = priority[rows], arrival[rows]
-    low = int(p.min())
-    if int(p.max()) - low >= 1 << 15 or int(at.min()) < 0 or int(at.max()) >= 1 << _ARRIVAL_BITS:
+    keys = then_arrival_keys(priority[rows], arrival[rows])
+    if keys is None:
         return None
-    keys = ((p - low) << _ARRIVAL_BITS) | at
     return keys[:waiting.size], keys[waiting.size:]
 
 

@@ -7,6 +7,21 @@ from collections.abc import Sequence
 import numpy as np
 from xdsl.ir import SSAValue
 
+ARRIVAL_BITS = 47  # a rank key: a major key (from its lowest) << 47 | arrival (µs; ~4 years)
+
+
+def then_arrival_keys(major: np.ndarray, arrival: np.ndarray) -> np.ndarray | None:
+    """Rank keys `(major - lowest) << 47 | arrival` (a stable sort by (major, arrival) as one
+    int64: `StepPass.waiting_rank`), or None when the majors span 2**15 or more or an arrival
+    does not fit 47 bits."""
+    if not major.size:
+        return major.astype(np.int64)
+    low = int(major.min())
+    if int(major.max()) - low >= 1 << 15 or int(arrival.min()) < 0 or int(arrival.max()) >= 1 << ARRIVAL_BITS:
+        return None
+    return ((major.astype(np.int64) - low) << ARRIVAL_BITS) | arrival
+
+
 from schedir.ir.array_step import ArrayQueue, ArrayStep
 from schedir.ir.step import Step
 

@@ -12,6 +12,7 @@ from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
 from schedir.ir.window import WindowContext
 from schedir.lowering.steady_layout import WINDOW_NOBODY, window_steady_lowered
+from schedir.passes.ordering import then_arrival_keys
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,21 @@ class PrefixCacheAware(StepPass):
     def waiting_window(self, ctx: WindowContext) -> np.ndarray:
         """Nobody of its own: it orders what the step holds by the hits the runtime matched (admission declares what it picks from)."""
         return ctx.NONE
+
+    def waiting_rank(self, ctx: WindowContext) -> tuple[np.ndarray, np.ndarray] | None:
+        """(hit blocks, longest first; arrival) as one key, as `run` sorts the waiting queue, from
+        the hits the step will match (`WindowContext.prefix_hit`): a ranked window for admission's
+        walk (`schedir.ir.window`). None where the pool finds hits inside the passes, a swapped
+        queue waits (this order does not rank it) or the keys do not fit."""
+        if self.queue != "waiting" or ctx.column_of is None or ctx.prefix_hit is None or ctx.swapped.size:
+            return None
+        return ctx.shared(("prefix-hit-rank", self), lambda: self._rank(ctx))  # type: ignore[return-value]
+
+    def _rank(self, ctx: WindowContext) -> tuple[np.ndarray, np.ndarray] | None:
+        hit = ctx.prefix_hit(ctx.waiting)  # type: ignore[misc]
+        blocks = np.where(hit >= self.min_blocks * ctx.block_size, hit // ctx.block_size, 0)
+        keys = then_arrival_keys(-blocks, ctx.column_of("arrival")[ctx.waiting])  # type: ignore[misc]
+        return None if keys is None else (keys, np.zeros(0, dtype=np.int64))
 
     array_step_when: ClassVar[dict[str, str]] = {}  # `run_arrays`: any options
 

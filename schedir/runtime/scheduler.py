@@ -994,7 +994,8 @@ class Scheduler:
                 cfg.max_num_batched_tokens, cfg.block_size, cfg.max_model_len, oversized, scheduler_state,
                 self._request_state_of, self._column_of, {}, steady, self._state_of, self._table_column, now_us,
                 step, head_size=cfg.max_num_seqs + WINDOW_SLACK if any(p.walks_ranked for p in self.manager.passes)
-                else 0)  # (no walker: the passes' own heads only, often a few seats long)
+                else 0,  # (no walker: the passes' own heads only, often a few seats long)
+                prefix_hit=None if self.pool_level else self._window_prefix_hit)
         ctx.running = self.running
         ctx.waiting = waiting
         ctx.free_blocks = pool.num_free
@@ -1026,6 +1027,16 @@ class Scheduler:
         swapped queue or no host tier)."""
         host = self.pool.host if self.swap_queue else None
         return host.num_free if host is not None else -1
+
+    def _window_prefix_hit(self, ids: np.ndarray) -> np.ndarray:
+        """The prefix-hit tokens of waiting `ids` as the step's `mem.match` will show them
+        (`WindowContext.prefix_hit`): the pool does not change between the window and the step."""
+        cfg = self.config
+        if not cfg.enable_prefix_caching:
+            return np.zeros(ids.size, dtype=np.int64)
+        pool = self.pool
+        return match_rows(ids, self.table.data[T.TOTAL, ids], cfg.block_size, pool.ref, pool.rhash, pool.nhash,
+                          pool.cache)[0]
 
     def _table_column(self, name: str) -> np.ndarray:
         """A queue column of every row, read-only (`WindowContext.column_of`)."""
