@@ -328,11 +328,16 @@ def test_fcfs_and_priority_orders_give_admission_a_ranked_window(pipeline, polic
     assert windowed == whole
 
 
-def test_an_order_of_no_declared_key_ends_the_rank():
+@pytest.mark.parametrize("orders", ["order-fcfs,batching-efficiency", "batching-efficiency,order-priority",
+                                    "prefix-cache-aware,order-priority"])
+def test_only_the_first_order_ranks_the_queue(orders):
     """A pass after order-fcfs that reorders the queue by no declared key (batching-efficiency)
     leaves admission's walk in its own order: no ranked window (the head by arrival would not be
-    the head of the walk), the whole queue, the same decisions."""
-    spec = "reject-oversized,order-fcfs,batching-efficiency,schedule-running,admit-greedy,verify-step"
+    the head of the walk), the whole queue, the same decisions. Nor does a keyed order after
+    another order: its stable sort leaves ties (equal priority and arrival, as several requests
+    arriving between two steps have) in the earlier pass's order, which its key does not state
+    (with order-priority's key after batching-efficiency the steps decided otherwise)."""
+    spec = f"reject-oversized,{orders},schedule-running,admit-greedy,verify-step"
     metrics: dict = {}
     windowed, _ = run_declared(True, spec, "fcfs", seed=6, num_blocks=400, metrics=metrics)
     assert metrics["ranked"] == 0

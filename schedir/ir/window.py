@@ -169,8 +169,9 @@ class WindowContext:
     # how many of the rank's first the runtime's ranked window takes (`first_by_rank`; 0: none)
     head_size: int = 0
     # the rank keys (waiting, swapped) of the order the passes asked so far leave the queue in
-    # (`StepPass.waiting_rank` of the last pass that orders it; None: an order of no declared key,
-    # or none yet): a pass after them that walks that order may name a head of it (`orca-admit`)
+    # (`StepPass.waiting_rank` of the first pass that orders it; None: an order of no declared key,
+    # a second order, whose ties follow the first's, or none yet): a pass after them that walks
+    # that order may name a head of it (`orca-admit`, `vllm-admit`)
     rank: tuple[np.ndarray, np.ndarray] | None = None
     # (ids) -> the prefix-hit tokens each would show in the step (its `mem.match`: a count-level
     # pipeline's, zeros without prefix caching); None where the passes find hits in the pool

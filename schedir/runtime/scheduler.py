@@ -861,13 +861,15 @@ class Scheduler:
         parts = []
         walkers = False
         rank = None
+        ordered = False
         for p in self.manager.passes:  # (ctx.rank starts at None: _window_context)
             at = p.waiting_window(ctx)
-            ranked = p.waiting_rank(ctx)
-            if ranked is not None:
-                rank = ranked
-            elif "order" in p.provides:  # it orders the queue by no declared key: the walk follows its order
-                rank = None
+            if "order" in p.provides:
+                # a rank holds from the first order pass only: every order is a stable sort of the
+                # step's current order, so a later pass's ties follow the earlier pass's order,
+                # which its key does not state (and a pass of no declared key ends the rank)
+                rank = None if ordered else p.waiting_rank(ctx)
+                ordered = True
             ctx.rank = rank
             if at is None:
                 if not (p.walks_ranked and ranked_ok):
