@@ -177,6 +177,7 @@ class WindowContext:
     # pipeline's, zeros without prefix caching); None where the passes find hits in the pool
     # themselves (pool-level pipelines) or outside a runtime
     prefix_hit: Callable[[np.ndarray], np.ndarray] | None = None
+    policy: str = "fcfs"  # the configuration's queue policy (the step's `policy` fact)
 
     NONE: ClassVar[np.ndarray] = np.zeros(0, dtype=np.int64)  # nobody
 
@@ -187,6 +188,11 @@ class WindowContext:
         preempts for other reasons declares no window)."""
         if self.running.size < self.max_seqs or self.memo.get(_SEATS_FREED):
             return False
+        return self.running_fits()
+
+    def running_fits(self) -> bool:
+        """Every token the running requests know (placeholders included) fits in the free blocks
+        together: nobody is preempted for want of blocks this step."""
         if self.steady:  # their known tokens are `total` (one past `computed`), and their blocks fit
             return True
 
@@ -196,7 +202,7 @@ class WindowContext:
             need = np.maximum(-(-end // self.block_size) - self.column("blocks", self.running), 0)
             return int(need.sum()) <= self.free_blocks
 
-        return bool(self.shared("seats-stay-taken", fits))
+        return bool(self.shared("running-fits", fits))
 
     def nobody_while_seats_stay_taken(self, queue: str, running: str) -> np.ndarray | None:
         """An admission pass's answer when it can admit only into a free sequence slot

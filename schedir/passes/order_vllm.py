@@ -42,6 +42,14 @@ class OrderVllm(StepPass):
         """Nobody of its own: it orders what the step holds (admission declares what it picks from)."""
         return ctx.NONE
 
+    def waiting_rank(self, ctx: WindowContext) -> tuple[np.ndarray, np.ndarray] | None:
+        """Under FCFS the deque's place (`queued`), as `run` sorts the waiting queue: v0's prefill
+        loops name the head of it they can reach (`schedir.ir.window`). None under priority."""
+        if self.queue != "waiting" or ctx.column_of is None or ctx.policy != "fcfs":
+            return None
+        queued = ctx.column_of("queued")
+        return ctx.shared(("vllm-fcfs-rank", self), lambda: (queued[ctx.waiting], queued[ctx.swapped]))  # type: ignore[return-value]
+
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)
         if pending is None:

@@ -14,7 +14,13 @@ from schedir.ir.step import Step, pool_of, root_queue
 from schedir.ir.window import WindowContext
 from schedir.passes import v0_kernels as K
 from schedir.passes.v0_chunked import long_threshold, slot_budget
-from schedir.passes.v0_prefills import delay_clock, emit_prefills, prefills_lowered_options, prefills_steady_lowered
+from schedir.passes.v0_prefills import (
+    delay_clock,
+    emit_prefills,
+    prefill_reach,
+    prefills_lowered_options,
+    prefills_steady_lowered,
+)
 from schedir.passes.v0_state import (
     BAND,
     LAST_LATENCY,
@@ -83,6 +89,26 @@ class V0ChunkedPrefills(StepPass):
                     ctx.block_size)):  # held while the queue stays as it is (`WindowContext.queued`)
                 return None
         return delay_clock(ctx.scheduler_state, float(max(ctx.now_us, 0)))
+
+    def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
+        """The requests v0 would ignore (a new-token count over max_model_len, or a sequence the
+        pool above its watermark can never hold: its chunk is cut to the budget, so this is a
+        superset) and the first free seats + 1 others in v0's order (`prefill_reach`). This
+        loop runs after the running requests, whose preemptions free seats: all max_seqs count
+        as free unless every running request's blocks fit (one block of slack each). With the
+        delay rule (it reads the oldest arrival) or passed-over long prefills (`partial` > 1),
+        the whole queue."""
+        if self.queue != "waiting" or self.delay_factor > 0 or self.partial > 1 or ctx.column_of is None:
+            return None
+        column_of = ctx.column_of
+        ignorable = ctx.queued("v0-chunked-ignorable", lambda: K.ignorable(
+            ctx.waiting, column_of("total"), column_of("computed"), ctx.max_model_len, ctx.total_blocks,
+            ctx.block_size, False))  # held while the queue stays as it is (`WindowContext.queued`)
+        running = ctx.running
+        known = ctx.column("total", running) + ctx.column("placeholders", running)
+        need = np.maximum(-(-known // ctx.block_size) + 1 - ctx.column("blocks", running), 0)
+        seats = ctx.max_seqs - running.size if int(need.sum()) <= ctx.free_blocks else ctx.max_seqs
+        return prefill_reach(ctx, ignorable, max(seats, 0))  # type: ignore[arg-type]
 
     def run(self, step: Step) -> None:
         facts = step.facts

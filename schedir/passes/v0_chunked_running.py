@@ -100,6 +100,10 @@ class V0ChunkedRunning(StepPass):
         if self.partial < 1 or self.max_long < 1 or self.long_threshold < 0:
             raise ValueError("partial and max-long must be >= 1, long-threshold >= 0")
 
+    def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
+        """Nobody: it schedules the running queue (its victims go back to waiting through the runtime)."""
+        return ctx.NONE if self.queue != "waiting" else None
+
     def run(self, step: Step) -> None:
         base = int(step.state(NEXT_RUN_POS.name, 0.0))
         step.set_state(**{NEXT_RUN_POS.name: float(base + RUN_BANDS * BAND)})  # this step's bands, taken

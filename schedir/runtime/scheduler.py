@@ -997,7 +997,7 @@ class Scheduler:
                 self._request_state_of, self._column_of, {}, steady, self._state_of, self._table_column, now_us,
                 step, head_size=cfg.max_num_seqs + WINDOW_SLACK if any(p.walks_ranked for p in self.manager.passes)
                 else 0,  # (no walker: the passes' own heads only, often a few seats long)
-                prefix_hit=None if self.pool_level else self._window_prefix_hit)
+                prefix_hit=None if self.pool_level else self._window_prefix_hit, policy=cfg.policy)
         ctx.running = self.running
         ctx.waiting = waiting
         ctx.free_blocks = pool.num_free
