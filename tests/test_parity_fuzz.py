@@ -306,6 +306,29 @@ def test_arrays_fuzz_mode_compares_every_step(tmp_path: Path, monkeypatch: pytes
     assert module.main(["--arrays", "--cases", "3", "--size", "ci", "--presets", "fastserve"]) == 1
 
 
+def test_windows_fuzz_mode_compares_every_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`benchmarks/parity_fuzz.py --windows --size overload`: vtc cases with the declared windows
+    (vllm-admit's head of VTC's order) and over the whole queue agree at every step, windows
+    left requests out, and vllm-admit's head cut to one request is reported as divergent."""
+    from schedir.passes.vllm_admit import VllmAdmit
+
+    module = _parity_fuzz_cli()
+    out = tmp_path / "windows.json"
+    assert module.main(["--windows", "--cases", "1", "--seed", "38000", "--size", "overload", "--presets", "vtc",
+                        "--json", str(out)]) == 0
+    tally = json.loads(out.read_text())["presets"]["vtc"]
+    assert tally["cases"] == 1 and not tally["divergent"] and tally["shortcut_on"] > 50
+    assert tally["shortcut_off"] == 0
+    real = VllmAdmit.waiting_window
+
+    def one(self, ctx):  # type: ignore[no-untyped-def]
+        at = real(self, ctx)
+        return at[:1] if at is not None and ctx.rank is not None else at
+
+    monkeypatch.setattr(VllmAdmit, "waiting_window", one)
+    assert module.main(["--windows", "--cases", "1", "--seed", "38000", "--size", "overload", "--presets", "vtc"]) == 1
+
+
 def test_parity_fuzz_takes_preset_lists_and_refuses_bad_pipelines(tmp_path, capsys):
     """`--presets a,b` is two presets (as `--presets a b`); a pipeline the runtime refuses is a
     one-line error and exit 2, not a traceback."""

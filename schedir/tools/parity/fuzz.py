@@ -250,6 +250,9 @@ CI_SIZE = FuzzSize()
 SMALL_SIZE = FuzzSize(max_requests=8, max_model_lens=(128, 256, 512), max_output=32, max_arrival_gap=4)
 """Fewer, shorter requests: the invariant tests' CI run (the `base` presets verify every step, ~0.3 ms)."""
 LONG_SIZE = FuzzSize(max_requests=32, max_model_lens=(128, 256, 512, 1024, 2048), max_output=192, max_arrival_gap=16)
+OVERLOAD_SIZE = FuzzSize(max_requests=240, max_model_lens=(128, 256, 512), max_output=48, max_arrival_gap=1)
+"""Many requests arriving together: queues past max_num_seqs + 16, where the runtime leaves
+waiting requests out of the step (the window fuzz, `parity_fuzz.py --windows --size overload`)."""
 
 
 def _log_uniform(rng: np.random.Generator, lo: int, hi: int) -> int:
