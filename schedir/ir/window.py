@@ -46,6 +46,23 @@ def _before(key_a: int, pos_a: int, key_b: int, pos_b: int) -> bool:
 
 
 @numba.njit(cache=True, nogil=True)
+def _sift_down(hk: np.ndarray, hp: np.ndarray, size: int, key: int, pos: int) -> None:
+    """Put (key, pos) at the root of the max-heap (hk, hp)[:size] and sift it down."""
+    j = 0
+    while True:
+        child = 2 * j + 1
+        if child >= size:
+            break
+        if child + 1 < size and _before(hk[child], hp[child], hk[child + 1], hp[child + 1]):
+            child += 1
+        if not _before(key, pos, hk[child], hp[child]):
+            break
+        hk[j], hp[j] = hk[child], hp[child]
+        j = child
+    hk[j], hp[j] = key, pos
+
+
+@numba.njit(cache=True, nogil=True)
 def head_in_rank_order(keys: np.ndarray, k: int) -> np.ndarray:
     """Positions of the first `k` of `keys` by (key, position), in that order: one pass keeping
     them in a max-heap (O(n log k), no temporaries over the whole queue), then the heap drained."""
@@ -67,36 +84,13 @@ def head_in_rank_order(keys: np.ndarray, k: int) -> np.ndarray:
                 j = parent
             hk[j], hp[j] = key, i
         elif key < hk[0]:  # ahead of the heap's last (an equal key comes later by position)
-            j = 0
-            while True:
-                child = 2 * j + 1
-                if child >= size:
-                    break
-                if child + 1 < size and _before(hk[child], hp[child], hk[child + 1], hp[child + 1]):
-                    child += 1
-                if not _before(key, i, hk[child], hp[child]):
-                    break
-                hk[j], hp[j] = hk[child], hp[child]
-                j = child
-            hk[j], hp[j] = key, i
+            _sift_down(hk, hp, size, key, i)
     out = np.empty(size, dtype=np.int64)
     while size > 0:  # drain the largest first, filling from the end
         size -= 1
         out[size] = hp[0]
-        key, pos = hk[size], hp[size]
-        j = 0
-        while True:
-            child = 2 * j + 1
-            if child >= size:
-                break
-            if child + 1 < size and _before(hk[child], hp[child], hk[child + 1], hp[child + 1]):
-                child += 1
-            if not _before(key, pos, hk[child], hp[child]):
-                break
-            hk[j], hp[j] = hk[child], hp[child]
-            j = child
         if size > 0:
-            hk[j], hp[j] = key, pos
+            _sift_down(hk, hp, size, hk[size], hp[size])
     return out
 
 
