@@ -533,15 +533,21 @@ def _admission_steps_in_step(pipeline: str) -> list[tuple[int, int, int]]:
     return seen
 
 
-@pytest.mark.parametrize("pipeline", ["vtc", "slo-aware", "vllm-v0", "vllm-v0-chunked"])
+@pytest.mark.parametrize("pipeline", ["vtc", "slo-aware", "vllm-v0", "vllm-v0-chunked", "sglang", "sglang-mixed"])
 def test_admission_over_a_ranked_order_takes_the_head_it_can_reach(pipeline):
     """vtc-order, order-slo and order-vllm (FCFS) rank the queue (`waiting_rank`), so vllm-admit
     and v0's prefill loops name the head they can reach (free seats + 1) as their window: a step
     that admits carries that head (and one request per tenant for VTC's counter lift), not the
     queue. The decisions are the whole queue's (test_declared_window_keeps_every_decision_and_state,
     test_admission_heads_decide_as_the_whole_queue)."""
-    seen = _admission_steps_in_step(pipeline)
+    seen = _admission_steps_in_step(pipeline)[1:]  # (the first places all 504 in SGLang's list)
     assert len(seen) > 5 and all(queued > 400 for _, _, queued in seen)
+    if pipeline.startswith("sglang"):
+        # a seat more where the chunked request runs; every 32nd ordering touches the list's
+        # first 128 (`_touch_waiting_prefixes`), so those steps carry them
+        over = [in_step for free, in_step, _ in seen if in_step > free + 2]
+        assert len(over) <= len(seen) // 8 and all(n <= 128 for n in over), over
+        return
     extra = 4 if pipeline == "vtc" else 0  # one per tenant
     for free, in_step, _ in seen:
         assert in_step <= free + 1 + extra, (free, in_step)
@@ -575,7 +581,7 @@ def _long_queue_run(pipeline: str, window: bool) -> list[tuple]:
     return decisions
 
 
-@pytest.mark.parametrize("pipeline", ["vtc", "slo-aware", "vllm-v0", "vllm-v0-chunked"])
+@pytest.mark.parametrize("pipeline", ["vtc", "slo-aware", "vllm-v0", "vllm-v0-chunked", "sglang", "sglang-mixed"])
 def test_admission_heads_decide_as_the_whole_queue(pipeline):
     """Several seats free at once over a 600-request queue: the steps built over vllm-admit's head
     of the ranked order decide as the whole queue does, step for step."""

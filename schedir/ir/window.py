@@ -228,6 +228,23 @@ class WindowContext:
             held = self.memo[key] = (keys, rank_head(keys, max(k, self.head_size)))
         return np.sort(held[1][:k])
 
+    def reach(self, skipped: np.ndarray | None, k: int, keys: np.ndarray | None = None) -> np.ndarray | None:
+        """Positions in `waiting` a walk of `ctx.rank`'s order (or of `keys`) that stops at its
+        first misfit can reach: every request it passes over by a rule known before the step
+        (`skipped`, a mask over `waiting`, or None: none) and the first `k` others (it admits at
+        most k - 1 and stops at the first that does not fit). None (the whole queue) without a
+        rank."""
+        if keys is None:
+            if self.rank is None:
+                return None
+            keys = self.rank[0]
+        if skipped is None or not skipped.any():
+            return self.first_by_rank(keys, k)
+        head = self.first_by_rank(np.where(skipped, keys.max() + 1, keys), k)  # the others first
+        inside = skipped.copy()
+        inside[head] = True
+        return np.flatnonzero(inside)
+
     def queued(self, key: object, compute: Callable[[], object]) -> object:
         """`compute()` when it reads only the queued requests (`waiting`, `swapped`: their columns
         and declared state) and the configuration's limits: the runtime holds it across steps

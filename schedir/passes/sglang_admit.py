@@ -199,11 +199,29 @@ class SglangAdmit(StepPass):
         """Nobody when the step skips admission (a full running batch, `batch_is_full`, no chunked
         prefill continuing: `_get_new_batch_prefill_raw` returns first), but one request the
         step will not reject: the gate reads whether anybody waits. Else the whole list."""
-        if (self.queue, self.running) != ("waiting", "running") or not skips_admission(ctx):
+        if (self.queue, self.running) != ("waiting", "running"):
             return None
+        if not skips_admission(ctx):
+            return self._walked(ctx)
         refused = set(ctx.oversized.tolist())  # a handful at most: flagged at arrival, refused at once
         first = next((i for i in range(len(refused) + 1) if i not in refused), None)
         return np.array([first], dtype=np.int64) if first is not None and first < ctx.waiting.size else ctx.NONE
+
+    def _walked(self, ctx: WindowContext) -> np.ndarray | None:
+        """The waiting requests `add_one_req`'s loop can reach in the list's order (`ctx.rank`,
+        `sglang-order`'s under fcfs): it goes on past a request that can never fit (rejected,
+        `n + left + page >= usable pages`, known before the step) and past the ones
+        reject-oversized took out, admits at most the free request slots (max_seqs minus the
+        running batch; one more where the chunked request is among the running) and stops at
+        the first other request it does not admit. None (the whole list) without a rank."""
+        if ctx.rank is None or ctx.column_of is None:
+            return None
+        column, waiting = ctx.column_of, ctx.waiting
+        total, prompt = column("total")[waiting], column("prompt")[waiting]
+        left = np.minimum(np.maximum(column("max_tokens")[waiting] - (total - prompt), 0), self.clip)
+        passed = total + left + ctx.block_size >= ctx.total_blocks * ctx.block_size
+        passed[ctx.oversized] = True
+        return ctx.reach(passed, max(ctx.max_seqs - ctx.running.size + 1, 0) + 1)
 
     def _mix(self, step: Step, pool, running, run_ids: np.ndarray, in_batch: np.ndarray):  # noqa: ANN001, ANN202
         """Mixed chunked prefill: the running batch (in its order) decodes in this prefill step if

@@ -157,10 +157,44 @@ class SglangOrder(StepPass):
 
     def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
         """When the step skips admission SGLang does not sort the list: it only places new
-        arrivals at its end (`sglang_pos` still -1). Else the whole list."""
-        if (self.queue, self.running) != ("waiting", "running") or not skips_admission(ctx):
+        arrivals at its end (`sglang_pos` still -1). Under `fcfs` the list stays as it is, so
+        the new arrivals and, on every 32nd ordering, the first 128 it touches
+        (`_touch_waiting_prefixes`); admission names the head it walks. Else the whole list."""
+        if (self.queue, self.running) != ("waiting", "running"):
             return None
-        return np.flatnonzero(ctx.request_state(POS.name, ctx.waiting) < 0)
+        fresh = np.flatnonzero(ctx.request_state(POS.name, ctx.waiting) < 0)
+        if skips_admission(ctx):
+            return fresh
+        rank = self.waiting_rank(ctx)
+        if rank is None:
+            return None
+        calls = int(ctx.scheduler_state.get(REFRESH_CALLS.name, REFRESH_CALLS.default))
+        if calls % WAITING_PREFIX_REFRESH_INTERVAL:
+            return fresh
+        refused = np.zeros(ctx.waiting.size, dtype=np.bool_)
+        refused[ctx.oversized] = True  # gone before this pass: the first 128 of the others
+        return np.union1d(fresh, ctx.reach(refused, LPM_QUEUE_LIMIT, rank[0]))  # type: ignore[arg-type]
+
+    def waiting_rank(self, ctx: WindowContext) -> tuple[np.ndarray, np.ndarray] | None:
+        """Under `fcfs`, the list's order as `run` leaves it: placed requests by `sglang_pos`,
+        then new arrivals in queue order (`waiting_list`). None under the other policies (they
+        sort by what the step matches, or `lpm` turns into FCFS only above 128 waiting: a step
+        over a head would not know)."""
+        if (self._policy(ctx.policy) != "fcfs" or (self.queue, self.running) != ("waiting", "running")
+                or ctx.state_of is None):
+            return None
+
+        def keys() -> tuple[np.ndarray, np.ndarray]:
+            pos = ctx.state_of(POS.name)[ctx.waiting]  # type: ignore[misc]
+            after = (int(pos.max()) + 1) if pos.size else 0
+            return (np.where(pos >= 0, pos, after + np.arange(pos.size)),
+                    np.zeros(ctx.swapped.size, dtype=np.int64))
+
+        return ctx.shared(("sglang-list-rank", self), keys)  # type: ignore[return-value]
+
+    def _policy(self, configured: str) -> str:
+        """The policy this pass orders by: its option, or the scheduler's (`config`)."""
+        return configured if self.policy == "config" else self.policy
 
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)
@@ -181,7 +215,7 @@ class SglangOrder(StepPass):
         ids = step.ids(pending)
         writes: dict[str, float] = {}
         at = waiting_list(ids, pos)
-        policy = step.facts.policy if self.policy == "config" else self.policy
+        policy = self._policy(step.facts.policy)
         if policy not in POLICIES:
             raise ValueError(f"SGLang has no '{policy}' waiting-queue policy here (one of {', '.join(POLICIES)})")
         if policy == "lpm" and at.size > LPM_QUEUE_LIMIT:
@@ -219,10 +253,15 @@ class SglangOrder(StepPass):
         if policy not in ("lpm", "dfs-weight"):
             self._refresh(step, ids[at], st, writes)
         base = int(st.get(NEXT_POS.name, NEXT_POS.default))
-        writes[NEXT_POS.name] = float(base + at.size)
-        step.set_state(**writes)
         new_ids = ids[at]
-        step.set_request_state(pending, new_ids, **{POS.name: np.arange(base, base + at.size, dtype=np.int64)})
+        # the list's new order as places: under fcfs the list stays as it is and only new arrivals
+        # take places at its end (so a step over its head writes what the whole list's would)
+        placing = at[pos[at] < 0] if policy == "fcfs" else at
+        writes[NEXT_POS.name] = float(base + placing.size)
+        step.set_state(**writes)
+        if placing.size:
+            step.set_request_state(pending, ids[placing],
+                                   **{POS.name: np.arange(base, base + placing.size, dtype=np.int64)})
         step.sort(pending, ("sglang_pos",), new_ids, picked=at)
 
     def _refresh(self, step: Step, ordered: np.ndarray, st: dict, writes: dict) -> None:

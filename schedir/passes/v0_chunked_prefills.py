@@ -17,7 +17,6 @@ from schedir.passes.v0_chunked import long_threshold, slot_budget
 from schedir.passes.v0_prefills import (
     delay_clock,
     emit_prefills,
-    prefill_reach,
     prefills_lowered_options,
     prefills_steady_lowered,
 )
@@ -93,7 +92,7 @@ class V0ChunkedPrefills(StepPass):
     def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
         """The requests v0 would ignore (a new-token count over max_model_len, or a sequence the
         pool above its watermark can never hold: its chunk is cut to the budget, so this is a
-        superset) and the first free seats + 1 others in v0's order (`prefill_reach`). This
+        superset) and the first free seats + 1 others in v0's order (`WindowContext.reach`). This
         loop runs after the running requests, whose preemptions free seats: all max_seqs count
         as free unless every running request's blocks fit (one block of slack each). With the
         delay rule (it reads the oldest arrival) or passed-over long prefills (`partial` > 1),
@@ -108,7 +107,7 @@ class V0ChunkedPrefills(StepPass):
         known = ctx.column("total", running) + ctx.column("placeholders", running)
         need = np.maximum(-(-known // ctx.block_size) + 1 - ctx.column("blocks", running), 0)
         seats = ctx.max_seqs - running.size if int(need.sum()) <= ctx.free_blocks else ctx.max_seqs
-        return prefill_reach(ctx, ignorable, max(seats, 0))  # type: ignore[arg-type]
+        return ctx.reach(ignorable, max(seats, 0) + 1)  # type: ignore[arg-type]
 
     def run(self, step: Step) -> None:
         facts = step.facts

@@ -66,23 +66,6 @@ def prefills_lowered_options(chunked: bool, layout) -> tuple[float, ...]:  # noq
             layout.scalar(PREV_PROMPT.name), layout.scalar(LAST_LATENCY.name))
 
 
-def prefill_reach(ctx: WindowContext, ignored: np.ndarray, seats: int) -> np.ndarray | None:
-    """Positions in `ctx.waiting` v0's prefill loop can reach, in the order the order pass ranks
-    (`ctx.rank`: order-vllm's deque under FCFS): every request it would ignore (`ignored`: it goes
-    on past them) and the first `seats` + 1 others (it admits at most `seats` and stops at the
-    first that does not fit, the delay rule and passed-over long prefills aside: their callers
-    ask for the whole queue then). None (the whole queue) without a rank."""
-    if ctx.rank is None:
-        return None
-    keys = ctx.rank[0]
-    if not ignored.any():
-        return ctx.first_by_rank(keys, seats + 1)
-    head = ctx.first_by_rank(np.where(ignored, keys.max() + 1, keys), seats + 1)  # the others first
-    inside = ignored.copy()
-    inside[head] = True
-    return np.flatnonzero(inside)
-
-
 @dataclass(frozen=True)
 class V0Prefills(StepPass):
     """Admit whole prompts in waiting order, as vLLM v0 does with chunked prefill off.
@@ -144,12 +127,12 @@ class V0Prefills(StepPass):
         could never run and stops at the first other one, whatever stops it (blocks, budget or
         the seat): so the requests v0 would ignore, and the first other one in v0's FCFS order
         (`queued`). With seats free, those it would ignore and the first free seats + 1 others
-        in that order (`prefill_reach`: v0 runs this loop first, so the running requests hold
-        their seats). With the delay rule (it reads the oldest arrival), the whole queue."""
+        in that order (`WindowContext.reach`: v0 runs this loop first, so the running requests
+        hold their seats). With the delay rule (it reads the oldest arrival), the whole queue."""
         if self.queue != "waiting" or self.delay_factor > 0:
             return None
         if ctx.running.size < ctx.max_seqs:
-            return prefill_reach(ctx, self._ignored(ctx), ctx.max_seqs - ctx.running.size)
+            return ctx.reach(self._ignored(ctx), ctx.max_seqs - ctx.running.size + 1)
         ignored = self._ignored(ctx)
         rest = np.flatnonzero(~ignored)
         if not rest.size:

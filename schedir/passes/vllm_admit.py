@@ -62,9 +62,10 @@ class VllmAdmit(StepPass):
         declared key (`WindowContext.rank`: `vtc-order`, `order-slo`), the head of that order it
         can reach: the loop admits at most the free sequence slots, stops at the first request
         that does not fit and skips only requests whose stale outputs are in flight, so it walks
-        no further than free slots + 1 + every such request. Exact before the step (nothing to
-        check after it, so a pass that commits to the pool can have it). Else (no rank, or a
-        long-prefill cap, which counts the waiting requests) the whole queue."""
+        no further than those and the first free slots + 1 others (`WindowContext.reach`).
+        Exact before the step (nothing to check after it, so a pass that commits to the pool can
+        have it). Else (no rank, or a long-prefill cap, which counts the waiting requests) the
+        whole queue."""
         if (self.queue, self.running) != ("waiting", "running"):
             return None
         seats = ctx.max_seqs - ctx.running.size
@@ -72,8 +73,7 @@ class VllmAdmit(StepPass):
             return ctx.NONE
         if ctx.rank is None or self.long_prefill or ctx.column_of is None:
             return None
-        stale = int(np.count_nonzero(ctx.column_of("stale")[ctx.waiting]))
-        return ctx.first_by_rank(ctx.rank[0], seats + 1 + stale)
+        return ctx.reach(ctx.column_of("stale")[ctx.waiting] > 0, seats + 1)
 
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)
