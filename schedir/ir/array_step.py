@@ -52,6 +52,17 @@ class ArrayQueue:
     at: np.ndarray | None
 
 
+def read_only_view(values: np.ndarray) -> np.ndarray:
+    """`values` as an IR op's column is: a read-only view, so the kernels that lower either path
+    (`settle_step`, `commit`, verify-step's) see one array type and compile once, not again
+    mid-run at the first step whose decisions mix writable and read-only arrays (seconds)."""
+    if not values.flags.writeable:
+        return values
+    view = values.view()
+    view.flags.writeable = False
+    return view
+
+
 @attrs.define(eq=False, slots=True)
 class Decision:
     """One decision on requests of a queue, in the order the passes took them (an IR op's worth):
@@ -151,21 +162,21 @@ class ArrayStep:
     # ------------------------------------------------------------ decisions
     def schedule(self, q: ArrayQueue, rows: np.ndarray, tokens: np.ndarray) -> None:
         if rows.size:
-            self.decisions.append(Decision("schedule", q.name, rows, tokens))
+            self.decisions.append(Decision("schedule", q.name, read_only_view(rows), read_only_view(tokens)))
             self.tokens += int(tokens.sum())
             self.seqs += rows.size
 
     def defer(self, q: ArrayQueue, rows: np.ndarray, reasons: np.ndarray) -> None:
         if rows.size:
-            self.decisions.append(Decision("defer", q.name, rows, reasons))
+            self.decisions.append(Decision("defer", q.name, read_only_view(rows), read_only_view(reasons)))
 
     def reject(self, q: ArrayQueue, rows: np.ndarray, reasons: np.ndarray) -> None:
         if rows.size:
-            self.decisions.append(Decision("reject", q.name, rows, reasons))
+            self.decisions.append(Decision("reject", q.name, read_only_view(rows), read_only_view(reasons)))
 
     def preempt(self, q: ArrayQueue, mode: str, rows: np.ndarray) -> None:
         if rows.size:
-            self.decisions.append(Decision("preempt", q.name, rows, mode=mode))
+            self.decisions.append(Decision("preempt", q.name, read_only_view(rows), mode=mode))
 
     def alloc(self, rows: np.ndarray, blocks: np.ndarray) -> None:
         """New blocks for `rows` (`mem.alloc`; `mem.swap_in` too: the host blocks copied back)."""

@@ -11,7 +11,7 @@ import numpy as np
 from schedir.dialects.columns import joined_columns
 from schedir.dialects.mem import AllocOp, MatchOp, ShareOp, SwapInOp
 from schedir.dialects.req import OUTCOMES, ScheduleOp
-from schedir.ir.array_step import ArrayStep
+from schedir.ir.array_step import ArrayStep, read_only_view
 from schedir.ir.errors import PassFailure
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
@@ -23,7 +23,7 @@ _NO_IDS = np.zeros(0, dtype=np.int64)
 _NO_IDS.flags.writeable = False  # as the ops' columns are: the kernels compile one signature
 
 
-def _read_only(values: np.ndarray) -> np.ndarray:
+def read_only(values: np.ndarray) -> np.ndarray:
     """`values` flagged read-only (a view of another array: the flag is the view's own), as an
     op's column is: a kernel given a mix of writable and read-only arrays compiles one more
     signature per mix (~1 s each, once per machine)."""
@@ -89,6 +89,13 @@ def each_once(members: np.ndarray, decided: np.ndarray) -> bool:
             return False
         seen[r - low] = 2
     return True
+
+
+def _gaps(*args):  # noqa: ANN002, ANN202
+    """`token_and_block_gaps` with every array read-only, as the IR's columns are: the IR step and
+    the array step pass the kernel one array type, so it compiles once (mixed flags compiled it
+    five times, some of them mid-run)."""
+    return token_and_block_gaps(*(read_only_view(a) if isinstance(a, np.ndarray) else a for a in args))
 
 
 def _budget_problems(facts, tokens: int, seqs: int, scheduled: np.ndarray, taken: int,  # noqa: ANN001
@@ -168,7 +175,7 @@ class VerifyStep(StepPass):
                                    for d in parts])
             tokens = joined_columns([d.values for d in parts])
             match_ids = step.queues["waiting"].rows if step.hit is not None and "waiting" in step.queues else _NO_IDS
-            over, short = token_and_block_gaps(
+            over, short = _gaps(
                 scheduled, tokens, step.column("computed")[scheduled], step.column("total")[scheduled], held, _NO_IDS,
                 match_ids, step.hit if step.hit is not None else _NO_IDS,
                 joined_columns([e[0] for e in step.effects]), joined_columns([e[1] for e in step.effects]),
@@ -228,9 +235,9 @@ class VerifyStep(StepPass):
                     scheduled.append(result)
                     ids_parts.append(op.ids)  # type: ignore[attr-defined]
                     token_parts.append(op.col("tokens"))  # type: ignore[attr-defined]
-                    computed_parts.append(_read_only(computed.view()))  # gathered copies or views
-                    total_parts.append(_read_only(total.view()))
-                    held_parts.append(_read_only(held.view()))
+                    computed_parts.append(read_only(computed.view()))  # gathered copies or views
+                    total_parts.append(read_only(total.view()))
+                    held_parts.append(read_only(held.view()))
             elif kind is AllocOp or kind is ShareOp or kind is SwapInOp:
                 if len(op):  # type: ignore[arg-type]
                     effect_ids.append(op.ids)  # type: ignore[attr-defined]
@@ -240,7 +247,7 @@ class VerifyStep(StepPass):
                         any_share = True
                         effect_shared.append(blocks)
                     else:
-                        effect_shared.append(_read_only(np.zeros(blocks.size, dtype=np.int64)))
+                        effect_shared.append(read_only(np.zeros(blocks.size, dtype=np.int64)))
             elif kind is MatchOp:
                 if len(op):  # type: ignore[arg-type]
                     match_ids.append(op.ids)  # type: ignore[attr-defined]
@@ -252,10 +259,10 @@ class VerifyStep(StepPass):
         hit = _NO_IDS  # hits matter only to requests that share cached blocks
         if any_share and not match_ids:  # no mem.match: the step's KV pool answers (Step.prefix_hits)
             hit = joined_columns([step.prefix_hits(result)[0] for result in scheduled])
-        over, short = token_and_block_gaps(ids, joined_columns(token_parts), joined_columns(computed_parts), joined_columns(total_parts),
-                                           joined_columns(held_parts), hit, joined_columns(match_ids), joined_columns(match_hit),
-                                           joined_columns(effect_ids), joined_columns(effect_blocks), joined_columns(effect_shared),
-                                           step.facts.block_size)
+        over, short = _gaps(ids, joined_columns(token_parts), joined_columns(computed_parts), joined_columns(total_parts),
+                            joined_columns(held_parts), hit, joined_columns(match_ids), joined_columns(match_hit),
+                            joined_columns(effect_ids), joined_columns(effect_blocks), joined_columns(effect_shared),
+                            step.facts.block_size)
         out: list[str] = []
         if over.any():
             out.append(f"request(s) {_listed(ids[over])} scheduled more tokens than they have left to compute")
