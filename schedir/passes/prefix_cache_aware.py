@@ -56,10 +56,13 @@ class PrefixCacheAware(StepPass):
         return ctx.shared(("prefix-hit-rank", self), lambda: self._rank(ctx))  # type: ignore[return-value]
 
     def _rank(self, ctx: WindowContext) -> tuple[np.ndarray, np.ndarray] | None:
-        hit = ctx.prefix_hit(ctx.waiting)  # type: ignore[misc]
-        blocks = np.where(hit >= self.min_blocks * ctx.block_size, hit // ctx.block_size, 0)
-        keys = then_arrival_keys(-blocks, ctx.column_of("arrival")[ctx.waiting])  # type: ignore[misc]
+        hit = self._counted(ctx.prefix_hit(ctx.waiting), ctx.block_size)  # type: ignore[misc]
+        keys = then_arrival_keys(-(hit // ctx.block_size), ctx.column_of("arrival")[ctx.waiting])  # type: ignore[misc]
         return None if keys is None else (keys, np.zeros(0, dtype=np.int64))
+
+    def _counted(self, hit: np.ndarray, block_size: int) -> np.ndarray:
+        """Hit tokens as this order counts them: under `min_blocks` blocks, none."""
+        return np.where(hit >= self.min_blocks * block_size, hit, 0)
 
     array_step_when: ClassVar[dict[str, str]] = {}  # `run_arrays`: any options
 
@@ -69,16 +72,14 @@ class PrefixCacheAware(StepPass):
         if pending is None:
             return
         rows = pending.pending
-        hit, _ = step.prefix_hits(pending)
-        hit = np.where(hit >= self.min_blocks * step.facts.block_size, hit, 0)
+        hit = self._counted(step.prefix_hits(pending)[0], step.facts.block_size)
         step.sort(pending, np.lexsort((step.column("arrival")[rows], -hit)))
 
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)
         if pending is None:
             return
-        hit, _ = step.prefix_hits(pending)
-        hit = np.where(hit >= self.min_blocks * step.facts.block_size, hit, 0)
+        hit = self._counted(step.prefix_hits(pending)[0], step.facts.block_size)
         arrival = step.column(pending, "arrival")
         ids = step.ids(pending)
         order = np.lexsort((arrival, -hit)) if ids.size else np.zeros(0, dtype=np.int64)

@@ -129,6 +129,15 @@ def steady_gate(ctx: WindowContext) -> Gate:
         float(st.get(BATCH_FULL.name, 0.0)), float(st.get(BATCH_SIZE.name, 0.0))))
 
 
+def never_fits(total: np.ndarray, prompt: np.ndarray, max_new: np.ndarray, clip: int, page: int,
+               usable_pages: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per request: its remaining `max_new_tokens` clipped to `clip` (what admission reserves),
+    and whether its tokens, that reservation and a page reach the whole pool, so that it can
+    never be admitted, cached prefix or not (`sglang-admit` rejects it, `exceeds-cache`)."""
+    left = np.minimum(np.maximum(max_new - (total - prompt), 0), clip)
+    return left, total + left + page >= usable_pages * page
+
+
 def skips_admission(ctx: WindowContext) -> bool:
     """`gate_rule` before the step is built, from the runtime's queues and state: whether the
     next step skips admission with somebody waiting (the sglang passes' `waiting_window`)."""
@@ -217,9 +226,8 @@ class SglangAdmit(StepPass):
         if ctx.rank is None or ctx.column_of is None:
             return None
         column, waiting = ctx.column_of, ctx.waiting
-        total, prompt = column("total")[waiting], column("prompt")[waiting]
-        left = np.minimum(np.maximum(column("max_tokens")[waiting] - (total - prompt), 0), self.clip)
-        passed = total + left + ctx.block_size >= ctx.total_blocks * ctx.block_size
+        _, passed = never_fits(column("total")[waiting], column("prompt")[waiting], column("max_tokens")[waiting],
+                               self.clip, ctx.block_size, ctx.total_blocks)
         passed[ctx.oversized] = True
         return ctx.reach(passed, max(ctx.max_seqs - ctx.running.size + 1, 0) + 1)
 
@@ -306,6 +314,7 @@ class SglangAdmit(StepPass):
 
         if waiting is not None and not full:
             total, prompt, max_new = step.columns(waiting, ("total", "prompt", "max_tokens"))
+            lefts, never = never_fits(total, prompt, max_new, self.clip, page, pool.usable_blocks)
             for i, row in enumerate(wait_ids.tolist()):
                 if budget.state() == OTHER:
                     break
@@ -317,10 +326,10 @@ class SglangAdmit(StepPass):
                     break
                 n = int(total[i])
                 prefix, node = pool.match(row, max(n - 1, 0))
-                left = min(max(int(max_new[i]) - (n - int(prompt[i])), 0), self.clip)
+                left = int(lefts[i])
                 cand = n - prefix
                 need = cand + left + page
-                if n + left + page >= pool.usable_blocks * page:
+                if never[i]:
                     # Never fits, cached prefix or not: the matched prefix is locked while the request
                     # is weighed, so it stays in the pool beside `need` (see the class docstring).
                     hopeless.append(row)

@@ -162,7 +162,7 @@ class SglangOrder(StepPass):
         (`_touch_waiting_prefixes`); admission names the head it walks. Else the whole list."""
         if (self.queue, self.running) != ("waiting", "running"):
             return None
-        fresh = np.flatnonzero(ctx.request_state(POS.name, ctx.waiting) < 0)
+        fresh = np.flatnonzero(self._places(ctx) < 0)
         if skips_admission(ctx):
             return fresh
         rank = self.waiting_rank(ctx)
@@ -180,17 +180,21 @@ class SglangOrder(StepPass):
         then new arrivals in queue order (`waiting_list`). None under the other policies (they
         sort by what the step matches, or `lpm` turns into FCFS only above 128 waiting: a step
         over a head would not know)."""
-        if (self._policy(ctx.policy) != "fcfs" or (self.queue, self.running) != ("waiting", "running")
-                or ctx.state_of is None):
+        if self._policy(ctx.policy) != "fcfs" or (self.queue, self.running) != ("waiting", "running"):
             return None
 
         def keys() -> tuple[np.ndarray, np.ndarray]:
-            pos = ctx.state_of(POS.name)[ctx.waiting]  # type: ignore[misc]
+            pos = self._places(ctx)
             after = (int(pos.max()) + 1) if pos.size else 0
             return (np.where(pos >= 0, pos, after + np.arange(pos.size)),
                     np.zeros(ctx.swapped.size, dtype=np.int64))
 
         return ctx.shared(("sglang-list-rank", self), keys)  # type: ignore[return-value]
+
+    @staticmethod
+    def _places(ctx: WindowContext) -> np.ndarray:
+        """The waiting requests' `sglang_pos` (-1: not placed yet), gathered once per step."""
+        return ctx.shared("sglang-places", lambda: ctx.request_state(POS.name, ctx.waiting))  # type: ignore[return-value]
 
     def _policy(self, configured: str) -> str:
         """The policy this pass orders by: its option, or the scheduler's (`config`)."""

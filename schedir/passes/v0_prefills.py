@@ -131,14 +131,9 @@ class V0Prefills(StepPass):
         hold their seats). With the delay rule (it reads the oldest arrival), the whole queue."""
         if self.queue != "waiting" or self.delay_factor > 0:
             return None
-        if ctx.running.size < ctx.max_seqs:
-            return ctx.reach(self._ignored(ctx), ctx.max_seqs - ctx.running.size + 1)
-        ignored = self._ignored(ctx)
-        rest = np.flatnonzero(~ignored)
-        if not rest.size:
-            return None
-        head = rest[np.argmin(ctx.column("queued", ctx.waiting)[rest])]
-        return np.append(np.flatnonzero(ignored), head)
+        seats = max(ctx.max_seqs - ctx.running.size, 0)
+        # (every seat taken: one request past the ignored ones, in v0's order with or without a rank)
+        return ctx.reach(self._ignored(ctx), seats + 1, None if seats else ctx.column("queued", ctx.waiting))
 
     def run(self, step: Step) -> None:
         swapped = step.queue("swapped")

@@ -200,20 +200,26 @@ class VtcOrder(StepPass):
         pending = waiting[kept]
         tenant_of = ctx.state_of(TENANT.name)  # type: ignore[misc]
         tenant = tenant_of[pending]
-        served_now = tenant_of[ctx.running]
         counters = np.asarray(ctx.scheduler_state.get(COUNTERS.name, COUNTERS.initial()), dtype=np.float64)
         if tenant.size and (tenant.min() < 0 or tenant.max() >= counters.size):
             return None
-        both = np.concatenate([tenant, served_now])
-        lifted = lift(counters, both, np.arange(tenant.size), np.arange(tenant.size, both.size))
         column = ctx.column_of
-        need = column("total")[pending] - column("computed")[pending]  # type: ignore[misc]
-        fcfs = np.argsort(column("arrival")[pending], kind="stable")  # type: ignore[misc]
-        picked = fcfs[vtc_pick_order(tenant[fcfs], need[fcfs], lifted, float(self.w_in))]
+        _, picked = self._picks(counters, tenant, tenant_of[ctx.running], column("arrival")[pending],  # type: ignore[misc]
+                                column("total")[pending] - column("computed")[pending])  # type: ignore[misc]
         place = np.empty(pending.size, dtype=np.int64)
         place[picked] = np.arange(pending.size)
         keys[kept] = place
         return keys, np.zeros(ctx.swapped.size, dtype=np.int64)
+
+    def _picks(self, counters: np.ndarray, tenant: np.ndarray, served_now: np.ndarray, arrival: np.ndarray,
+               need: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(the counters lifted for the tenants waiting and not among `served_now`, the positions
+        of the waiting requests in VTC's pick order): `run`'s order of its step and
+        `waiting_rank`'s of the runtime's queue, one rule."""
+        both = np.concatenate([tenant, served_now])  # lift reads positions into one tenant column
+        lifted = lift(counters, both, np.arange(tenant.size), np.arange(tenant.size, both.size))
+        fcfs = np.argsort(arrival, kind="stable")
+        return lifted, fcfs[vtc_pick_order(tenant[fcfs], need[fcfs], lifted, float(self.w_in))]
 
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)
@@ -230,11 +236,8 @@ class VtcOrder(StepPass):
         served_now = np.zeros(0, dtype=np.int64)
         if running is not None and len(running):
             served_now = step.state_column(running.result, TENANT.name, TENANT.default)
-        both = np.concatenate([tenant, served_now])  # lift reads positions into one tenant column
-        lifted = lift(counters, both, np.arange(tenant.size), np.arange(tenant.size, both.size))
+        arrival, computed, total = step.columns(pending, ("arrival", "computed", "total"))
+        lifted, picked = self._picks(counters, tenant, served_now, arrival, total - computed)
         if not np.array_equal(lifted, counters):
             step.set_state(vtc_counter=lifted)
-        arrival, computed, total = step.columns(pending, ("arrival", "computed", "total"))
-        fcfs = np.argsort(arrival, kind="stable")
-        picked = fcfs[vtc_pick_order(tenant[fcfs], (total - computed)[fcfs], lifted, float(self.w_in))]
         step.sort(pending, ("vtc-counter", "arrival"), ids[picked], picked=picked)

@@ -604,8 +604,7 @@ class Scheduler:
             state = {n: self.scheduler_state[n] for n in self._state_names} if self._state_names else None
         hits = None
         if not self.pool_level and cfg.enable_prefix_caching and waiting.size:
-            hit, cached_free = match_rows(waiting, d[T.TOTAL, waiting], cfg.block_size, pool.ref, pool.rhash,
-                                          pool.nhash, pool.cache)
+            hit, cached_free = self._match(waiting)
             hits = {"waiting": {"id": waiting, "hit": hit, "cached_free": cached_free}}
         step_pool = work_pool if self.pool_level else None
         recycled = not dumping and not self.keep_ir
@@ -691,8 +690,7 @@ class Scheduler:
             queues["swapped"] = ArrayQueue("swapped", swapped, swapped, np.arange(swapped.size))
         hit = cached_free = None
         if cfg.enable_prefix_caching and waiting.size:
-            hit, cached_free = match_rows(waiting, d[T.TOTAL, waiting], cfg.block_size, pool.ref, pool.rhash,
-                                          pool.nhash, pool.cache)
+            hit, cached_free = self._match(waiting)
         data = d.view()
         data.flags.writeable = False  # read-only, as the IR's columns: the kernels see one signature
         table = self.table
@@ -1033,12 +1031,16 @@ class Scheduler:
     def _window_prefix_hit(self, ids: np.ndarray) -> np.ndarray:
         """The prefix-hit tokens of waiting `ids` as the step's `mem.match` will show them
         (`WindowContext.prefix_hit`): the pool does not change between the window and the step."""
-        cfg = self.config
-        if not cfg.enable_prefix_caching:
+        if not self.config.enable_prefix_caching:
             return np.zeros(ids.size, dtype=np.int64)
+        return self._match(ids)[0]
+
+    def _match(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`match_rows` over the pool as it stands: the prefix-hit tokens of `rows` and how many of
+        their hit blocks sit in the free queue (a count-level step's `mem.match`)."""
         pool = self.pool
-        return match_rows(ids, self.table.data[T.TOTAL, ids], cfg.block_size, pool.ref, pool.rhash, pool.nhash,
-                          pool.cache)[0]
+        return match_rows(rows, self.table.data[T.TOTAL, rows], self.config.block_size, pool.ref, pool.rhash,
+                          pool.nhash, pool.cache)
 
     def _table_column(self, name: str) -> np.ndarray:
         """A queue column of every row, read-only (`WindowContext.column_of`)."""
