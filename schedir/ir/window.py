@@ -94,6 +94,40 @@ def head_in_rank_order(keys: np.ndarray, k: int) -> np.ndarray:
     return out
 
 
+@numba.njit(cache=True, nogil=True)
+def reach_positions(keys: np.ndarray, skipped: np.ndarray, k: int) -> np.ndarray:
+    """Ascending positions of every `skipped` one (a mask) and of the first `k` of the others by
+    (key, position): `WindowContext.reach` in one pass over the queue (a max-heap of the k first,
+    as `head_in_rank_order`), without the whole-queue temporaries a masked rank costs."""
+    n = keys.size
+    hk = np.empty(max(k, 1), dtype=np.int64)
+    hp = np.empty(max(k, 1), dtype=np.int64)
+    size = 0
+    inside = np.zeros(n, dtype=np.bool_)
+    for i in range(n):
+        if skipped[i]:
+            inside[i] = True
+            continue
+        if k <= 0:
+            continue
+        key = keys[i]
+        if size < k:
+            j = size
+            size += 1
+            while j > 0:
+                parent = (j - 1) // 2
+                if not _before(hk[parent], hp[parent], key, i):
+                    break
+                hk[j], hp[j] = hk[parent], hp[parent]
+                j = parent
+            hk[j], hp[j] = key, i
+        elif key < hk[0]:
+            _sift_down(hk, hp, size, key, i)
+    for j in range(size):
+        inside[hp[j]] = True
+    return np.flatnonzero(inside)
+
+
 def rank_head(keys: np.ndarray, k: int) -> np.ndarray:
     """Positions of the first `k` of `keys` by (key, position), in that order: the heap's pass
     for a short head (admission's free seats), one partition and a sort of the head for a long
@@ -238,12 +272,9 @@ class WindowContext:
             if self.rank is None:
                 return None
             keys = self.rank[0]
-        if skipped is None or not skipped.any():
+        if skipped is None:
             return self.first_by_rank(keys, k)
-        head = self.first_by_rank(np.where(skipped, keys.max() + 1, keys), k)  # the others first
-        inside = skipped.copy()
-        inside[head] = True
-        return np.flatnonzero(inside)
+        return reach_positions(keys, skipped, k)
 
     def queued(self, key: object, compute: Callable[[], object]) -> object:
         """`compute()` when it reads only the queued requests (`waiting`, `swapped`: their columns

@@ -12,6 +12,7 @@ from schedir.ir.errors import PassFailure
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
 from schedir.ir.window import WindowContext
+from schedir.passes.order_slo import first_come
 from schedir.passes.vtc_state import COUNTERS, MAX_TENANTS, TENANT, Lift, lift_to_floor
 
 
@@ -75,6 +76,54 @@ def first_per_tenant(tenant: np.ndarray, waiting: np.ndarray, tenants: int) -> n
             out[m] = i
             m += 1
     return out[:m].copy()
+
+
+@numba.njit(cache=True, nogil=True)
+def vtc_rank_keys(waiting: np.ndarray, refused: np.ndarray, running: np.ndarray, tenant_of: np.ndarray,
+                  arrival_of: np.ndarray, total_of: np.ndarray, computed_of: np.ndarray, counters: np.ndarray,
+                  w_in: float) -> tuple[bool, np.ndarray]:
+    """`VtcOrder._picks` over the runtime's queue as rank keys, in one pass and no whole-queue
+    temporaries: each of `waiting` (ids into the whole-table columns) gets its place in VTC's
+    pick order over the counters lifted as `run` lifts them (tenants waiting and not among
+    `running`'s raised to the least counter served), the `refused` positions (a mask) n + their
+    position, after all. (False, ...) when a kept request's tenant has no counter."""
+    n = waiting.size
+    tenants = counters.size
+    keys = np.empty(n, dtype=np.int64)
+    kept = np.empty(n, dtype=np.int64)  # positions in `waiting` of the requests ranked by VTC
+    back = np.zeros(tenants, dtype=np.bool_)
+    served = np.zeros(tenants, dtype=np.bool_)
+    m = 0
+    for i in range(n):
+        if refused[i]:
+            keys[i] = n + i
+            continue
+        t = tenant_of[waiting[i]]
+        if t < 0 or t >= tenants:
+            return False, keys
+        back[t] = True
+        kept[m] = i
+        m += 1
+    for i in range(running.size):
+        t = tenant_of[running[i]]
+        if 0 <= t < tenants:
+            back[t] = False
+            served[t] = True
+    lifted = lift_to_floor(counters, back, served)
+    arrival = np.empty(m, dtype=np.int64)
+    for j in range(m):
+        arrival[j] = arrival_of[waiting[kept[j]]]
+    fcfs = first_come(arrival)
+    tenant = np.empty(m, dtype=np.int64)
+    need = np.empty(m, dtype=np.int64)
+    for j in range(m):
+        r = waiting[kept[fcfs[j]]]
+        tenant[j] = tenant_of[r]
+        need[j] = total_of[r] - computed_of[r]
+    picks = vtc_pick_order(tenant, need, lifted, w_in)
+    for place in range(m):
+        keys[kept[fcfs[picks[place]]]] = place
+    return True, keys
 
 
 _OUT_OF_RANGE, _UNCHANGED, _LIFTED = range(3)
@@ -192,24 +241,15 @@ class VtcOrder(StepPass):
         return ctx.shared(("vtc-rank", self), lambda: self._rank(ctx))  # type: ignore[return-value]
 
     def _rank(self, ctx: WindowContext) -> tuple[np.ndarray, np.ndarray] | None:
-        waiting = ctx.waiting
-        n = waiting.size
-        keys = np.arange(n, 2 * n, dtype=np.int64)  # the refused ones: after every other
-        kept = np.ones(n, dtype=np.bool_)
-        kept[ctx.oversized] = False
-        pending = waiting[kept]
-        tenant_of = ctx.state_of(TENANT.name)  # type: ignore[misc]
-        tenant = tenant_of[pending]
-        counters = np.asarray(ctx.scheduler_state.get(COUNTERS.name, COUNTERS.initial()), dtype=np.float64)
-        if tenant.size and (tenant.min() < 0 or tenant.max() >= counters.size):
-            return None
+        refused = np.zeros(ctx.waiting.size, dtype=np.bool_)
+        refused[ctx.oversized] = True
+        counters = ctx.scheduler_state.get(COUNTERS.name)
+        counters = COUNTERS.initial() if counters is None else counters
         column = ctx.column_of
-        _, picked = self._picks(counters, tenant, tenant_of[ctx.running], column("arrival")[pending],  # type: ignore[misc]
-                                column("total")[pending] - column("computed")[pending])  # type: ignore[misc]
-        place = np.empty(pending.size, dtype=np.int64)
-        place[picked] = np.arange(pending.size)
-        keys[kept] = place
-        return keys, np.zeros(ctx.swapped.size, dtype=np.int64)
+        ok, keys = vtc_rank_keys(ctx.waiting, refused, ctx.running, ctx.state_of(TENANT.name),  # type: ignore[misc]
+                                 column("arrival"), column("total"), column("computed"),  # type: ignore[misc]
+                                 np.asarray(counters, dtype=np.float64), float(self.w_in))
+        return (keys, np.zeros(ctx.swapped.size, dtype=np.int64)) if ok else None
 
     def _picks(self, counters: np.ndarray, tenant: np.ndarray, served_now: np.ndarray, arrival: np.ndarray,
                need: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
