@@ -82,6 +82,19 @@ def all_feasible(arrival: np.ndarray, computed: np.ndarray, total: np.ndarray, s
 
 
 @numba.njit(cache=True, nogil=True)
+def _kept_in_arrival_order(arrival: np.ndarray, waiting: np.ndarray, refused: np.ndarray) -> bool:
+    """Whether `waiting`'s requests not `refused` are in arrival order (`first_come`'s identity)."""
+    last = np.iinfo(np.int64).min
+    for i in range(waiting.size):
+        if not refused[i]:
+            a = arrival[waiting[i]]
+            if a < last:
+                return False
+            last = a
+    return True
+
+
+@numba.njit(cache=True, nogil=True)
 def slo_rank(arrival: np.ndarray, computed: np.ndarray, total: np.ndarray, slo_ms: np.ndarray, waiting: np.ndarray,
              refused: np.ndarray, default_slo_ms: int, now_us: int, backlog: int,
              tokens_per_us: float) -> tuple[np.ndarray, int]:
@@ -90,6 +103,30 @@ def slo_rank(arrival: np.ndarray, computed: np.ndarray, total: np.ndarray, slo_m
     (reject-oversized's) after all; and how many are feasible. `run` sorts its step by it and
     `waiting_rank` ranks the runtime's whole queue by it: one pass, no temporaries."""
     n = waiting.size
+    if _kept_in_arrival_order(arrival, waiting, refused):  # the usual queue: one walk, no gathers
+        keys = np.empty(n, dtype=np.int64)
+        hopeless = np.zeros(n, dtype=np.bool_)
+        work = float(backlog)
+        place = 0
+        for i in range(n):
+            if refused[i]:
+                keys[i] = n + i
+                continue
+            r = waiting[i]
+            need = total[r] - computed[r]
+            slo = np.int64((slo_ms[r] if slo_ms[r] > 0 else default_slo_ms) * 1000)
+            if now_us + (work + need) / tokens_per_us - arrival[r] <= slo:  # `feasible_first`'s test
+                keys[i] = place
+                place += 1
+                work += need
+            else:
+                hopeless[i] = True
+        feasible = place
+        for i in range(n):
+            if hopeless[i]:
+                keys[i] = place
+                place += 1
+        return keys, feasible
     keep = np.empty(n, dtype=np.int64)
     m = 0
     for i in range(n):
