@@ -66,6 +66,10 @@ def step_facts(draw, text=SAFE_TEXT) -> StepFacts:
         max_model_len=draw(st.integers(1, 4096)),
         policy=draw(text),
         facts=tuple(sorted(set(draw(st.lists(text, max_size=3))))),
+        # the optional facts: absent (-1) or given
+        now_us=draw(st.one_of(st.just(-1), st.integers(0, 2**50))),
+        host_free_blocks=draw(st.one_of(st.just(-1), st.integers(0, 3000))),
+        waiting_count=draw(st.one_of(st.just(-1), st.integers(0, 10**6))),
     )
 
 

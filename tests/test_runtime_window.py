@@ -553,20 +553,36 @@ def test_admission_over_a_ranked_order_takes_the_head_it_can_reach(pipeline):
         assert in_step <= free + 1 + extra, (free, in_step)
 
 
-def _long_queue_run(pipeline: str, window: bool) -> list[tuple]:
+def _long_queue_run(pipeline: str, window: bool, policy: str = "fcfs",
+                    sizes: list[tuple[int, int]] | None = None) -> list[tuple]:
     """Every step's decisions for 600 requests queued at once behind max_num_seqs 8 (short
     outputs, so several seats free in one step; four tenants; TTFT targets some can meet),
-    with the declared window or over the whole queue."""
+    with the declared window or over the whole queue. Under `lpm` the prompts share prefixes
+    (five families), so the longest-prefix order moves requests once fewer than 128 wait.
+    `sizes` gets each step's (waiting, in the step)."""
     cfg = SchedulerConfig(num_blocks=400, block_size=4, max_num_batched_tokens=96, max_num_seqs=8,
-                          max_model_len=256, pipeline=pipeline,
+                          max_model_len=256, pipeline=pipeline, policy=policy,
                           enable_prefix_caching=not pipeline.startswith("vllm-v0"))
     now = [0.0]
     sched = Scheduler(cfg, clock=lambda: now[0])
     sched._steady_pipeline = False
     sched._declared_window = window
+    if sizes is not None:
+        original = sched._waiting_window
+
+        def spy(w: np.ndarray, *rest: bool) -> np.ndarray:
+            kept = original(w, *rest)
+            sizes.append((w.size, kept.size))
+            return kept
+
+        sched._waiting_window = spy  # type: ignore[method-assign]
     rng = np.random.default_rng(11)
+    families = rng.integers(0, 1000, (5, 24)).tolist()
     for i in range(600):
-        sched.add_request(Request(f"r{i:03d}", rng.integers(0, 1000, int(rng.integers(2, 30))).tolist(),
+        own = rng.integers(0, 1000, int(rng.integers(2, 30))).tolist()
+        if policy == "lpm":
+            own = families[i % 5][: int(rng.integers(0, 25))] + own
+        sched.add_request(Request(f"r{i:03d}", own,
                                   max_tokens=int(rng.integers(1, 5)), arrival_time=float(rng.uniform(0, 0.5)),
                                   state={"tenant": int(rng.integers(0, 4)), "ttft_slo_ms": int(rng.integers(50, 4000))}
                                   if pipeline == "vtc" else {"ttft_slo_ms": int(rng.integers(50, 4000))}))
@@ -586,6 +602,30 @@ def test_admission_heads_decide_as_the_whole_queue(pipeline):
     """Several seats free at once over a 600-request queue: the steps built over vllm-admit's head
     of the ranked order decide as the whole queue does, step for step."""
     assert _long_queue_run(pipeline, True) == _long_queue_run(pipeline, False)
+
+
+@pytest.mark.parametrize("pipeline", ["sglang", "sglang-mixed"])
+def test_sglang_lpm_over_128_waiting_takes_the_fcfs_head(pipeline):
+    """SGLang's `lpm` is FCFS while more than 128 requests wait (`_determine_active_policy`), so
+    above that the steps hold the head of the list, not the list, and count it from their
+    `waiting_count` fact; below it a step that admits holds the whole list. Step for step as the whole
+    queue decides, across the change: a step over the head that counted only itself would sort
+    it by prefix and renumber it (the state compared here)."""
+    sizes: list[tuple[int, int]] = []
+    assert _long_queue_run(pipeline, True, "lpm", sizes) == _long_queue_run(pipeline, False, "lpm")
+    over = [(queued, held) for queued, held in sizes if queued > 140]
+    assert len(over) > 20 and sum(held < queued for queued, held in over) > len(over) // 2
+    assert any(held == queued for queued, held in sizes if queued <= 128)
+
+
+def test_sglang_lpm_head_needs_the_waiting_count(monkeypatch):
+    """With the `waiting_count` fact hidden from sglang-order (a step over the head counting only
+    what it holds), the steps decide otherwise than over the whole queue: the test above can fail."""
+    from schedir.ir.step import Step
+
+    real = Step.facts.fget  # type: ignore[attr-defined]
+    monkeypatch.setattr(Step, "facts", property(lambda self: attrs.evolve(real(self), waiting_count=-1)))
+    assert _long_queue_run("sglang", True, "lpm") != _long_queue_run("sglang", False, "lpm")
 
 
 @pytest.mark.parametrize("mutation", ["a seat short", "arrival order"])

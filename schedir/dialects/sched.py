@@ -80,6 +80,8 @@ class StepFacts:
     facts: tuple[str, ...] = ()  # analysis facts when the step was built; live ones: Step.fact_set
     now_us: int = -1  # the engine's clock when the step was built (µs, as `arrival`); -1: not given
     host_free_blocks: int = -1  # free blocks of the KV pool's host tier (swap space); -1: the step has none
+    # the runtime's waiting requests when the step holds only some of them (a window); -1: it holds them all
+    waiting_count: int = -1
 
 
 _INT_CACHE: dict[int, IntegerAttr] = {}
@@ -182,11 +184,13 @@ class StepOp(IRDLOperation):
     facts = prop_def(ArrayAttr[StringAttr])
     now_us = opt_prop_def(IntegerAttr[I64])
     host_free_blocks = opt_prop_def(IntegerAttr[I64])
+    waiting_count = opt_prop_def(IntegerAttr[I64])
     body = region_def("single_block")
     traits = traits_def(SingleBlockImplicitTerminator(YieldOp))
 
-    FACT_NAMES: ClassVar[tuple[str, ...]] = INT_FACTS + ("policy", "facts", "now_us", "host_free_blocks")
-    OPTIONAL_INT_FACTS: ClassVar[tuple[str, ...]] = ("now_us", "host_free_blocks")  # absent: -1
+    FACT_NAMES: ClassVar[tuple[str, ...]] = INT_FACTS + ("policy", "facts", "now_us", "host_free_blocks",
+                                                         "waiting_count")
+    OPTIONAL_INT_FACTS: ClassVar[tuple[str, ...]] = ("now_us", "host_free_blocks", "waiting_count")  # absent: -1
 
     @staticmethod
     def build(facts: StepFacts, ops: Iterable[IRDLOperation] = ()) -> StepOp:
@@ -222,6 +226,8 @@ class StepOp(IRDLOperation):
             props["now_us"] = i64_attr(facts.now_us)
         if facts.host_free_blocks >= 0:
             props["host_free_blocks"] = i64_attr(facts.host_free_blocks)
+        if facts.waiting_count >= 0:
+            props["waiting_count"] = i64_attr(facts.waiting_count)
         self.properties = props
         if canonical:
             self._built = (facts, props["step"], props["free_blocks"], props["cached_free_blocks"], facts_prop)
@@ -293,6 +299,8 @@ class StepOp(IRDLOperation):
         now = f", now_us = {f.now_us}" if f.now_us >= 0 else ""
         if f.host_free_blocks >= 0:
             now += f", host_free_blocks = {f.host_free_blocks}"
+        if f.waiting_count >= 0:
+            now += f", waiting_count = {f.waiting_count}"
         printer.print_string(f" {f.step} {{{ints}{now}, policy = {string_literal(f.policy)}, facts = [{facts}]}}")
         print_attr_dict(printer, self)
         printer.print_string(" ")

@@ -159,7 +159,8 @@ class SglangOrder(StepPass):
         """When the step skips admission SGLang does not sort the list: it only places new
         arrivals at its end (`sglang_pos` still -1). Under `fcfs` the list stays as it is, so
         the new arrivals and, on every 32nd ordering, the first 128 it touches
-        (`_touch_waiting_prefixes`); admission names the head it walks. Else the whole list."""
+        (`_touch_waiting_prefixes`); admission names the head it walks. So under `lpm` above 128
+        waiting requests, which is FCFS (`_as_fcfs`). Else the whole list."""
         if (self.queue, self.running) != ("waiting", "running"):
             return None
         fresh = np.flatnonzero(self._places(ctx) < 0)
@@ -176,11 +177,11 @@ class SglangOrder(StepPass):
         return np.union1d(fresh, ctx.reach(refused, LPM_QUEUE_LIMIT, rank[0]))  # type: ignore[arg-type]
 
     def waiting_rank(self, ctx: WindowContext) -> tuple[np.ndarray, np.ndarray] | None:
-        """Under `fcfs`, the list's order as `run` leaves it: placed requests by `sglang_pos`,
-        then new arrivals in queue order (`waiting_list`). None under the other policies (they
-        sort by what the step matches, or `lpm` turns into FCFS only above 128 waiting: a step
-        over a head would not know)."""
-        if self._policy(ctx.policy) != "fcfs" or (self.queue, self.running) != ("waiting", "running"):
+        """Under `fcfs` (or `lpm` above 128 waiting, which is FCFS: `_as_fcfs`), the list's order
+        as `run` leaves it: placed requests by `sglang_pos`, then new arrivals in queue order
+        (`waiting_list`); a step over the head counts the whole list from its `waiting_count`
+        fact. None under the other policies (they sort by what the step matches)."""
+        if not self._as_fcfs(ctx) or (self.queue, self.running) != ("waiting", "running"):
             return None
 
         def keys() -> tuple[np.ndarray, np.ndarray]:
@@ -195,6 +196,13 @@ class SglangOrder(StepPass):
     def _places(ctx: WindowContext) -> np.ndarray:
         """The waiting requests' `sglang_pos` (-1: not placed yet), gathered once per step."""
         return ctx.shared("sglang-places", lambda: ctx.request_state(POS.name, ctx.waiting))  # type: ignore[return-value]
+
+    def _as_fcfs(self, ctx: WindowContext) -> bool:
+        """Whether the list is ordered first come first served: `fcfs`, or `lpm` over more than
+        128 waiting requests (counted past those reject-oversized refuses, as `run` counts the
+        list from the step's `waiting_count` fact)."""
+        policy = self._policy(ctx.policy)
+        return policy == "fcfs" or (policy == "lpm" and ctx.waiting.size - ctx.oversized.size > LPM_QUEUE_LIMIT)
 
     def _policy(self, configured: str) -> str:
         """The policy this pass orders by: its option, or the scheduler's (`config`)."""
@@ -222,7 +230,10 @@ class SglangOrder(StepPass):
         policy = self._policy(step.facts.policy)
         if policy not in POLICIES:
             raise ValueError(f"SGLang has no '{policy}' waiting-queue policy here (one of {', '.join(POLICIES)})")
-        if policy == "lpm" and at.size > LPM_QUEUE_LIMIT:
+        listed = at.size  # SGLang's list: a step over a window of it says how long it is
+        if step.facts.waiting_count >= 0:
+            listed += step.facts.waiting_count - len(step.queue(self.queue))  # type: ignore[arg-type]
+        if policy == "lpm" and listed > LPM_QUEUE_LIMIT:
             policy = "fcfs"
         if policy in ("lpm", "dfs-weight"):
             pool = pool_of(step)

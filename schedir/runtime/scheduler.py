@@ -583,7 +583,7 @@ class Scheduler:
         # a ranked window's swapped queue may be its head too (`_swapped_window`)
         swapped = self.swapped if self._ranked_prefix is None else self._ranked_prefix[3]
         work_pool = pool.copy() if dumping and self.pool_level else pool
-        facts = self._step_facts(step)
+        facts = self._step_facts(step, waiting)
         # a swapped request holds no device blocks: its `blocks` column counts those on the host tier
         host_blocks = pool.host.hnblk if self.swap_queue and pool.host is not None else None
         if self._state_rows.size:
@@ -641,8 +641,9 @@ class Scheduler:
             self._clock_read = (self._step, now)
         return now
 
-    def _step_facts(self, step: int) -> StepFacts:
-        """The step's `sched.step` facts, as its IR (or its array step) sees them."""
+    def _step_facts(self, step: int, waiting: np.ndarray) -> StepFacts:
+        """The step's `sched.step` facts, as its IR (or its array step) sees them; `waiting`: the
+        waiting requests the step holds (fewer than the queue's: `waiting_count` says how many wait)."""
         cfg = self.config
         pool = self.pool
         return StepFacts(step=step, token_budget=cfg.max_num_batched_tokens, max_seqs=cfg.max_num_seqs,
@@ -651,7 +652,8 @@ class Scheduler:
                          total_blocks=pool.usable_blocks, max_model_len=cfg.max_model_len, policy=cfg.policy,
                          facts=self._initial_facts,
                          now_us=self._now_us(),
-                         host_free_blocks=self._host_free())
+                         host_free_blocks=self._host_free(),
+                         waiting_count=self.waiting.size if waiting.size < self.waiting.size else -1)
 
     def _array_step(self, step: int, waiting: np.ndarray) -> tuple[SchedulerOutput, int]:
         """An IR step decided over arrays (`schedir.ir.array_step`): every pass's `run_arrays` over
@@ -694,7 +696,7 @@ class Scheduler:
         data = d.view()
         data.flags.writeable = False  # read-only, as the IR's columns: the kernels see one signature
         table = self.table
-        arrays = ArrayStep(self._step_facts(step), data, _COLUMN_INDEX, table.state, table.state_index, queues,
+        arrays = ArrayStep(self._step_facts(step, waiting), data, _COLUMN_INDEX, table.state, table.state_index, queues,
                            hit, cached_free)
         for p in self.manager.passes:
             p.run_arrays(arrays)

@@ -5,5 +5,5 @@ sched.step 0 {token_budget = 64, max_seqs = 4, block_size = 16, free_blocks = 10
 }
 
 // CHECK: schedir: error: {{.*}}sched-unknown-fact.mlir:4:{{(148|157)}}
-// CHECK: unknown step fact 'kv_dtype' (expected: token_budget, max_seqs, block_size, free_blocks, cached_free_blocks, total_blocks, max_model_len, policy, facts, now_us, host_free_blocks)
+// CHECK: unknown step fact 'kv_dtype' (expected: token_budget, max_seqs, block_size, free_blocks, cached_free_blocks, total_blocks, max_model_len, policy, facts, now_us, host_free_blocks, waiting_count)
 // CHECK-NOT: Traceback
