@@ -50,7 +50,7 @@ from schedir.lowering.host_pool import swap_rows
 from schedir.lowering.radix_pool import KIND as RADIX_KIND
 from schedir.lowering.radix_pool import RadixKVPool
 from schedir.passes.admit_greedy import running_not_scheduled
-from schedir.passes.kernels import count_members
+from schedir.passes.kernels import count_members, members_deferred_for
 from schedir.passes.reject_oversized import oversized
 from schedir.runtime import table as T
 from schedir.runtime.config import SGLANG_POLICIES, Request, SchedulerConfig
@@ -974,10 +974,10 @@ class Scheduler:
         if behind.size:  # swapped requests ranked past a request left out: the walk must have stopped
             stopped = 0  # for want of seats or tokens, before the head's end (nothing is walked between)
             for ids, reasons in defers:
-                at = np.isin(ids, behind)
-                if not np.isin(reasons[at], _WALK_STOPPED).all():
+                found = members_deferred_for(ids, reasons, behind, _WALK_STOPPED)
+                if found < 0:
                     return False
-                stopped += int(at.sum())
+                stopped += found
             if stopped < behind.size:  # one of them resumed
                 return False
         return not beyond.size or count_members(scheduled, beyond) == 0
