@@ -413,7 +413,8 @@ DISCONNECT_ATTEMPTS = 3
 
 def _stream_then_leave(base_url: str, prompt: list[int], n: int) -> int:
     """Stream a long completion, read five chunks, close the connection; return the completion
-    tokens the fifth chunk counted (continuous usage stats)."""
+    tokens the fifth chunk counted (continuous usage stats), or the last one's where the stream
+    ended first (a server lagging its engine sends its tokens in fewer, larger chunks)."""
     stream = body(prompt, n, stream=True, stream_options={"include_usage": True, "continuous_usage_stats": True})
     with (httpx.Client(base_url=base_url, timeout=REQUEST_TIMEOUT_S) as other,
           other.stream("POST", "/v1/completions", json=stream) as r):
@@ -425,7 +426,7 @@ def _stream_then_leave(base_url: str, prompt: list[int], n: int) -> int:
                 sent = json.loads(line[6:])["usage"]["completion_tokens"]
             if chunks == 5:
                 break
-        assert chunks == 5, f"the stream ended after {chunks} chunks"
+        assert chunks == 5 or sent == n, f"the stream ended after {chunks} chunks and {sent} of {n} tokens"
         return int(sent)
 
 
@@ -443,15 +444,15 @@ def test_disconnect_mid_stream_aborts(server: Server, client: httpx.Client) -> N
     for attempt in range(DISCONNECT_ATTEMPTS):
         before = metrics(client)["vllm:generation_tokens_total"]
         sent = _stream_then_leave(server.url, prompt_ids(30_000 + 100 * attempt, 80), n)
-        assert sent < n, f"the request had generated {sent} of {n} tokens after 5 chunks"
         # leaving the block closed the client's connection: the server sees the client go, or the
-        # request runs to its end (n tokens take ~35 s on a 2-core machine)
+        # request runs to its end (n tokens take ~35 s on a 2-core machine; a server lagging its
+        # engine may even have sent all n in the first five chunks)
         after = poll_metrics(client, lambda m: m["vllm:num_requests_running"] == 0
                              and m["vllm:num_requests_waiting"] == 0 and m["vllm:kv_cache_usage_perc"] == 0.0,
                              timeout=120.0)
         generated = after["vllm:generation_tokens_total"] - before
         outcomes.append(f"attempt {attempt + 1}: {sent} tokens sent after 5 chunks, {generated:.0f} generated")
-        if generated < n:
+        if sent < n and generated < n:
             break
     else:
         raise AssertionError(f"a request whose client left after 5 chunks ran to max_tokens ({n}) in every "
