@@ -81,12 +81,13 @@ def first_per_tenant(tenant: np.ndarray, waiting: np.ndarray, tenants: int) -> n
 @numba.njit(cache=True, nogil=True)
 def vtc_rank_keys(waiting: np.ndarray, refused: np.ndarray, running: np.ndarray, tenant_of: np.ndarray,
                   arrival_of: np.ndarray, total_of: np.ndarray, computed_of: np.ndarray, counters: np.ndarray,
-                  w_in: float) -> tuple[bool, np.ndarray]:
-    """`VtcOrder._picks` over the runtime's queue as rank keys, in one pass and no whole-queue
-    temporaries: each of `waiting` (ids into the whole-table columns) gets its place in VTC's
-    pick order over the counters lifted as `run` lifts them (tenants waiting and not among
-    `running`'s raised to the least counter served), the `refused` positions (a mask) n + their
-    position, after all. (False, ...) when a kept request's tenant has no counter."""
+                  w_in: float) -> tuple[bool, np.ndarray, np.ndarray]:
+    """VTC's order of `waiting` (ids into the columns) as rank keys, in one pass and no temporaries
+    over the queue: each gets its place in VTC's pick order (`vtc_pick_order`, in arrival order)
+    over the counters lifted (tenants waiting and not among `running`'s raised to the least
+    counter served), the `refused` positions (a mask) n + their position, after all; and the
+    lifted counters. `run` orders its step by it and `waiting_rank` ranks the runtime's queue by
+    it: one rule. (False, ...) when a kept request's tenant has no counter."""
     n = waiting.size
     tenants = counters.size
     keys = np.empty(n, dtype=np.int64)
@@ -100,7 +101,7 @@ def vtc_rank_keys(waiting: np.ndarray, refused: np.ndarray, running: np.ndarray,
             continue
         t = tenant_of[waiting[i]]
         if t < 0 or t >= tenants:
-            return False, keys
+            return False, keys, counters
         back[t] = True
         kept[m] = i
         m += 1
@@ -123,7 +124,7 @@ def vtc_rank_keys(waiting: np.ndarray, refused: np.ndarray, running: np.ndarray,
     picks = vtc_pick_order(tenant, need, lifted, w_in)
     for place in range(m):
         keys[kept[fcfs[picks[place]]]] = place
-    return True, keys
+    return True, keys, lifted
 
 
 _OUT_OF_RANGE, _UNCHANGED, _LIFTED = range(3)
@@ -151,15 +152,6 @@ def lift_sets(tenant: np.ndarray, waiting: np.ndarray, running: np.ndarray, tena
         if back[t] and running.size:
             return _LIFTED, back, served
     return _UNCHANGED, back, served
-
-
-@numba.njit(cache=True, nogil=True)
-def lift(counters: np.ndarray, tenant: np.ndarray, waiting: np.ndarray, served: np.ndarray) -> np.ndarray:
-    """VTC's counter lift: a tenant with requests `waiting` and none among those `served` (both
-    positions in `tenant`, checked in range) comes back no lower than the least counter of the
-    tenants being served (`vtc_state.lift_to_floor`)."""
-    _, back, serving = lift_sets(tenant, waiting, served, counters.size)
-    return lift_to_floor(counters, back, serving)
 
 
 @dataclass(frozen=True)
@@ -246,20 +238,10 @@ class VtcOrder(StepPass):
         counters = ctx.scheduler_state.get(COUNTERS.name)
         counters = COUNTERS.initial() if counters is None else counters
         column = ctx.column_of
-        ok, keys = vtc_rank_keys(ctx.waiting, refused, ctx.running, ctx.state_of(TENANT.name),  # type: ignore[misc]
+        ok, keys, _ = vtc_rank_keys(ctx.waiting, refused, ctx.running, ctx.state_of(TENANT.name),  # type: ignore[misc]
                                  column("arrival"), column("total"), column("computed"),  # type: ignore[misc]
                                  np.asarray(counters, dtype=np.float64), float(self.w_in))
         return (keys, np.zeros(ctx.swapped.size, dtype=np.int64)) if ok else None
-
-    def _picks(self, counters: np.ndarray, tenant: np.ndarray, served_now: np.ndarray, arrival: np.ndarray,
-               need: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(the counters lifted for the tenants waiting and not among `served_now`, the positions
-        of the waiting requests in VTC's pick order): `run`'s order of its step and
-        `waiting_rank`'s of the runtime's queue, one rule."""
-        both = np.concatenate([tenant, served_now])  # lift reads positions into one tenant column
-        lifted = lift(counters, both, np.arange(tenant.size), np.arange(tenant.size, both.size))
-        fcfs = np.argsort(arrival, kind="stable")
-        return lifted, fcfs[vtc_pick_order(tenant[fcfs], need[fcfs], lifted, float(self.w_in))]
 
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)
@@ -277,7 +259,12 @@ class VtcOrder(StepPass):
         if running is not None and len(running):
             served_now = step.state_column(running.result, TENANT.name, TENANT.default)
         arrival, computed, total = step.columns(pending, ("arrival", "computed", "total"))
-        lifted, picked = self._picks(counters, tenant, served_now, arrival, total - computed)
+        n = ids.size  # the kernel reads the pending requests' columns by position, tenants of both queues
+        _, keys, lifted = vtc_rank_keys(np.arange(n), np.zeros(n, dtype=np.bool_), np.arange(n, n + served_now.size),
+                                        np.concatenate([tenant, served_now]).astype(np.int64), arrival, total,
+                                        computed, counters, float(self.w_in))
+        picked = np.empty(n, dtype=np.int64)
+        picked[keys] = np.arange(n)
         if not np.array_equal(lifted, counters):
             step.set_state(vtc_counter=lifted)
         step.sort(pending, ("vtc-counter", "arrival"), ids[picked], picked=picked)
