@@ -63,6 +63,26 @@ def _sift_down(hk: np.ndarray, hp: np.ndarray, size: int, key: int, pos: int) ->
 
 
 @numba.njit(cache=True, nogil=True)
+def _offer(hk: np.ndarray, hp: np.ndarray, size: int, k: int, key: int, pos: int) -> int:
+    """Offer (key, pos) to the max-heap (hk, hp)[:size] of the first `k` seen: pushed while it
+    holds fewer, sifting up past smaller parents; else in place of its last when ahead of it
+    (an equal key comes later by position). Returns the heap's new size."""
+    if size < k:
+        j = size
+        while j > 0:
+            parent = (j - 1) // 2
+            if not _before(hk[parent], hp[parent], key, pos):
+                break
+            hk[j], hp[j] = hk[parent], hp[parent]
+            j = parent
+        hk[j], hp[j] = key, pos
+        return size + 1
+    if size > 0 and key < hk[0]:  # (a heap of none, k = 0, takes nobody)
+        _sift_down(hk, hp, size, key, pos)
+    return size
+
+
+@numba.njit(cache=True, nogil=True)
 def head_in_rank_order(keys: np.ndarray, k: int) -> np.ndarray:
     """Positions of the first `k` of `keys` by (key, position), in that order: one pass keeping
     them in a max-heap (O(n log k), no temporaries over the whole queue), then the heap drained."""
@@ -72,19 +92,7 @@ def head_in_rank_order(keys: np.ndarray, k: int) -> np.ndarray:
     hp = np.empty(k, dtype=np.int64)
     size = 0
     for i in range(n):
-        key = keys[i]
-        if size < k:  # push, sifting up past smaller parents
-            j = size
-            size += 1
-            while j > 0:
-                parent = (j - 1) // 2
-                if not _before(hk[parent], hp[parent], key, i):
-                    break
-                hk[j], hp[j] = hk[parent], hp[parent]
-                j = parent
-            hk[j], hp[j] = key, i
-        elif key < hk[0]:  # ahead of the heap's last (an equal key comes later by position)
-            _sift_down(hk, hp, size, key, i)
+        size = _offer(hk, hp, size, k, keys[i], i)
     out = np.empty(size, dtype=np.int64)
     while size > 0:  # drain the largest first, filling from the end
         size -= 1
@@ -108,21 +116,7 @@ def reach_positions(keys: np.ndarray, skipped: np.ndarray, k: int) -> np.ndarray
         if skipped[i]:
             inside[i] = True
             continue
-        if k <= 0:
-            continue
-        key = keys[i]
-        if size < k:
-            j = size
-            size += 1
-            while j > 0:
-                parent = (j - 1) // 2
-                if not _before(hk[parent], hp[parent], key, i):
-                    break
-                hk[j], hp[j] = hk[parent], hp[parent]
-                j = parent
-            hk[j], hp[j] = key, i
-        elif key < hk[0]:
-            _sift_down(hk, hp, size, key, i)
+        size = _offer(hk, hp, size, k, keys[i], i)
     for j in range(size):
         inside[hp[j]] = True
     return np.flatnonzero(inside)
