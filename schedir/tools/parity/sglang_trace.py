@@ -175,7 +175,10 @@ def scenarios() -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
       decode runs out of memory and retract_decode fires several times;
     - mixed / mixed-tight: SGLang's mixed chunked prefill (`enable_mixed_chunk`): running requests
       decode in the prefill step when their tokens fit; the tight one also retracts;
-    - dfs-weight, lof, random: the other policies on small traces.
+    - dfs-weight, lof, random: the other policies on small traces;
+    - lpm-long-queue: 220 requests in one burst behind 8 request slots, so more than 128 wait
+      (LPM is FCFS there, and schedir's steps hold a window of the list, counting it from their
+      `waiting_count` fact) until the queue drains below 128 and LPM sorts by prefix again.
     """
     shared = dict(num_prefixes=3, prefix_len=(64, 160), share_prob=0.8)
     burst = make_trace(num_requests=24, seed=1, burst_at=10, prompt_len=(16, 128), output_len=(4, 32), **shared)
@@ -206,6 +209,11 @@ def scenarios() -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
             make_trace(num_requests=40, seed=9, arrival_rate=1.0, prompt_len=(32, 200), output_len=(32, 150), **shared),
             {"policy": "fcfs", "num_kv_tokens": 1200, "chunked_prefill_size": 128, "max_running_requests": 32,
              "init_new_token_ratio": 0.2, "new_token_ratio_decay_steps": 10, "enable_mixed_chunk": True},
+        ),
+        "lpm-long-queue": (
+            make_trace(num_requests=220, seed=10, burst_at=2, prompt_len=(16, 96), output_len=(2, 12), **shared),
+            {"policy": "lpm", "num_kv_tokens": 16384, "chunked_prefill_size": 512, "max_prefill_tokens": 512,
+             "max_running_requests": 8},
         ),
         "dfs-weight": (
             make_trace(num_requests=24, seed=5, burst_at=10, **shared),
