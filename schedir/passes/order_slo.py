@@ -22,6 +22,19 @@ _SLO = int(Reason.SLO)
 
 
 @numba.njit(cache=True, nogil=True)
+def _meets(now_us: int, work: float, need: int, tokens_per_us: float, arrival_us: int, slo_us: int) -> bool:
+    """The TTFT test: served after `work` tokens ahead of it, a request needing `need` has its first
+    token within its target: `now + (work + need) / rate - arrival <= slo`."""
+    return now_us + (work + need) / tokens_per_us - arrival_us <= slo_us
+
+
+@numba.njit(cache=True, nogil=True)
+def _target_us(slo_ms: float, default_slo_ms: int) -> int:
+    """A request's TTFT target in µs: its own `ttft_slo_ms`, else the pass's."""
+    return np.int64((slo_ms if slo_ms > 0 else default_slo_ms) * 1000)
+
+
+@numba.njit(cache=True, nogil=True)
 def feasible_first(arrival_us: np.ndarray, need: np.ndarray, slo_us: np.ndarray, now_us: int, backlog: int,
                    tokens_per_us: float) -> np.ndarray:
     """Walk the queue first come, first served, and keep a request when, served after the work
@@ -32,8 +45,7 @@ def feasible_first(arrival_us: np.ndarray, need: np.ndarray, slo_us: np.ndarray,
     ok = np.zeros(n, dtype=np.int64)
     work = float(backlog)
     for i in range(n):
-        done = now_us + (work + need[i]) / tokens_per_us
-        if done - arrival_us[i] <= slo_us[i]:
+        if _meets(now_us, work, need[i], tokens_per_us, arrival_us[i], slo_us[i]):
             ok[i] = 1
             work += need[i]
     return ok
@@ -52,7 +64,7 @@ def _targets(arrival: np.ndarray, computed: np.ndarray, total: np.ndarray, slo_m
         r = waiting[i]
         arr[i] = arrival[r]
         need[i] = total[r] - computed[r]
-        slo[i] = (slo_ms[r] if slo_ms[r] > 0 else default_slo_ms) * 1000
+        slo[i] = _target_us(slo_ms[r], default_slo_ms)
     return arr, need, slo, first_come(arr)
 
 
@@ -114,8 +126,7 @@ def slo_rank(arrival: np.ndarray, computed: np.ndarray, total: np.ndarray, slo_m
                 continue
             r = waiting[i]
             need = total[r] - computed[r]
-            slo = np.int64((slo_ms[r] if slo_ms[r] > 0 else default_slo_ms) * 1000)
-            if now_us + (work + need) / tokens_per_us - arrival[r] <= slo:  # `feasible_first`'s test
+            if _meets(now_us, work, need, tokens_per_us, arrival[r], _target_us(slo_ms[r], default_slo_ms)):
                 keys[i] = place
                 place += 1
                 work += need

@@ -23,14 +23,6 @@ _NO_IDS = np.zeros(0, dtype=np.int64)
 _NO_IDS.flags.writeable = False  # as the ops' columns are: the kernels compile one signature
 
 
-def read_only(values: np.ndarray) -> np.ndarray:
-    """`values` flagged read-only (a view of another array: the flag is the view's own), as an
-    op's column is: a kernel given a mix of writable and read-only arrays compiles one more
-    signature per mix (~1 s each, once per machine)."""
-    values.flags.writeable = False
-    return values
-
-
 @numba.njit(cache=True, nogil=True)
 def token_and_block_gaps(ids, tokens, computed, total, held, hit, match_ids, match_hit, effect_ids, effect_blocks,
                          effect_shared, block_size):
@@ -235,9 +227,9 @@ class VerifyStep(StepPass):
                     scheduled.append(result)
                     ids_parts.append(op.ids)  # type: ignore[attr-defined]
                     token_parts.append(op.col("tokens"))  # type: ignore[attr-defined]
-                    computed_parts.append(read_only(computed.view()))  # gathered copies or views
-                    total_parts.append(read_only(total.view()))
-                    held_parts.append(read_only(held.view()))
+                    computed_parts.append(read_only_view(computed))  # gathered copies or views
+                    total_parts.append(read_only_view(total))
+                    held_parts.append(read_only_view(held))
             elif kind is AllocOp or kind is ShareOp or kind is SwapInOp:
                 if len(op):  # type: ignore[arg-type]
                     effect_ids.append(op.ids)  # type: ignore[attr-defined]
@@ -247,7 +239,7 @@ class VerifyStep(StepPass):
                         any_share = True
                         effect_shared.append(blocks)
                     else:
-                        effect_shared.append(read_only(np.zeros(blocks.size, dtype=np.int64)))
+                        effect_shared.append(read_only_view(np.zeros(blocks.size, dtype=np.int64)))
             elif kind is MatchOp:
                 if len(op):  # type: ignore[arg-type]
                     match_ids.append(op.ids)  # type: ignore[attr-defined]
