@@ -154,7 +154,8 @@ def arrays(args: argparse.Namespace) -> dict[str, object]:
     return _two_ways(args, "arrays", args.presets or ARRAY_PRESETS)
 
 
-WINDOW_PRESETS = ["vtc", "slo-aware", "vllm-v0", "vllm-v0-chunked", "with-prefix-aware", "base", "fastserve"]
+WINDOW_PRESETS = ["vtc", "slo-aware", "vllm-v0", "vllm-v0-chunked", "with-prefix-aware", "with-all-passes", "base",
+                  "fastserve"]
 
 
 def windows(args: argparse.Namespace) -> dict[str, object]:

@@ -296,7 +296,8 @@ FASTSERVE_RECOMPUTE = ("reject-oversized,mlfq-levels{quantum=2 starve-steps=30},
                                              ("sglang-mixed", "fcfs"), ("vtc", "fcfs"), ("slo-aware", "fcfs"),
                                              ("slo-aware-reject", "fcfs"), ("base", "fcfs"),
                                              ("base-priority", "priority"), ("orca", "fcfs"),
-                                             ("with-prefix-aware", "fcfs"), ("vllm-v0", "fcfs"),
+                                             ("with-prefix-aware", "fcfs"), ("with-all-passes", "fcfs"),
+                                             ("vllm-v0", "fcfs"),
                                              ("vllm-v0-swap", "fcfs"), ("vllm-v0-chunked", "fcfs"),
                                              ("fastserve", "fcfs"),
                                              (FASTSERVE_RECOMPUTE, "fcfs")])
@@ -331,15 +332,51 @@ def test_fcfs_and_priority_orders_give_admission_a_ranked_window(pipeline, polic
 
 
 @pytest.mark.parametrize("orders", ["order-fcfs,batching-efficiency", "batching-efficiency,order-priority",
-                                    "prefix-cache-aware,order-priority"])
-def test_only_the_first_order_ranks_the_queue(orders):
-    """A pass after order-fcfs that reorders the queue by no declared key (batching-efficiency)
-    leaves admission's walk in its own order: no ranked window (the head by arrival would not be
-    the head of the walk), the whole queue, the same decisions. Nor does a keyed order after
-    another order: its stable sort leaves ties (equal priority and arrival, as several requests
-    arriving between two steps have) in the earlier pass's order, which its key does not state
-    (with order-priority's key after batching-efficiency the steps decided otherwise)."""
+                                    "prefix-cache-aware,order-priority",
+                                    "prefix-cache-aware,batching-efficiency,order-priority"])
+def test_several_orders_compose_their_ranks(orders):
+    """Several order passes sort the step's order stably one after the other: the last one's key
+    ranks first and each earlier one breaks the ties left (equal priority and arrival, as several
+    requests arriving between two steps have; batching-efficiency's groups led by their oldest
+    member). Their declared columns (`StepPass.rank_columns`) compose into one rank, so the seed's
+    admission is built over its head (with each length group's oldest member), and decides as
+    over the whole queue. A keyed order's own key alone would not: with order-priority's key after
+    batching-efficiency the steps decided otherwise (stop 38)."""
     spec = f"reject-oversized,{orders},schedule-running,admit-greedy,verify-step"
+    metrics: dict = {}
+    windowed, steps = run_declared(True, spec, "fcfs", seed=6, num_blocks=400, metrics=metrics)
+    assert metrics["ranked"] > 50 and steps > 50
+    assert windowed == run_declared(False, spec, "fcfs", seed=6, num_blocks=400)[0]
+
+
+def test_memory_aware_preemption_names_the_head_it_preempts_for(monkeypatch):
+    """with-all-passes under a long queue: memory-aware-preemption asks nobody while no running
+    request is less urgent than the most urgent waiting one, else the ranked head when that head
+    already needs more blocks than are free (the request it preempts for is in it), else the whole
+    queue; every answer decides as the whole queue (a small pool: preemptions)."""
+    from schedir.passes.memory_aware_preemption import MemoryAwarePreemption
+
+    answers: list[str] = []
+    asked = MemoryAwarePreemption.waiting_window
+
+    def spy(self, ctx):  # noqa: ANN001, ANN202
+        at = asked(self, ctx)
+        answers.append("all" if at is None else "nobody" if not at.size else "head")
+        return at
+
+    monkeypatch.setattr(MemoryAwarePreemption, "waiting_window", spy)
+    metrics: dict = {}
+    windowed, _ = run_declared(True, "with-all-passes", "fcfs", seed=6, num_blocks=50, metrics=metrics)
+    assert {"nobody", "head"} <= set(answers) and metrics["ranked"] > 20
+    whole, _ = run_declared(False, "with-all-passes", "fcfs", seed=6, num_blocks=50)
+    assert any(step[3] for step in whole)  # it preempted
+    assert windowed == whole
+
+
+def test_an_order_of_no_columns_ends_the_rank():
+    """An order pass after another that declares no rank columns (order-slo: its key reads each
+    request's deadline against the clock) leaves no rank: no ranked window, the whole queue."""
+    spec = "reject-oversized,order-priority,order-slo,schedule-running,admit-greedy,verify-step"
     metrics: dict = {}
     windowed, _ = run_declared(True, spec, "fcfs", seed=6, num_blocks=400, metrics=metrics)
     assert metrics["ranked"] == 0
@@ -355,7 +392,7 @@ def test_a_window_only_where_every_pass_declares_one():
     assert Scheduler(SchedulerConfig(pipeline="sglang", block_size=1, num_blocks=257))._declared_window
     assert not Scheduler(SchedulerConfig(pipeline="vllm"))._declared_window  # its own window (above)
     assert Scheduler(SchedulerConfig(pipeline="base"))._declared_window
-    assert not Scheduler(SchedulerConfig(pipeline="with-all-passes"))._declared_window  # memory-aware-preemption
+    assert Scheduler(SchedulerConfig(pipeline="with-all-passes"))._declared_window  # a composed rank
     assert Scheduler(SchedulerConfig(pipeline="fastserve", num_cpu_blocks=8))._declared_window  # a ranked window
     zeros = lambda name, rows: np.zeros(rows.size, dtype=np.int64)  # noqa: E731
     ctx = WindowContext(running=np.array([1, 2]), waiting=np.array([3, 4]), max_seqs=2, free_blocks=0,

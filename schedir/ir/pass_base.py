@@ -32,7 +32,7 @@ from schedir.ir.step import Step, steps_of
 if TYPE_CHECKING:
     from schedir.ir.array_step import ArrayStep
     from schedir.ir.running_step import RunningDecision, RunningStep
-    from schedir.ir.window import WindowContext
+    from schedir.ir.window import RankColumn, WindowContext
 
 _NO_WRITES: Mapping[str, float] = MappingProxyType({})  # a steady step that writes no state
 
@@ -122,6 +122,13 @@ class StepPass(ModulePass):
         """The keys this pass's order ranks the waiting and the swapped requests by this step
         (int64, ascending: first; equal keys in queue order, swapped ahead of waiting), aligned
         with `ctx.waiting` and `ctx.swapped`; None when it orders by no such key (the default)."""
+        return None
+
+    def rank_columns(self, ctx: WindowContext) -> list[RankColumn] | None:
+        """This pass's sort key over `ctx.waiting` as dense columns (`schedir.ir.window.RankColumn`,
+        the most significant first; arrival as `ctx.arrival_rank()`), so that its rank composes
+        with other order passes' in one pipeline (`WindowContext.composed_rank`); None when it
+        declares none (the default: a pipeline with it and another order pass has no rank)."""
         return None
 
     def decodes_steadily(self) -> bool:

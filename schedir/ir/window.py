@@ -24,6 +24,15 @@ admission does not answer "nobody" from `seats_stay_taken`. A long swapped queue
 treatment (`StepPass.swapped_window`): the step holds the first max_num_seqs + 16 swapped
 requests by rank plus what the passes name (the jobs `mlfq-levels` moves), since a walk that
 resumes a swapped request only into a free seat stops within the first max_num_seqs + 1.
+
+**Composed ranks.** Several order passes in a row (the seed's `with-all-passes`: prefix hits,
+then length groups, then priority) sort the step's order stably one after the other, so the
+last one's key ranks first and each earlier one breaks the ties left (equal priority and
+arrival). Each declares its key as dense columns (`StepPass.rank_columns`: small integers, the
+queue's dense arrival rank among them) and `WindowContext.composed_rank` packs them, the last
+pass's first, into one int64 key (None where a pass declares none or they do not fit). A pass
+whose key reads the step's queue as a whole (batching-efficiency's group leads: each group's
+oldest member) names what keeps it whole in its own window.
 """
 
 from __future__ import annotations
@@ -142,6 +151,69 @@ def first_by_rank(keys: np.ndarray, k: int) -> np.ndarray:
     if keys.size <= k:
         return np.arange(keys.size)
     return np.sort(rank_head(keys, k))
+
+
+@attrs.frozen(eq=False)
+class RankColumn:
+    """One column of an order pass's sort key (`StepPass.rank_columns`): small non-negative
+    integers below `bound`, one per waiting request, ascending first. Columns of one `name`
+    hold the same values (the queue's arrival rank): a repeat after the first adds no order."""
+
+    name: str
+    values: np.ndarray
+    bound: int
+
+
+@numba.njit(cache=True, nogil=True)
+def dense_arrival_rank(arrival_of: np.ndarray, waiting: np.ndarray) -> tuple[bool, np.ndarray]:
+    """Each waiting request's arrival as its rank among the queue's distinct arrivals (equal
+    arrivals equal ranks), in one pass where the queue is in arrival order (the runtime's usual
+    queue); (False, ...) where it is not (the caller sorts)."""
+    n = waiting.size
+    out = np.empty(n, dtype=np.int64)
+    r = 0
+    for i in range(n):
+        if i:
+            d = arrival_of[waiting[i]] - arrival_of[waiting[i - 1]]
+            if d < 0:
+                return False, out
+            if d > 0:
+                r += 1
+        out[i] = r
+    return True, out
+
+
+def arrival_rank_column(arrival: np.ndarray, waiting: np.ndarray) -> RankColumn:
+    """The waiting requests' dense arrival rank (`dense_arrival_rank`; a sort where the queue is
+    out of arrival order) as the rank column "arrival" every FCFS tie-break shares."""
+    ok, ranks = dense_arrival_rank(arrival, waiting)
+    if not ok:
+        values = arrival[waiting]
+        distinct = np.unique(values)
+        ranks = np.searchsorted(distinct, values).astype(np.int64)
+    return RankColumn("arrival", ranks, int(ranks.max()) + 1 if ranks.size else 1)
+
+
+def pack_rank_columns(columns: list[RankColumn]) -> np.ndarray | None:
+    """One int64 key per waiting request ordering as the columns do (the first most significant):
+    their mixed-radix number, a column of a name already packed skipped (it only repeats what the
+    earlier one ordered). None when the bounds' product does not fit 63 bits."""
+    keys: np.ndarray | None = None
+    seen: set[str] = set()
+    span = 1
+    for col in columns:
+        if col.name in seen:
+            continue
+        seen.add(col.name)
+        span *= max(col.bound, 1)
+        if span >= 1 << 63:
+            return None
+        if keys is None:
+            keys = col.values.astype(np.int64)  # (a copy: the columns are shared)
+        else:
+            keys *= col.bound
+            keys += col.values
+    return keys
 
 
 @attrs.define(eq=False)
@@ -269,6 +341,31 @@ class WindowContext:
         if skipped is None:
             return self.first_by_rank(keys, k)
         return reach_positions(keys, skipped, k)
+
+    def arrival_rank(self) -> RankColumn | None:
+        """The waiting requests' dense arrival rank (`arrival_rank_column`), shared by the order
+        passes' rank columns (their FCFS tie-breaks); None outside a runtime."""
+        if self.column_of is None:
+            return None
+        return self.shared("arrival-rank", lambda: arrival_rank_column(  # type: ignore[return-value]
+            self.column_of("arrival"), self.waiting))  # type: ignore[misc]
+
+    def composed_rank(self, orders: list) -> tuple[np.ndarray, np.ndarray] | None:
+        """The rank keys (waiting, swapped) of the order several order passes leave the queue in:
+        each sorts the step's order stably, so the last pass's key ranks first, the earlier ones
+        break its ties in turn and queue order the rest: their `rank_columns`, the last pass's
+        first, packed into one key. None where a pass names no columns, requests are swapped
+        (the columns rank the waiting queue only) or the key does not fit 63 bits."""
+        if self.swapped.size:
+            return None
+        columns: list[RankColumn] = []
+        for p in reversed(orders):
+            cols = p.rank_columns(self)
+            if cols is None:
+                return None
+            columns.extend(cols)
+        keys = pack_rank_columns(columns)
+        return None if keys is None else (keys, self.NONE)
 
     def queued(self, key: object, compute: Callable[[], object]) -> object:
         """`compute()` when it reads only the queued requests (`waiting`, `swapped`: their columns

@@ -6,19 +6,58 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numba
 import numpy as np
 
 from schedir.ir.array_step import ArrayStep
 from schedir.ir.errors import PassFailure
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
-from schedir.ir.window import WindowContext
+from schedir.ir.window import RankColumn, WindowContext
 from schedir.lowering.steady_layout import WINDOW_NOBODY, window_steady_lowered
 
 
 def length_groups(remaining: np.ndarray, spread: float) -> np.ndarray:
     """Group number per request: lengths in one group differ by at most a factor (1 + spread)."""
     return np.floor(np.log(np.maximum(remaining, 1)) / math.log1p(spread)).astype(np.int64)
+
+
+@numba.njit(cache=True, nogil=True)
+def group_lead_columns(group: np.ndarray, aged: np.ndarray, arrival_rank: np.ndarray,
+                       refused: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """`_order`'s key as dense columns over a queue, in one pass: (lead, group) per request, the
+    aged (0, 0), the others (1 + their group's oldest arrival rank, 1 + group - the lowest group);
+    each group's lead position (its first oldest member); the group column's bound. The requests
+    `refused` (reject-oversized's: not in the step's queue when this pass runs) lead no group."""
+    n = group.size
+    low = np.iinfo(np.int64).max
+    high = np.iinfo(np.int64).min
+    for i in range(n):
+        if not refused[i] and not aged[i]:
+            low = min(low, group[i])
+            high = max(high, group[i])
+    size = high - low + 1 if high >= low else 0
+    lead = np.full(size, -1, dtype=np.int64)
+    at = np.full(size, -1, dtype=np.int64)
+    for i in range(n):
+        if not refused[i] and not aged[i]:
+            g = group[i] - low
+            if lead[g] < 0 or arrival_rank[i] < lead[g]:
+                lead[g] = arrival_rank[i]
+                at[g] = i
+    lead_col = np.zeros(n, dtype=np.int64)
+    group_col = np.zeros(n, dtype=np.int64)
+    for i in range(n):
+        if not refused[i] and not aged[i]:
+            g = group[i] - low
+            lead_col[i] = 1 + lead[g]
+            group_col[i] = 1 + g
+    m = 0
+    for g in range(size):
+        if at[g] >= 0:
+            at[m] = at[g]
+            m += 1
+    return lead_col, group_col, at[:m].copy(), size + 1
 
 
 @dataclass(frozen=True)
@@ -51,8 +90,49 @@ class BatchingEfficiency(StepPass):
         return (WINDOW_NOBODY,)
 
     def waiting_window(self, ctx: WindowContext) -> np.ndarray:
-        """Nobody of its own: it orders what the step holds (admission declares what it picks from)."""
-        return ctx.NONE
+        """Each length group's oldest waiting request where admission walks a ranked head
+        (`ctx.head_size`): the order of a step over part of the queue is then that of the whole
+        (a group served in its oldest member's turn needs that member in the step); else nobody
+        of its own (it orders what the step holds; admission declares what it picks from)."""
+        if not ctx.head_size:
+            return ctx.NONE
+        columns = self._lead_columns(ctx)
+        return ctx.NONE if columns is None else columns[2]
+
+    def steady_state(self, ctx: WindowContext) -> dict:
+        """Nothing to write and nothing to decide: a steady step admits nobody, so its order is
+        moot (the group leads of `waiting_window` matter to a ranked head only)."""
+        return {}
+
+    def rank_columns(self, ctx: WindowContext) -> list[RankColumn] | None:
+        """(aged first, the group's oldest arrival, the group, arrival) as dense columns, over the
+        whole queue: `_order`'s key where another order pass follows (the seed's `with-all-passes`)."""
+        columns = self._lead_columns(ctx)
+        if columns is None:
+            return None
+        lead, group, _, groups = columns
+        arrival = ctx.arrival_rank()
+        tag = f"{self.name}-{self.spread}-{self.max_age_ms}"
+        return [RankColumn(f"{tag}-lead", lead, arrival.bound + 1), RankColumn(f"{tag}-group", group, groups),  # type: ignore[union-attr]
+                arrival]  # type: ignore[list-item]
+
+    def _lead_columns(self, ctx: WindowContext) -> tuple[np.ndarray, np.ndarray, np.ndarray, int] | None:
+        """`group_lead_columns` over the waiting queue, asked once a step; None outside a runtime,
+        for another queue or a spread the pass refuses."""
+        if self.queue != "waiting" or ctx.column_of is None or not self.spread > 0:
+            return None
+
+        def columns() -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+            rows = ctx.waiting
+            arrival = ctx.column_of("arrival")[rows]  # type: ignore[misc]
+            group = length_groups(ctx.column_of("total")[rows] - ctx.column_of("computed")[rows],  # type: ignore[misc]
+                                  self.spread)
+            refused = np.zeros(rows.size, dtype=np.bool_)
+            refused[ctx.oversized] = True
+            return group_lead_columns(group, (ctx.now_us - arrival) >= self.max_age_ms * 1000,
+                                      ctx.arrival_rank().values, refused)  # type: ignore[union-attr]
+
+        return ctx.shared(("length-group-leads", self), columns)  # type: ignore[return-value]
 
     array_step_when: ClassVar[dict[str, str]] = {}  # `run_arrays`: any options
 

@@ -137,6 +137,34 @@ class MemoryAwarePreemption(StepPass):
         return (layout.column("computed"), layout.column("prompt"), layout.column("priority"), layout.column("total"),
                 layout.state(SEEN_COMPUTED.name), layout.state(LAST_RUN.name))
 
+    def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
+        """Nobody where it can preempt nobody: no running request is less urgent than the most
+        urgent waiting one (a victim must be). Else it may free seats (`frees_seats`: admission
+        then walks a ranked head, checked after the step) and needs the first waiting request
+        short of blocks in the step's order (the one it preempts for): under a rank (`ctx.rank`)
+        whose head (`ctx.head_size` first) already needs more blocks than are free, that head,
+        which the step holds ahead of the rest in this order. Else None: the whole queue."""
+        if (self.queue, self.running) != ("waiting", "running") or ctx.column_of is None:
+            return None
+        if not ctx.waiting.size:
+            return ctx.NONE
+        priority = ctx.column_of("priority")
+        most_urgent = ctx.queued("memory-aware-preemption-most-urgent", lambda: int(priority[ctx.waiting].min()))
+        if not ctx.running.size or int(priority[ctx.running].max()) <= most_urgent:  # type: ignore[operator]
+            return ctx.NONE
+        ctx.frees_seats()  # its victims' seats: admission then walks a ranked head, checked after the step
+        if ctx.rank is None or ctx.prefix_hit is None or not ctx.head_size or ctx.waiting.size <= ctx.head_size:
+            return None
+        head = ctx.first_by_rank(ctx.rank[0], ctx.head_size)
+        kept = np.ones(ctx.waiting.size, dtype=np.bool_)
+        kept[ctx.oversized] = False  # refused before this pass: not in the step's queue
+        ids = ctx.waiting[head[kept[head]]]
+        bs = ctx.block_size
+        need = int((blocks_for(ctx.column_of("total")[ids], bs) - ctx.prefix_hit(ids) // bs).sum())
+        running = ctx.running
+        growth = np.maximum(blocks_for(ctx.column("total", running), bs) - ctx.column("blocks", running), 0)
+        return head if need > ctx.free_blocks - int(growth.sum()) else None
+
     def steady_state(self, ctx: WindowContext) -> dict[str, np.ndarray] | None:
         """What a steady step writes: when each running request last ran (`_track`'s rule), when
         it can preempt nobody: no running decode is less urgent than the most urgent waiting

@@ -10,7 +10,7 @@ from typing import ClassVar
 from schedir.ir.array_step import ArrayStep
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
-from schedir.ir.window import WindowContext
+from schedir.ir.window import RankColumn, WindowContext
 from schedir.lowering.steady_layout import WINDOW_NOBODY, window_steady_lowered
 from schedir.passes.ordering import sort_arrays_by_columns, sort_by_columns
 
@@ -45,6 +45,11 @@ class OrderFcfs(StepPass):
             return None
         return ctx.shared(("fcfs-rank", self), lambda: (ctx.column_of("arrival")[ctx.waiting],  # type: ignore[return-value]
                                                         ctx.column_of("arrival")[ctx.swapped]))
+
+    def rank_columns(self, ctx: WindowContext) -> list[RankColumn] | None:
+        """Arrival (its dense rank): the key's column where another order pass follows."""
+        arrival = ctx.arrival_rank() if self.queue == "waiting" else None
+        return None if arrival is None else [arrival]
 
     def run_arrays(self, step: ArrayStep) -> None:
         """`run` over an array step (`schedir.ir.array_step`)."""

@@ -10,7 +10,7 @@ import numpy as np
 from schedir.ir.array_step import ArrayStep
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
-from schedir.ir.window import WindowContext
+from schedir.ir.window import RankColumn, WindowContext
 from schedir.lowering.steady_layout import WINDOW_NOBODY, window_steady_lowered
 from schedir.passes.ordering import then_arrival_keys
 
@@ -56,9 +56,24 @@ class PrefixCacheAware(StepPass):
         return ctx.shared(("prefix-hit-rank", self), lambda: self._rank(ctx))  # type: ignore[return-value]
 
     def _rank(self, ctx: WindowContext) -> tuple[np.ndarray, np.ndarray] | None:
-        hit = self._counted(ctx.prefix_hit(ctx.waiting), ctx.block_size)  # type: ignore[misc]
-        keys = then_arrival_keys(-(hit // ctx.block_size), ctx.column_of("arrival")[ctx.waiting])  # type: ignore[misc]
+        keys = then_arrival_keys(-self._hit_blocks(ctx), ctx.column_of("arrival")[ctx.waiting])  # type: ignore[misc]
         return None if keys is None else (keys, np.zeros(0, dtype=np.int64))
+
+    def rank_columns(self, ctx: WindowContext) -> list[RankColumn] | None:
+        """(hit blocks below the queue's most, arrival's dense rank): the key's columns where
+        another order pass follows (the seed's `with-all-passes`), from the hits the step will
+        match; None where the pool finds hits inside the passes."""
+        arrival = ctx.arrival_rank() if self.queue == "waiting" and ctx.prefix_hit is not None else None
+        if arrival is None:
+            return None
+        blocks = self._hit_blocks(ctx)
+        most = int(blocks.max()) if blocks.size else 0
+        return [RankColumn(f"{self.name}-{self.min_blocks}", most - blocks, most + 1), arrival]
+
+    def _hit_blocks(self, ctx: WindowContext) -> np.ndarray:
+        """Each waiting request's hit in whole blocks as this order counts them, asked once a step."""
+        return ctx.shared(("prefix-hit-blocks", self.min_blocks), lambda: self._counted(  # type: ignore[return-value]
+            ctx.prefix_hit(ctx.waiting), ctx.block_size) // ctx.block_size)  # type: ignore[misc]
 
     def _counted(self, hit: np.ndarray, block_size: int) -> np.ndarray:
         """Hit tokens as this order counts them: under `min_blocks` blocks, none."""

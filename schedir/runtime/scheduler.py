@@ -861,15 +861,21 @@ class Scheduler:
         parts = []
         walkers = False
         rank = None
-        ordered = False
-        for p in self.manager.passes:  # (ctx.rank starts at None: _window_context)
+        orders: list = []
+        passes = self.manager.passes
+        for i, p in enumerate(passes):  # (ctx.rank starts at None: _window_context)
             at = p.waiting_window(ctx)
             if "order" in p.provides:
-                # a rank holds from the first order pass only: every order is a stable sort of the
-                # step's current order, so a later pass's ties follow the earlier pass's order,
-                # which its key does not state (and a pass of no declared key ends the rank)
-                rank = None if ordered else p.waiting_rank(ctx)
-                ordered = True
+                # every order is a stable sort of the step's current order: one order pass ranks
+                # the queue by its key (`waiting_rank`); after several, the last one's key ranks
+                # first and each earlier one breaks the ties left, so their ranks compose
+                # (`WindowContext.composed_rank`, from their `rank_columns`; None where one
+                # declares none), asked after the last of a run of order passes
+                orders.append(p)
+                if i + 1 < len(passes) and "order" in passes[i + 1].provides:
+                    rank = None
+                else:
+                    rank = p.waiting_rank(ctx) if len(orders) == 1 else ctx.composed_rank(orders)
             ctx.rank = rank
             if at is None:
                 if not (p.walks_ranked and ranked_ok):

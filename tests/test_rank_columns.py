@@ -1,0 +1,107 @@
+"""Composed ranks (`StepPass.rank_columns`, `WindowContext.composed_rank`): several order passes
+in a row rank the queue as their stable sorts, run one after the other, order it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from schedir.ir.window import RankColumn, WindowContext, arrival_rank_column, pack_rank_columns
+from schedir.passes.batching_efficiency import BatchingEfficiency
+from schedir.passes.order_fcfs import OrderFcfs
+from schedir.passes.prefix_cache_aware import PrefixCacheAware
+from schedir.passes.priority_based import PriorityBased
+
+BLOCK = 4
+
+
+def _queue(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
+    """Columns by request id (row) for n waiting requests with many ties: a few arrival times
+    (out of order in some queues), priorities 0-2, remaining lengths across groups, hits."""
+    arrival = rng.integers(0, 6, n) * 1_000_000
+    if rng.random() < 0.5:
+        arrival = np.sort(arrival)
+    total = rng.integers(1, 300, n)
+    return {"arrival": arrival, "priority": rng.integers(0, 3, n), "total": total,
+            "computed": np.minimum(rng.integers(0, 40, n) * (rng.random(n) < 0.3), total - 1),
+            "hit": rng.integers(0, 6, n) * BLOCK}
+
+
+def _context(cols: dict[str, np.ndarray], waiting: np.ndarray, oversized: np.ndarray, now_us: int) -> WindowContext:
+    zeros = lambda name, rows: np.zeros(rows.size, dtype=np.int64)  # noqa: E731
+    return WindowContext(running=WindowContext.NONE, waiting=waiting, max_seqs=4, free_blocks=0, total_blocks=8,
+                         token_budget=64, block_size=BLOCK, max_model_len=512, oversized=oversized,
+                         scheduler_state={}, request_state=zeros, column=zeros, column_of=lambda name: cols[name],
+                         now_us=now_us, prefix_hit=lambda ids: cols["hit"][ids])
+
+
+def _sorted_by_the_passes(orders, cols, kept: np.ndarray, now_us: int) -> np.ndarray:
+    """The step's order: each pass's own sort of the current order, one after the other."""
+    rows = kept.copy()
+    for p in orders:
+        arrival = cols["arrival"][rows]
+        if isinstance(p, PrefixCacheAware):
+            hit = p._counted(cols["hit"][rows], BLOCK)
+            order = np.lexsort((arrival, -hit))
+        elif isinstance(p, BatchingEfficiency):
+            order = p._order(cols["total"][rows], cols["computed"][rows], arrival, now_us)
+        elif isinstance(p, PriorityBased):
+            order = np.lexsort((arrival, cols["priority"][rows]))
+        else:
+            order = np.argsort(arrival, kind="stable")
+        rows = rows[order]
+    return rows
+
+
+@pytest.mark.parametrize("orders", [
+    (PrefixCacheAware(), BatchingEfficiency(), PriorityBased()),  # the seed's with-all-passes
+    (OrderFcfs(), BatchingEfficiency(spread=0.2, max_age_ms=2500)),
+    (BatchingEfficiency(spread=1.0), PriorityBased()),
+    (PrefixCacheAware(min_blocks=2), PriorityBased()),
+    (PriorityBased(), PrefixCacheAware()),
+])
+def test_a_composed_rank_orders_as_the_passes_sort(orders):
+    rng = np.random.default_rng(11)
+    for _ in range(300):
+        n = int(rng.integers(1, 80))
+        cols = _queue(rng, n)
+        waiting = rng.permutation(n) if rng.random() < 0.3 else np.arange(n)
+        oversized = np.flatnonzero(rng.random(n) < 0.1)  # refused before the orders run: lead no group
+        now_us = int(rng.integers(0, 8)) * 1_000_000
+        ctx = _context(cols, waiting, oversized, now_us)
+        keys, swapped = ctx.composed_rank(list(orders))
+        assert swapped.size == 0
+        kept = np.setdiff1d(np.arange(n), oversized)  # positions in `waiting`, queue order
+        by_rank = waiting[kept[np.argsort(keys[kept], kind="stable")]]
+        assert by_rank.tolist() == _sorted_by_the_passes(orders, cols, waiting[kept], now_us).tolist()
+
+
+def test_a_group_lead_kept_in_the_window_keeps_the_order():
+    """batching-efficiency's window under a ranked head names each length group's oldest waiting
+    request, so a step over part of the queue orders its groups as the whole queue does."""
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        n = int(rng.integers(2, 60))
+        cols = _queue(rng, n)
+        ctx = _context(cols, np.arange(n), WindowContext.NONE, 0)
+        ctx.head_size = 8
+        p = BatchingEfficiency()
+        leads = p.waiting_window(ctx)
+        part = np.union1d(leads, rng.choice(n, size=int(rng.integers(1, n)), replace=False))
+        whole = _sorted_by_the_passes([p], cols, np.arange(n), 0)
+        assert _sorted_by_the_passes([p], cols, part, 0).tolist() == [r for r in whole if r in set(part.tolist())]
+
+
+def test_dense_arrival_rank_and_packing():
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        arrival = rng.integers(0, 5, int(rng.integers(0, 40)))
+        waiting = np.arange(arrival.size) if rng.random() < 0.5 else rng.permutation(arrival.size)
+        if rng.random() < 0.5:
+            waiting = waiting[np.argsort(arrival[waiting], kind="stable")]
+        col = arrival_rank_column(arrival, waiting)
+        assert col.values.tolist() == np.searchsorted(np.unique(arrival), arrival[waiting]).tolist()
+    a, b = RankColumn("a", np.array([1, 0, 1]), 2), RankColumn("b", np.array([2, 5, 0]), 6)
+    assert pack_rank_columns([a, b, a]).tolist() == [8, 5, 6]  # a repeated column adds nothing
+    assert pack_rank_columns([RankColumn("x", np.zeros(2, np.int64), 1 << 40)] * 1 +
+                             [RankColumn("y", np.zeros(2, np.int64), 1 << 30)]) is None  # 70 bits
