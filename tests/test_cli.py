@@ -141,6 +141,12 @@ def test_passes_show_which_declare_steady_steps(capsys):
     for vtc in ("vtc-account", "vtc-order"):
         assert "asked again only when the queues or the request state change" in sections[vtc], vtc
     assert "held:" not in sections["order-slo"]  # it judges the queue against the clock every step
+    # ranks: a key admission walks the head of; columns compose several orders (with-all-passes)
+    for composing in ("order-fcfs", "order-priority", "priority-based", "prefix-cache-aware"):
+        assert "rank:        declared: its key and its key's columns" in sections[composing], composing
+    assert "rank:        declared: its key's columns (composing" in sections["batching-efficiency"]
+    assert "rank:        declared: its key\n" in sections["vtc-order"]
+    assert "rank:" not in sections["admit-greedy"]
 
 
 # ---------------------------------------------------------------- opt

@@ -99,6 +99,12 @@ def cmd_passes(out: TextIO) -> int:
             out.write("    running:     declared: in a running step (nobody admissible waiting) it decides "
                       + ("the running queue alone\n" if cls.decide_running is not StepPass.decide_running
                          else "nothing\n"))
+        keyed = cls.waiting_rank is not StepPass.waiting_rank
+        columns = cls.rank_columns is not StepPass.rank_columns
+        if keyed or columns:  # (an order whose head admission walks under a long queue: writing-a-pass.md)
+            out.write("    rank:        declared: " + ("its key" if keyed else "")
+                      + (" and " if keyed and columns else "")
+                      + ("its key's columns (composing with other orders)" if columns else "") + "\n")
         if _declares_by_default(cls, "decides_array_steps"):
             out.write("    arrays:      declared: it decides an IR step over arrays as over its IR "
                       "(a pipeline whose passes all say so builds no IR ops for its steps)\n")
