@@ -948,11 +948,15 @@ class Scheduler:
     def _ranked_head(self, ctx: WindowContext, rank: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray | None:
         """Positions in the waiting queue of a ranked window's head: the first max_num_seqs + 16
         waiting requests by the order pass's rank (`StepPass.waiting_rank`; equal keys in queue
-        order); None (the whole queue) without a rank."""
+        order), the free seats + 16 first where they stay free seats (`free_seats_stay`: a walk
+        fills no more; 256 running make the step's head 16 long, not 272); None (the whole queue)
+        without a rank."""
         if rank is None:
             return None
         keys, swapped_keys = rank
         k = self.config.max_num_seqs + WINDOW_SLACK
+        if ctx.free_seats_stay():  # the walkers fill at most the free seats: their head, checked as any
+            k = min(k, self.config.max_num_seqs - self.running.size + WINDOW_SLACK)
         if keys.size <= k:
             return None
         return ctx.first_by_rank(keys, k)
