@@ -24,7 +24,8 @@ from pathlib import Path
 
 _ROOT = Path(__file__).resolve().parent
 KERNEL_MODULES = (  # every module with a Numba kernel (tests/test_kernel_cache.py checks the list is whole)
-    "ir/route_step.py", "ir/window.py", "lowering/batch_plan.py", "lowering/hashing.py", "lowering/host_pool.py",
+    "ir/route_step.py", "ir/step.py", "ir/window.py", "lowering/batch_plan.py", "lowering/hashing.py",
+    "lowering/host_pool.py",
     "lowering/kv_pool.py", "lowering/radix_cache.py", "lowering/radix_pool.py", "lowering/rows.py",
     "lowering/route_driver.py", "lowering/route_program.py", "lowering/route_state.py",
     "lowering/steady_layout.py", "lowering/steady_program.py", "passes/pd_disaggregate.py",

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple, TypeVar
 
+import numba
 import numpy as np
 from xdsl.dialects.builtin import ArrayAttr, StringAttr
 from xdsl.ir import Block, Operation, SSAValue
@@ -85,17 +86,33 @@ def identity_rows(n: int) -> np.ndarray:
     return rows
 
 
+@numba.njit(cache=True, nogil=True)
+def _dense_positions(source: np.ndarray, query: np.ndarray) -> tuple[bool, np.ndarray]:
+    """`positions` through a table indexed by id, one pass each way (the ids a runtime gives are
+    its table rows: dense); (False, ...) where the ids are not (negative, or spread wide)."""
+    out = np.full(query.size, -1, dtype=np.int64)
+    low, top = 0, -1
+    for i in range(source.size):
+        low = min(low, source[i])
+        top = max(top, source[i])
+    if low < 0 or top >= 8 * source.size + 4096:
+        return False, out
+    table = np.full(top + 1, -1, dtype=np.int64)
+    for i in range(source.size):
+        table[source[i]] = i  # (a repeated id: its last place)
+    for j in range(query.size):
+        q = query[j]
+        if 0 <= q <= top:
+            out[j] = table[q]
+    return True, out
+
+
 def positions(source: np.ndarray, query: np.ndarray) -> np.ndarray:
     """Index of each `query` id in `source` (-1 where absent), in O(n) for dense ids."""
     if source.size == 0 or query.size == 0:
         return np.full(query.size, -1, dtype=np.int64)
-    top = int(source.max())
-    if int(source.min()) >= 0 and top < 8 * source.size + 4096:
-        table = np.full(top + 1, -1, dtype=np.int64)
-        table[source] = np.arange(source.size, dtype=np.int64)
-        inside = (query >= 0) & (query <= top)
-        out = np.full(query.size, -1, dtype=np.int64)
-        out[inside] = table[query[inside]]
+    dense, out = _dense_positions(source, query)
+    if dense:
         return out
     order = np.argsort(source, kind="stable")
     sorted_ids = source[order]
@@ -574,7 +591,7 @@ class Step(LiveFacts):
             root = _item(self.root(_item(op._operands, 0)).results, 0)
             at = positions(self.ids(root), ids)
             computed = self.column(root, "computed")[at]
-            prefill = np.clip(np.minimum(computed + tokens, self.column(root, "prompt")[at]) - computed, 0, None)
+            prefill = np.maximum(np.minimum(computed + tokens, self.column(root, "prompt")[at]) - computed, 0)
             yield Served(root, at, ids, prefill, tokens - prefill)
 
     def forget(self) -> None:
