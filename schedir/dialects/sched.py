@@ -430,6 +430,17 @@ def decoded_state_values(attr: DictionaryAttr) -> dict[str, StateValue]:
     return hit[1]
 
 
+def decoded_state_value(attr: DictionaryAttr, name: str) -> StateValue | None:
+    """One value of a state dictionary (None: it has none), from its decoded values
+    (`decoded_state_values`) without writing its entries: a vector comes back a fresh copy."""
+    hit = _DECODED.get(id(attr))
+    if hit is None or hit[0] is not attr:
+        decoded_state_values(attr)  # (registers it)
+        hit = _DECODED[id(attr)]
+    value = hit[1].get(name)
+    return value.copy() if type(value) is np.ndarray else value
+
+
 def _number_text(value: StateValue) -> str:
     if isinstance(value, np.ndarray):
         return "[" + ", ".join(repr(float(v)) for v in value) + "]"

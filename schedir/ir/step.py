@@ -45,8 +45,7 @@ from schedir.dialects.sched import (
     i64_attr,
     state_values_attr,
 )
-from schedir.dialects.sched import _value_of as _state_value
-from schedir.dialects.sched import decoded_state_values
+from schedir.dialects.sched import decoded_state_value, decoded_state_values
 from schedir.ir.fastop import append_operand, insert_before, new_op
 from schedir.lowering.kv_pool import KVPool
 
@@ -472,9 +471,9 @@ class Step(LiveFacts):
         while op is not None:
             kind = type(op)
             if kind is StateOp or kind is SetStateOp:
-                value = op.properties["values"].data.get(name)  # type: ignore[union-attr]
+                value = decoded_state_value(op.properties["values"], name)  # type: ignore[arg-type]
                 if value is not None:
-                    found = _state_value(value)
+                    found = value
             op = op._next_op
         if found is not None:
             return found
