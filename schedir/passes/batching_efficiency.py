@@ -152,14 +152,14 @@ class BatchingEfficiency(StepPass):
 
     def _order(self, total: np.ndarray, computed: np.ndarray, arrival: np.ndarray, now_us: int) -> np.ndarray:
         """Positions in (aged first, groups led by their oldest, arrival) order."""
-        group = length_groups(total - computed, self.spread)
-        aged = (now_us - arrival) >= self.max_age_ms * 1000
-        group = np.where(aged, -1, group)  # the aged are one group, first, FCFS
-        uniq, inverse = np.unique(group, return_inverse=True)
-        lead = np.full(uniq.size, np.iinfo(np.int64).max, dtype=np.int64)
-        np.minimum.at(lead, inverse, arrival)
-        lead = np.where(uniq == -1, np.iinfo(np.int64).min, lead)
-        return np.lexsort((arrival, inverse, lead[inverse])) if total.size else np.zeros(0, dtype=np.int64)
+        if not total.size:
+            return np.zeros(0, dtype=np.int64)
+        aged = (now_us - arrival) >= self.max_age_ms * 1000  # the aged are one group, first, FCFS
+        # each group's oldest arrival and the group, as dense columns (the aged (0, 0)): the kernel
+        # the composed rank reads, over arrivals counted from the earliest
+        lead, group, _, _ = group_lead_columns(length_groups(total - computed, self.spread), aged,
+                                               arrival - arrival.min(), np.zeros(total.size, dtype=np.bool_))
+        return np.lexsort((arrival, group, lead))
 
     def run(self, step: Step) -> None:
         self._check_spread()

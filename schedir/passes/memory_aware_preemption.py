@@ -96,6 +96,14 @@ def waiting_urgency_and_blocks(waiting: np.ndarray, priority: np.ndarray, total:
     return most_urgent, need
 
 
+def _less_urgent_running(running_priority: np.ndarray, waiting_priority: np.ndarray) -> bool:
+    """Whether some running request is less urgent than some waiting one: else no request can
+    be a victim (`_victims` takes only decodes less urgent than the request short of blocks),
+    and the pass skips the search."""
+    return bool(running_priority.size and waiting_priority.size
+                and running_priority.max() > waiting_priority.min())
+
+
 def blocks_for(tokens: np.ndarray, block_size: int) -> np.ndarray:
     return -(-tokens // block_size)
 
@@ -202,6 +210,9 @@ class MemoryAwarePreemption(StepPass):
         if waiting is None:
             return
         w_rows = waiting.pending
+        priority = step.column("priority")
+        if not _less_urgent_running(priority[rows], priority[w_rows]):
+            return
         hit, _ = step.prefix_hits(waiting)
         chosen = self._victims(step.facts.block_size, step.free_left(), last_run,
                                *(step.column(name)[rows] for name in
@@ -251,6 +262,8 @@ class MemoryAwarePreemption(StepPass):
         last_run = self._track(step, running)
         waiting = step.pending(self.queue)
         if waiting is None:
+            return
+        if not _less_urgent_running(step.column(running, "priority"), step.column(waiting, "priority")):
             return
         hit, _ = step.prefix_hits(waiting)
         chosen = self._victims(step.facts.block_size, step.usage().free_left(step.facts), last_run,
