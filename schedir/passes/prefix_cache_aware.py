@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numba
 import numpy as np
 
 from schedir.ir.array_step import ArrayStep
@@ -12,7 +13,31 @@ from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
 from schedir.ir.window import RankColumn, WindowContext
 from schedir.lowering.steady_layout import WINDOW_NOBODY, window_steady_lowered
-from schedir.passes.ordering import then_arrival_keys
+from schedir.passes.ordering import ARRIVAL_BITS
+
+
+@numba.njit(cache=True, nogil=True)
+def hit_then_arrival_keys(hit: np.ndarray, waiting: np.ndarray, arrival_of: np.ndarray, block_size: int,
+                          min_tokens: int) -> tuple[bool, np.ndarray]:
+    """`then_arrival_keys(-hit blocks, arrival)` of the waiting requests in two passes and no
+    temporaries: hits under `min_tokens` count as none; (False, ...) where the keys do not fit
+    (hit blocks spanning 2**15 or more, an arrival outside 47 bits)."""
+    n = waiting.size
+    keys = np.empty(n, dtype=np.int64)
+    most, least = 0, 1 << 62
+    for i in range(n):
+        b = hit[i] // block_size if hit[i] >= min_tokens else 0
+        keys[i] = b
+        most = max(most, b)
+        least = min(least, b)
+    if most - least >= 1 << 15:
+        return False, keys
+    for i in range(n):
+        a = arrival_of[waiting[i]]
+        if a < 0 or a >= 1 << ARRIVAL_BITS:
+            return False, keys
+        keys[i] = ((most - keys[i]) << ARRIVAL_BITS) | a
+    return True, keys
 
 
 @dataclass(frozen=True)
@@ -56,8 +81,9 @@ class PrefixCacheAware(StepPass):
         return ctx.shared(("prefix-hit-rank", self), lambda: self._rank(ctx))  # type: ignore[return-value]
 
     def _rank(self, ctx: WindowContext) -> tuple[np.ndarray, np.ndarray] | None:
-        keys = then_arrival_keys(-self._hit_blocks(ctx), ctx.column_of("arrival")[ctx.waiting])  # type: ignore[misc]
-        return None if keys is None else (keys, np.zeros(0, dtype=np.int64))
+        ok, keys = hit_then_arrival_keys(ctx.prefix_hit(ctx.waiting), ctx.waiting, ctx.column_of("arrival"),  # type: ignore[misc]
+                                         ctx.block_size, self.min_blocks * ctx.block_size)
+        return (keys, np.zeros(0, dtype=np.int64)) if ok else None
 
     def rank_columns(self, ctx: WindowContext) -> list[RankColumn] | None:
         """(hit blocks below the queue's most, arrival's dense rank): the key's columns where
