@@ -14,7 +14,8 @@ on) can reach any request of the queue, so its exact window is the whole queue. 
 pass ranks the queue by a key (`StepPass.waiting_rank`: FastServe's (level, arrival)) and the
 walkers declare that they act in that order only while sequence slots and token budget last
 (`StepPass.walks_ranked`: admit-greedy, mlfq-swap-in), the runtime builds the step over the head
-of that order (max_num_seqs + 16 requests, `first_by_rank`) plus what the other passes name, and
+of that order (max_num_seqs + 16 requests, `first_by_rank`; the free seats + 16 where they stay
+free seats, `WindowContext.free_seats_stay`) plus what the other passes name, and
 checks the step after the pipeline ran (`Scheduler._ranked_window_held`): the walkers took nobody
 past the head and ran out of slots or budget within it, and a swapped request ranked past a
 request left out was not reached (deferred for slots or budget). Where the check fails the step
