@@ -17,9 +17,49 @@ from schedir.ir.window import RankColumn, WindowContext
 from schedir.lowering.steady_layout import WINDOW_NOBODY, window_steady_lowered
 
 
-def length_groups(remaining: np.ndarray, spread: float) -> np.ndarray:
-    """Group number per request: lengths in one group differ by at most a factor (1 + spread)."""
+_GROUP_TABLES: dict[float, np.ndarray] = {}
+_TABLE_LIMIT = 1 << 22  # longer remaining lengths are grouped by the formula, not a table
+
+
+def _groups_by_formula(remaining: np.ndarray, spread: float) -> np.ndarray:
     return np.floor(np.log(np.maximum(remaining, 1)) / math.log1p(spread)).astype(np.int64)
+
+
+def group_table(spread: float, longest: int) -> np.ndarray:
+    """The group of every remaining length 0..longest (at least), by `length_groups`' formula over
+    a range, kept per spread: the pass and the window's kernel read the same groups by index."""
+    table = _GROUP_TABLES.get(spread)
+    if table is None or table.size <= longest:
+        size = max(longest + 1, 4096, 0 if table is None else min(2 * table.size, _TABLE_LIMIT))
+        table = _GROUP_TABLES[spread] = _groups_by_formula(np.arange(size), spread)
+    return table
+
+
+def length_groups(remaining: np.ndarray, spread: float) -> np.ndarray:
+    """Group number per request: lengths in one group differ by at most a factor (1 + spread)
+    (floor of log(length) / log(1 + spread), a length under 1 as 1), read from `group_table`."""
+    longest = int(remaining.max()) if remaining.size else 0
+    if longest >= _TABLE_LIMIT:
+        return _groups_by_formula(remaining, spread)
+    return group_table(spread, longest)[np.maximum(remaining, 0)]
+
+
+@numba.njit(cache=True, nogil=True)
+def queue_groups(waiting: np.ndarray, total_of: np.ndarray, computed_of: np.ndarray, arrival_of: np.ndarray,
+                 table: np.ndarray, now_us: int, max_age_us: int) -> tuple[bool, np.ndarray, np.ndarray]:
+    """Each waiting request's length group (`group_table`'s) and whether it aged past the bound,
+    gathered in one pass (ids into the columns); (False, ...) where a length outruns the table."""
+    n = waiting.size
+    group = np.empty(n, dtype=np.int64)
+    aged = np.empty(n, dtype=np.bool_)
+    for i in range(n):
+        r = waiting[i]
+        left = max(total_of[r] - computed_of[r], 0)
+        if left >= table.size:
+            return False, group, aged
+        group[i] = table[left]
+        aged[i] = now_us - arrival_of[r] >= max_age_us
+    return True, group, aged
 
 
 @numba.njit(cache=True, nogil=True)
@@ -123,14 +163,16 @@ class BatchingEfficiency(StepPass):
             return None
 
         def columns() -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-            rows = ctx.waiting
-            arrival = ctx.column_of("arrival")[rows]  # type: ignore[misc]
-            group = length_groups(ctx.column_of("total")[rows] - ctx.column_of("computed")[rows],  # type: ignore[misc]
-                                  self.spread)
+            rows, column = ctx.waiting, ctx.column_of
+            total, computed, arrival = column("total"), column("computed"), column("arrival")  # type: ignore[misc]
+            ok, group, aged = queue_groups(rows, total, computed, arrival, group_table(self.spread, 4095),
+                                           ctx.now_us, self.max_age_ms * 1000)
+            if not ok:  # a length past the table: by arrays
+                group = length_groups(total[rows] - computed[rows], self.spread)
+                aged = (ctx.now_us - arrival[rows]) >= self.max_age_ms * 1000
             refused = np.zeros(rows.size, dtype=np.bool_)
             refused[ctx.oversized] = True
-            return group_lead_columns(group, (ctx.now_us - arrival) >= self.max_age_ms * 1000,
-                                      ctx.arrival_rank().values, refused)  # type: ignore[union-attr]
+            return group_lead_columns(group, aged, ctx.arrival_rank().values, refused)  # type: ignore[union-attr]
 
         return ctx.shared(("length-group-leads", self), columns)  # type: ignore[return-value]
 
