@@ -414,10 +414,8 @@ def _value_of(attr: Attribute) -> StateValue:
 _DECODED: dict[int, tuple[DictionaryAttr, dict[str, StateValue], bool]] = {}
 
 
-def decoded_state_values(attr: DictionaryAttr) -> dict[str, StateValue]:
-    """A state dictionary's values, decoded once per attribute (most steps carry the last step's
-    attribute again, and several passes read it per step). Read-only for scalars; vectors come
-    back as fresh copies, as `_value_of` gives them."""
+def _decoded(attr: DictionaryAttr) -> tuple[DictionaryAttr, dict[str, StateValue], bool]:
+    """A state dictionary's (attr, decoded values, any vector), decoded once per attribute."""
     hit = _DECODED.get(id(attr))
     if hit is None or hit[0] is not attr:
         values = {k: _value_of(v) for k, v in attr.data.items()}
@@ -425,6 +423,14 @@ def decoded_state_values(attr: DictionaryAttr) -> dict[str, StateValue]:
         if len(_DECODED) >= 4096:
             _DECODED.clear()
         _DECODED[id(attr)] = hit  # holds `attr`: its id is not reused while the entry lives
+    return hit
+
+
+def decoded_state_values(attr: DictionaryAttr) -> dict[str, StateValue]:
+    """A state dictionary's values, decoded once per attribute (most steps carry the last step's
+    attribute again, and several passes read it per step). Read-only for scalars; vectors come
+    back as fresh copies, as `_value_of` gives them."""
+    hit = _decoded(attr)
     if hit[2]:
         return {k: v.copy() if type(v) is np.ndarray else v for k, v in hit[1].items()}
     return hit[1]
@@ -433,11 +439,7 @@ def decoded_state_values(attr: DictionaryAttr) -> dict[str, StateValue]:
 def decoded_state_value(attr: DictionaryAttr, name: str) -> StateValue | None:
     """One value of a state dictionary (None: it has none), from its decoded values
     (`decoded_state_values`) without writing its entries: a vector comes back a fresh copy."""
-    hit = _DECODED.get(id(attr))
-    if hit is None or hit[0] is not attr:
-        decoded_state_values(attr)  # (registers it)
-        hit = _DECODED[id(attr)]
-    value = hit[1].get(name)
+    value = _decoded(attr)[1].get(name)
     return value.copy() if type(value) is np.ndarray else value
 
 

@@ -96,12 +96,11 @@ def waiting_urgency_and_blocks(waiting: np.ndarray, priority: np.ndarray, total:
     return most_urgent, need
 
 
-def _less_urgent_running(running_priority: np.ndarray, waiting_priority: np.ndarray) -> bool:
-    """Whether some running request is less urgent than some waiting one: else no request can
-    be a victim (`_victims` takes only decodes less urgent than the request short of blocks),
-    and the pass skips the search."""
-    return bool(running_priority.size and waiting_priority.size
-                and running_priority.max() > waiting_priority.min())
+def _less_urgent_running(running_priority: np.ndarray, most_urgent: int) -> bool:
+    """Whether some running request is less urgent than the most urgent waiting one: else no
+    request can be a victim (`_victims` takes only decodes less urgent than the request short of
+    blocks), so the pass preempts nobody (its window names nobody; its step skips the search)."""
+    return bool(running_priority.size) and int(running_priority.max()) > most_urgent
 
 
 def blocks_for(tokens: np.ndarray, block_size: int) -> np.ndarray:
@@ -158,7 +157,7 @@ class MemoryAwarePreemption(StepPass):
             return ctx.NONE
         priority = ctx.column_of("priority")
         most_urgent = ctx.queued("memory-aware-preemption-most-urgent", lambda: int(priority[ctx.waiting].min()))
-        if not ctx.running.size or int(priority[ctx.running].max()) <= most_urgent:  # type: ignore[operator]
+        if not _less_urgent_running(priority[ctx.running], most_urgent):  # type: ignore[arg-type]
             return ctx.NONE
         ctx.frees_seats()  # its victims' seats: admission then walks a ranked head, checked after the step
         if ctx.rank is None or ctx.prefix_hit is None or not ctx.head_size or ctx.waiting.size <= ctx.head_size:
@@ -211,7 +210,7 @@ class MemoryAwarePreemption(StepPass):
             return
         w_rows = waiting.pending
         priority = step.column("priority")
-        if not _less_urgent_running(priority[rows], priority[w_rows]):
+        if not w_rows.size or not _less_urgent_running(priority[rows], int(priority[w_rows].min())):
             return
         hit, _ = step.prefix_hits(waiting)
         chosen = self._victims(step.facts.block_size, step.free_left(), last_run,
@@ -263,7 +262,8 @@ class MemoryAwarePreemption(StepPass):
         waiting = step.pending(self.queue)
         if waiting is None:
             return
-        if not _less_urgent_running(step.column(running, "priority"), step.column(waiting, "priority")):
+        w_priority = step.column(waiting, "priority")
+        if not w_priority.size or not _less_urgent_running(step.column(running, "priority"), int(w_priority.min())):
             return
         hit, _ = step.prefix_hits(waiting)
         chosen = self._victims(step.facts.block_size, step.usage().free_left(step.facts), last_run,
