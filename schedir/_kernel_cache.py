@@ -26,7 +26,7 @@ _ROOT = Path(__file__).resolve().parent
 KERNEL_MODULES = (  # every module with a Numba kernel (tests/test_kernel_cache.py checks the list is whole)
     "ir/route_step.py", "ir/step.py", "ir/window.py", "lowering/batch_plan.py", "lowering/hashing.py",
     "lowering/host_pool.py",
-    "lowering/kv_pool.py", "lowering/radix_cache.py", "lowering/radix_pool.py", "lowering/rows.py",
+    "lowering/held_hits.py", "lowering/kv_pool.py", "lowering/radix_cache.py", "lowering/radix_pool.py", "lowering/rows.py",
     "lowering/route_driver.py", "lowering/route_program.py", "lowering/route_state.py",
     "lowering/steady_layout.py", "lowering/steady_program.py", "passes/pd_disaggregate.py",
     "passes/replicate_hot_prefix.py", "passes/route_cache_aware.py", "passes/route_cache_balance.py",

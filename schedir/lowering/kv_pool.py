@@ -33,7 +33,15 @@ NUM_FREE = 0
 CACHING = 1
 BLOCK_SIZE = 2
 CACHED_FREE = 3  # free blocks that still hold a registered hash (revivable by a hit)
-META_SIZE = 4
+# the first-block log: how many first blocks (a chain's block 0) were registered since the pool
+# was made, and the last FIRST_LOG_LEN of their hashes (a ring). A waiting request's prefix hit
+# is 0 until its first block's hash is registered, so a zero hit can be held across steps while
+# that hash is not in the log (`schedir.lowering.held_hits`); registrations the log cannot name
+# (a restored pool, a copied-in prefix) advance FIRST_SEQ past the ring, which drops every hold.
+FIRST_SEQ = 4
+FIRST_LOG = 5
+FIRST_LOG_LEN = 32
+META_SIZE = FIRST_LOG + FIRST_LOG_LEN
 
 
 # rows of the prefix cache table (`KVPool.cache`, int64[2, capacity])
@@ -237,6 +245,8 @@ class KVPool(BlockTables):
         for b in own_free:  # refreshed: most recently freed
             _unlink(nxt, prv, b)
             _insert_after(nxt, prv, prv[n + 1], b)
+        if missing.size:
+            forget_first_blocks(meta)  # (any of them may be a chain's first block)
         for h in missing.tolist():
             b = int(nxt[n])
             _unlink(nxt, prv, b)
@@ -465,6 +475,19 @@ def lookup_prefix(row: int, max_blocks: int, rhash: np.ndarray, nhash: np.ndarra
     return k
 
 
+@nb.njit(cache=True)
+def log_first_block(meta: np.ndarray, h: np.int64) -> None:
+    """Note in the first-block log (`FIRST_SEQ`) that a chain's first block `h` was registered."""
+    seq = meta[FIRST_SEQ]
+    meta[FIRST_LOG + seq % FIRST_LOG_LEN] = h
+    meta[FIRST_SEQ] = seq + 1
+
+
+def forget_first_blocks(meta: np.ndarray) -> None:
+    """Registrations the first-block log cannot name took place: advance it past its ring."""
+    meta[FIRST_SEQ] += FIRST_LOG_LEN + 1
+
+
 # ---------------------------------------------------------------- request-level kernels
 @nb.njit(cache=True)
 def allocate(row: int, count: int, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk) -> None:
@@ -503,6 +526,8 @@ def cache_full_blocks(row: int, num_tokens: int, bhash, dup_next, cache, meta, t
     if meta[CACHING] == 0:
         return
     full = min(num_tokens // meta[BLOCK_SIZE], nhash[row])
+    if ncached[row] == 0 and full > 0:
+        log_first_block(meta, rhash[row, 0])
     for i in range(ncached[row], full):
         register_hash(table[row, i], rhash[row, i], bhash, dup_next, cache)
     ncached[row] = max(ncached[row], full)

@@ -45,6 +45,7 @@ from schedir.ir.state import RequestState
 from schedir.ir.step import Step, positions, root_queue, steps_of
 from schedir.ir.window import WindowContext
 from schedir.lowering.hashing import extend_hashes
+from schedir.lowering.held_hits import HeldHits
 from schedir.lowering.kv_pool import KVPool, commit, match_rows
 from schedir.lowering.host_pool import swap_rows
 from schedir.lowering.radix_pool import KIND as RADIX_KIND
@@ -161,6 +162,7 @@ class Scheduler:
         # computed from the queued requests alone (SteadyProgram.buffers_for's memo, WindowContext.queued)
         self._queued_state_writes = 0
         self._queued_memo: tuple = (None, None, -1, {})  # (waiting, swapped, writes, answers)
+        self._held_hits = HeldHits()  # waiting requests' zero prefix hits, held across steps (`_match`)
         # (head, the rest of the step's waiting, swapped behind, swapped in step): _waiting_window
         self._ranked_prefix: tuple | None = None
         self._ranked_backoff = 0  # window asks to skip after the next ranked window that does not hold
@@ -449,6 +451,7 @@ class Scheduler:
         if self.radix:  # SGLang's tree is keyed by tokens: the pool keeps the row's stream
             self.pool.add_row(row, prompt, request.max_tokens)
         elif cfg.enable_prefix_caching:  # a too-long prompt is hashed up to max_model_len, rejected at its first step
+            self._held_hits.forget(row)
             self.pool.nhash[row] = extend_hashes(prompt32, min(n, cfg.max_model_len), self.pool.rhash[row], 0,
                                                  cfg.block_size)
         partial = n % cfg.block_size  # the unfinished last block: generated tokens complete it
@@ -1049,10 +1052,13 @@ class Scheduler:
 
     def _match(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """`match_rows` over the pool as it stands: the prefix-hit tokens of `rows` and how many of
-        their hit blocks sit in the free queue (a count-level step's `mem.match`)."""
+        their hit blocks sit in the free queue (a count-level step's `mem.match`); a block pool's
+        zero hits held across steps (`HeldHits`: an order over the whole queue asks them all)."""
         pool = self.pool
-        return match_rows(rows, self.table.data[T.TOTAL, rows], self.config.block_size, pool.ref, pool.rhash,
-                          pool.nhash, pool.cache)
+        total = self.table.data[T.TOTAL, rows]
+        if isinstance(pool, KVPool):
+            return self._held_hits.match(pool, rows, total)
+        return match_rows(rows, total, self.config.block_size, pool.ref, pool.rhash, pool.nhash, pool.cache)
 
     def _table_column(self, name: str) -> np.ndarray:
         """A queue column of every row, read-only (`WindowContext.column_of`)."""

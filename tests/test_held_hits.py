@@ -1,0 +1,131 @@
+"""Zero prefix hits held across steps (`schedir.lowering.held_hits`) answer as a fresh lookup does."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from schedir import Request, Scheduler, SchedulerConfig
+from schedir.lowering.held_hits import HELD_SCAN, HeldHits
+from schedir.lowering.kv_pool import KVPool, cache_full_blocks, match_rows
+from schedir.runtime import table as T
+
+
+def _fresh(s: Scheduler, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    pool = s.pool
+    return match_rows(rows, s.table.data[T.TOTAL, rows], s.config.block_size, pool.ref, pool.rhash, pool.nhash,
+                      pool.cache)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31 - 1), preset=st.sampled_from(["with-prefix-aware", "with-all-passes", "vllm"]),
+       num_blocks=st.sampled_from([40, 120, 400]))
+def test_held_hits_match_a_fresh_lookup_every_step(seed: int, preset: str, num_blocks: int) -> None:
+    """Shared prefixes, a pool small enough to evict, requests finishing (their rows reused) and
+    aborted, preemptions and prefix-cache resets: every step, the runtime's hits (held) equal `match_rows`' over the whole queue."""
+    rng = np.random.default_rng(seed)
+    cfg = SchedulerConfig(num_blocks=num_blocks, block_size=4, max_num_batched_tokens=64, max_num_seqs=8,
+                          max_model_len=200, pipeline=preset)
+    s = Scheduler(cfg, clock=lambda: 0.0)
+    prefixes = [rng.integers(1, 50, size=int(rng.integers(1, 20))) for _ in range(5)]
+    held = 0
+    for i in range(250):
+        for _ in range(int(rng.poisson(0.9))):
+            shared = prefixes[int(rng.integers(len(prefixes)))] if rng.random() < 0.6 else np.zeros(0, np.int64)
+            tokens = np.concatenate([shared, rng.integers(1, 50, size=int(rng.integers(1, 30)))]).astype(np.int64)
+            s.add_request(Request(f"r{i}-{rng.integers(1 << 30)}", tokens, max_tokens=int(rng.integers(1, 25))))
+        if s.waiting.size:
+            got = s._match(s.waiting)
+            want = _fresh(s, s.waiting)
+            assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]), f"step {i}"
+            held += int((s._held_hits._at[s.waiting] >= 0).sum())
+        out = s.schedule()
+        s.update(out, rng.integers(1, 50, size=len(out.req_ids)))
+        if s.running.size and rng.random() < 0.03:
+            s.finish_requests(s.table.names[int(s.running[0])])
+        if s.running.size and rng.random() < 0.02:  # preempted back to the queue, their blocks freed
+            s.preempt_running()
+        if rng.random() < 0.01:
+            s.reset_prefix_cache()
+    assert held > 0  # the holds were exercised, not bypassed
+
+
+def _pool_with(rows: int = 4) -> KVPool:
+    pool = KVPool.create(64, 4, 8, rows=rows)
+    for r in range(rows):  # distinct two-block prompts: rows r's hashes
+        pool.rhash[r, :2] = [100 + r, 200 + r]
+        pool.nhash[r] = 2
+    return pool
+
+
+def _register(pool: KVPool, row: int, blocks: int) -> None:
+    """Give `row` `blocks` blocks and register them, as a step that computed them does."""
+    assert blocks <= 2 and 2 * row + blocks < pool.num_blocks  # (the kernels index without bounds checks)
+    pool.table[row, :blocks] = np.arange(1, blocks + 1) + 2 * row
+    pool.nblk[row] = blocks
+    cache_full_blocks(row, blocks * pool.block_size, pool.bhash, pool.dup_next, pool.cache, pool.meta, pool.table,
+                      pool.ncached, pool.rhash, pool.nhash)
+
+
+def test_a_held_zero_ends_when_its_first_block_is_registered() -> None:
+    """Row 1 holds a zero; another request registers row 1's first block (the same prefix): the
+    next match looks row 1 up again and finds the hit."""
+    pool = _pool_with()
+    held = HeldHits()
+    rows, total = np.array([1, 2]), np.array([9, 9])
+    assert held.match(pool, rows, total)[0].tolist() == [0, 0]
+    assert held._at[1] >= 0 and held._at[2] >= 0
+    pool.rhash[3, :2] = pool.rhash[1, :2]  # row 3 shares row 1's prompt, computes and registers it
+    _register(pool, 3, 2)
+    assert held.match(pool, rows, total)[0].tolist() == [8, 0]
+    assert held._at[1] == -1 and held._at[2] >= 0  # a hit is looked up each time, a zero held
+
+
+def test_a_row_taken_by_a_new_request_is_forgotten() -> None:
+    """A row's hold belongs to its request: after `forget` the new request's hit is looked up."""
+    pool = _pool_with()
+    held = HeldHits()
+    rows, total = np.array([1]), np.array([9])
+    held.match(pool, rows, total)
+    _register(pool, 0, 2)
+    pool.rhash[1, :2] = pool.rhash[0, :2]  # a new request in row 1, with row 0's cached prompt
+    assert held.match(pool, rows, total)[0].tolist() == [0]  # (held: the log never named its hash)
+    held.forget(1)
+    assert held.match(pool, rows, total)[0].tolist() == [8]
+
+
+def test_registrations_the_log_cannot_name_drop_every_hold() -> None:
+    """A prefix copied in (`adopt_cached`), or more first blocks than a hold scans, drop the holds."""
+    pool = _pool_with()
+    held = HeldHits()
+    rows, total = np.array([1, 2]), np.array([9, 9])
+    held.match(pool, rows, total)
+    assert pool.adopt_cached(pool.rhash[1, :2].copy()) == 2
+    assert held.match(pool, rows, total)[0].tolist() == [8, 0]
+    other = _pool_with(rows=HELD_SCAN + 4)
+    held = HeldHits()
+    held.match(other, np.array([1]), np.array([9]))
+    for r in range(2, HELD_SCAN + 3):  # first blocks of others, none row 1's
+        _register(other, r, 1)
+    held.match(other, np.array([1]), np.array([9]))
+    assert held._at[1] == other.meta[4]  # looked up again (not scanned), held at the log's end
+
+
+def test_the_runtime_forgets_a_row_a_new_request_takes() -> None:
+    """A request aborted while waiting leaves its row held at zero; the request that takes the
+    row next, with a prompt already cached, must see its hit (the runtime forgets the row)."""
+    cfg = SchedulerConfig(num_blocks=64, block_size=4, max_num_batched_tokens=64, max_num_seqs=1, max_model_len=64,
+                          pipeline="with-prefix-aware")
+    s = Scheduler(cfg, clock=lambda: 0.0)
+    cached = np.arange(1, 10, dtype=np.int64)
+    s.add_request(Request("runs", cached, max_tokens=20))
+    out = s.schedule()  # "runs" computes its prompt: its two full blocks are registered
+    s.update(out, np.array([7]))
+    s.add_request(Request("gone", np.arange(100, 109, dtype=np.int64), max_tokens=5))
+    row = int(s.waiting[0])
+    assert s._match(s.waiting)[0].tolist() == [0] and s._held_hits._at[row] >= 0
+    s.finish_requests("gone")
+    s.add_request(Request("same-prompt", cached.copy(), max_tokens=5))
+    assert int(s.waiting[0]) == row  # (the freed row is taken again)
+    assert s._match(s.waiting)[0].tolist() == [8]
