@@ -23,7 +23,8 @@ def _fresh(s: Scheduler, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
        num_blocks=st.sampled_from([40, 120, 400]))
 def test_held_hits_match_a_fresh_lookup_every_step(seed: int, preset: str, num_blocks: int) -> None:
     """Shared prefixes, a pool small enough to evict, requests finishing (their rows reused) and
-    aborted, preemptions and prefix-cache resets: every step, the runtime's hits (held) equal `match_rows`' over the whole queue."""
+    aborted, preemptions and prefix-cache resets: every step, the runtime's hits (held) equal
+    `match_rows`' over the whole queue."""
     rng = np.random.default_rng(seed)
     cfg = SchedulerConfig(num_blocks=num_blocks, block_size=4, max_num_batched_tokens=64, max_num_seqs=8,
                           max_model_len=200, pipeline=preset)
