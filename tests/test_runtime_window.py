@@ -591,12 +591,13 @@ def test_admission_over_a_ranked_order_takes_the_head_it_can_reach(pipeline):
 
 
 def _long_queue_run(pipeline: str, window: bool, policy: str = "fcfs",
-                    sizes: list[tuple[int, int]] | None = None) -> list[tuple]:
+                    sizes: list[tuple[int, int]] | None = None, in_arrival_order: bool = False) -> list[tuple]:
     """Every step's decisions for 600 requests queued at once behind max_num_seqs 8 (short
     outputs, so several seats free in one step; four tenants; TTFT targets some can meet),
     with the declared window or over the whole queue. Under `lpm` the prompts share prefixes
     (five families), so the longest-prefix order moves requests once fewer than 128 wait.
-    `sizes` gets each step's (waiting, in the step)."""
+    `sizes` gets each step's (waiting, in the step). `in_arrival_order`: the requests arrive in
+    the order they are added (else each at a random instant in the first 0.5 s)."""
     cfg = SchedulerConfig(num_blocks=400, block_size=4, max_num_batched_tokens=96, max_num_seqs=8,
                           max_model_len=256, pipeline=pipeline, policy=policy,
                           enable_prefix_caching=not pipeline.startswith("vllm-v0"))
@@ -620,7 +621,8 @@ def _long_queue_run(pipeline: str, window: bool, policy: str = "fcfs",
         if policy == "lpm":
             own = families[i % 5][: int(rng.integers(0, 25))] + own
         sched.add_request(Request(f"r{i:03d}", own,
-                                  max_tokens=int(rng.integers(1, 5)), arrival_time=float(rng.uniform(0, 0.5)),
+                                  max_tokens=int(rng.integers(1, 5)),
+                                  arrival_time=i * 1e-3 if in_arrival_order else float(rng.uniform(0, 0.5)),
                                   state={"tenant": int(rng.integers(0, 4)), "ttft_slo_ms": int(rng.integers(50, 4000))}
                                   if pipeline == "vtc" else {"ttft_slo_ms": int(rng.integers(50, 4000))}))
     decisions = []
@@ -689,6 +691,36 @@ def test_vllm_admit_window_needs_its_reach_and_the_rank(mutation, monkeypatch):
     windowed = _long_queue_run("vtc", True)
     monkeypatch.undo()
     assert windowed != _long_queue_run("vtc", False)
+
+
+def test_vtc_partial_rank_decides_as_the_whole_queue(monkeypatch):
+    """With the queue in arrival order vtc-order places only the head of its pick order (a
+    partial rank, `vtc_head_keys`): the steps decide as over the whole queue, step for step, and
+    placing that head in queue order instead makes them differ (the test can fail)."""
+    from schedir.ir.window import WindowContext
+    from schedir.passes import vtc_order
+
+    partial = [0]
+    real = WindowContext.partial_rank
+
+    def counted(self, keys, placed):  # type: ignore[no-untyped-def]
+        partial[0] += 1
+        return real(self, keys, placed)
+
+    monkeypatch.setattr(WindowContext, "partial_rank", counted)
+    windowed = _long_queue_run("vtc", True, in_arrival_order=True)
+    assert partial[0] > 20
+    assert windowed == _long_queue_run("vtc", False, in_arrival_order=True)
+    real_keys = vtc_order.vtc_head_keys
+
+    def queue_order(*args):  # type: ignore[no-untyped-def]
+        outcome, keys, placed = real_keys(*args)
+        head = keys < placed
+        keys[head] = np.argsort(np.argsort(np.flatnonzero(head)))  # the placed ones in queue order
+        return outcome, keys, placed
+
+    monkeypatch.setattr(vtc_order, "vtc_head_keys", queue_order)
+    assert _long_queue_run("vtc", True, in_arrival_order=True) != windowed
 
 
 def test_the_step_reads_the_clock_once():

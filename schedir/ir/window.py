@@ -34,6 +34,12 @@ queue's dense arrival rank among them) and `WindowContext.composed_rank` packs t
 pass's first, into one int64 key (None where a pass declares none or they do not fit). A pass
 whose key reads the step's queue as a whole (batching-efficiency's group leads: each group's
 oldest member) names what keeps it whole in its own window.
+
+**Partial ranks.** A rank whose head alone is cheap (VTC's picks: the first k read only each
+tenant's first k requests) may place only its head: keys from `UNRANKED` up mean "after every
+placed one, in no known order", and the pass says how many it placed (`partial_rank`). A head
+asked of it (`first_by_rank`, `reach`) that would reach past the placed ones is None, the
+whole queue, so a window never rests on an order nobody computed.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ import numpy as np
 
 
 _SEATS_FREED = "seats-freed-by-policy"  # WindowContext.frees_seats
+UNRANKED = 1 << 60  # a rank key from here up: after every placed request, in no known order (partial ranks)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -325,28 +332,46 @@ class WindowContext:
             self.memo[key] = compute()
         return self.memo[key]
 
-    def first_by_rank(self, keys: np.ndarray, k: int) -> np.ndarray:
+    def first_by_rank(self, keys: np.ndarray, k: int) -> np.ndarray | None:
         """`first_by_rank(keys, k)` for rank keys this context's passes share (`waiting_rank`):
         the order pass's window and the runtime's ranked head both ask it of the same thousands of
-        keys, so their head in rank order is found once, at least `head_size` long, and sliced."""
+        keys, so their head in rank order is found once, at least `head_size` long, and sliced.
+        None (the whole queue) where a partial rank (`partial_rank`) placed fewer than k."""
+        placed = self.placed(keys)
+        if placed is not None and placed < min(k, keys.size):
+            return None
         key = ("first-by-rank", id(keys))
         held = self.memo.get(key)
         if held is None or held[0] is not keys or held[1].size < min(k, keys.size):
             held = self.memo[key] = (keys, rank_head(keys, max(k, self.head_size)))
         return np.sort(held[1][:k])
 
+    def partial_rank(self, keys: np.ndarray, placed: int) -> np.ndarray:
+        """Said by an order pass of the rank keys it returns (`waiting_rank`): only `placed` of
+        them are places (0..placed-1), the rest `UNRANKED` or more; returns `keys`."""
+        self.memo[("placed", id(keys))] = (keys, placed)
+        return keys
+
+    def placed(self, keys: np.ndarray) -> int | None:
+        """How many of `keys` a partial rank placed (`partial_rank`); None: every one."""
+        held = self.memo.get(("placed", id(keys)))
+        return held[1] if held is not None and held[0] is keys else None
+
     def reach(self, skipped: np.ndarray | None, k: int, keys: np.ndarray | None = None) -> np.ndarray | None:
         """Positions in `waiting` a walk of `ctx.rank`'s order (or of `keys`) that stops at its
         first misfit can reach: every request it passes over by a rule known before the step
         (`skipped`, a mask over `waiting`, or None: none) and the first `k` others (it admits at
         most k - 1 and stops at the first that does not fit). None (the whole queue) without a
-        rank."""
+        rank, or where a partial rank placed too few to know the first k others."""
         if keys is None:
             if self.rank is None:
                 return None
             keys = self.rank[0]
         if skipped is None:
             return self.first_by_rank(keys, k)
+        placed = self.placed(keys)
+        if placed is not None and placed < keys.size and placed < k + int(np.count_nonzero(skipped)):
+            return None  # (skipped ones among the placed could push the walk past them)
         return reach_positions(keys, skipped, k)
 
     def arrival_rank(self) -> RankColumn | None:

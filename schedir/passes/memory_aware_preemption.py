@@ -163,6 +163,8 @@ class MemoryAwarePreemption(StepPass):
         if ctx.rank is None or ctx.prefix_hit is None or not ctx.head_size or ctx.waiting.size <= ctx.head_size:
             return None
         head = ctx.first_by_rank(ctx.rank[0], ctx.head_size)
+        if head is None:  # (a partial rank placed fewer)
+            return None
         kept = np.ones(ctx.waiting.size, dtype=np.bool_)
         kept[ctx.oversized] = False  # refused before this pass: not in the step's queue
         ids = ctx.waiting[head[kept[head]]]

@@ -11,7 +11,7 @@ import numpy as np
 from schedir.ir.errors import PassFailure
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
-from schedir.ir.window import WindowContext
+from schedir.ir.window import UNRANKED, WindowContext
 from schedir.passes.order_slo import first_come
 from schedir.passes.vtc_state import COUNTERS, MAX_TENANTS, TENANT, Lift, lift_to_floor
 
@@ -127,6 +127,79 @@ def vtc_rank_keys(waiting: np.ndarray, refused: np.ndarray, running: np.ndarray,
     return True, keys, lifted
 
 
+_IN_ORDER, _OUT_OF_ARRIVAL_ORDER = 1, 2  # vtc_head_keys' outcomes (0: a tenant out of range)
+
+
+@numba.njit(cache=True, nogil=True)
+def vtc_head_keys(waiting: np.ndarray, refused: np.ndarray, running: np.ndarray, tenant_of: np.ndarray,
+                  arrival_of: np.ndarray, total_of: np.ndarray, computed_of: np.ndarray, counters: np.ndarray,
+                  w_in: float, k: int) -> tuple[int, np.ndarray, int]:
+    """`vtc_rank_keys`' first `k` places only, for a queue in arrival order: each pick takes its
+    tenant's next request in arrival order, so k picks read at most each tenant's first k
+    requests, and the pick loop runs k times, not once per waiting request. Returns (outcome,
+    keys, placed): the first `placed` picks keyed 0..placed-1, the others `UNRANKED` and up in
+    queue order (every one placed, the refused after all as `vtc_rank_keys` keys them, where k
+    picks take every kept request); outcome 0 where a kept request's tenant has no counter,
+    `_OUT_OF_ARRIVAL_ORDER` where the queue is not in arrival order (`vtc_rank_keys` sorts it)."""
+    n = waiting.size
+    tenants = counters.size
+    keys = np.empty(n, dtype=np.int64)
+    count = np.zeros(tenants, dtype=np.int64)
+    first = np.empty(tenants * k, dtype=np.int64)  # each tenant's first k kept positions, in queue order
+    back = np.zeros(tenants, dtype=np.bool_)
+    served = np.zeros(tenants, dtype=np.bool_)
+    m = 0
+    last = np.iinfo(np.int64).min
+    for i in range(n):
+        if refused[i]:
+            continue
+        r = waiting[i]
+        t = tenant_of[r]
+        if t < 0 or t >= tenants:
+            return 0, keys, 0
+        if arrival_of[r] < last:
+            return _OUT_OF_ARRIVAL_ORDER, keys, 0
+        last = arrival_of[r]
+        back[t] = True
+        if count[t] < k:
+            first[t * k + count[t]] = i
+        count[t] += 1
+        m += 1
+    complete = m <= k
+    for i in range(n):  # the unplaced: after every placed one (the refused after all, as vtc_rank_keys)
+        keys[i] = (n + i if complete else UNRANKED + n + i) if refused[i] else UNRANKED + i
+    for i in range(running.size):
+        t = tenant_of[running[i]]
+        if 0 <= t < tenants:
+            back[t] = False
+            served[t] = True
+    c = lift_to_floor(counters, back, served)
+    active = np.empty(tenants, dtype=np.int64)  # the backlogged tenants, in id order (vtc_pick_order's)
+    cursor = np.zeros(tenants, dtype=np.int64)
+    a = 0
+    for t in range(tenants):
+        if count[t] > 0:
+            active[a] = t
+            a += 1
+    placed = min(k, m)
+    for place in range(placed):
+        at = 0
+        for j in range(1, a):
+            if c[active[j]] < c[active[at]]:
+                at = j
+        best = active[at]
+        i = first[best * k + cursor[best]]
+        keys[i] = place
+        r = waiting[i]
+        c[best] += w_in * (total_of[r] - computed_of[r])
+        cursor[best] += 1
+        if cursor[best] == count[best]:  # its last request: no longer backlogged
+            for j in range(at, a - 1):
+                active[j] = active[j + 1]
+            a -= 1
+    return _IN_ORDER, keys, n if complete else placed
+
+
 _OUT_OF_RANGE, _UNCHANGED, _LIFTED = range(3)
 
 
@@ -236,8 +309,21 @@ class VtcOrder(StepPass):
         refused = np.zeros(ctx.waiting.size, dtype=np.bool_)
         refused[ctx.oversized] = True
         counters = ctx.scheduler_state.get(COUNTERS.name)
-        counters = COUNTERS.initial() if counters is None else counters
+        counters = np.asarray(COUNTERS.initial() if counters is None else counters, dtype=np.float64)
         column = ctx.column_of
+        # a head asked of the rank is at most max_seqs + 16 long (the runtime's ranked head, or
+        # admission's reach into free seats): place that many, not the whole queue (a partial rank)
+        k = max(ctx.head_size, ctx.max_seqs + 16)
+        if ctx.waiting.size > 2 * k:
+            outcome, keys, placed = vtc_head_keys(
+                ctx.waiting, refused, ctx.running, ctx.state_of(TENANT.name), column("arrival"),  # type: ignore[misc]
+                column("total"), column("computed"), counters, float(self.w_in), k)  # type: ignore[misc]
+            if outcome == 0:
+                return None
+            if outcome == _IN_ORDER:
+                if placed < keys.size:
+                    ctx.partial_rank(keys, placed)
+                return keys, np.zeros(ctx.swapped.size, dtype=np.int64)
         ok, keys, _ = vtc_rank_keys(ctx.waiting, refused, ctx.running, ctx.state_of(TENANT.name),  # type: ignore[misc]
                                  column("arrival"), column("total"), column("computed"),  # type: ignore[misc]
                                  np.asarray(counters, dtype=np.float64), float(self.w_in))

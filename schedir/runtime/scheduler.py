@@ -937,8 +937,11 @@ class Scheduler:
         k = self.config.max_num_seqs + WINDOW_SLACK
         if swapped_keys.size <= k or swapped_keys.size != self.swapped.size:
             return None
+        head = ctx.first_by_rank(swapped_keys, k)
+        if head is None:  # (a partial rank placed fewer)
+            return None
         inside = np.zeros(swapped_keys.size, dtype=np.bool_)
-        inside[ctx.first_by_rank(swapped_keys, k)] = True
+        inside[head] = True
         for p in self.manager.passes:
             at = p.swapped_window(ctx)
             if at is None:
