@@ -16,6 +16,25 @@ from schedir.passes.order_slo import first_come
 from schedir.passes.vtc_state import COUNTERS, MAX_TENANTS, TENANT, Lift, lift_to_floor
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _least_served(c: np.ndarray, active: np.ndarray, m: int) -> int:
+    """The place in `active[:m]` (backlogged tenants, in id order) of the tenant whose counter is
+    least, the lower id on ties: VTC's next pick."""
+    at = 0
+    for j in range(1, m):
+        if c[active[j]] < c[active[at]]:
+            at = j
+    return at
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _drop_backlogged(active: np.ndarray, at: int, m: int) -> int:
+    """`active[:m]` without its place `at` (a tenant whose last waiting request was picked)."""
+    for j in range(at, m - 1):
+        active[j] = active[j + 1]
+    return m - 1
+
+
 @numba.njit(cache=True, nogil=True)
 def vtc_pick_order(tenant: np.ndarray, need: np.ndarray, counters: np.ndarray, w_in: float) -> np.ndarray:
     """The order VTC would admit these waiting requests (given in arrival order): again and again
@@ -42,19 +61,14 @@ def vtc_pick_order(tenant: np.ndarray, need: np.ndarray, counters: np.ndarray, w
             m += 1
     order = np.empty(n, dtype=np.int64)
     for k in range(n):
-        at = 0
-        for j in range(1, m):
-            if c[active[j]] < c[active[at]]:
-                at = j
+        at = _least_served(c, active, m)
         best = active[at]
         i = nxt[best]
         order[k] = i
         c[best] += w_in * need[i]
         nxt[best] = link[i]
         if nxt[best] < 0:  # its last request: no longer backlogged
-            for j in range(at, m - 1):
-                active[j] = active[j + 1]
-            m -= 1
+            m = _drop_backlogged(active, at, m)
     return order
 
 
@@ -79,6 +93,20 @@ def first_per_tenant(tenant: np.ndarray, waiting: np.ndarray, tenants: int) -> n
 
 
 @numba.njit(cache=True, nogil=True)
+def lifted_past_running(counters: np.ndarray, back: np.ndarray, running: np.ndarray,
+                        tenant_of: np.ndarray) -> np.ndarray:
+    """The counters lifted (`lift_to_floor`) for the tenants waiting (`back`, a mask it clears
+    for them) with none of `running`'s (ids into `tenant_of`) among their requests."""
+    served = np.zeros(counters.size, dtype=np.bool_)
+    for i in range(running.size):
+        t = tenant_of[running[i]]
+        if 0 <= t < counters.size:
+            back[t] = False
+            served[t] = True
+    return lift_to_floor(counters, back, served)
+
+
+@numba.njit(cache=True, nogil=True)
 def vtc_rank_keys(waiting: np.ndarray, refused: np.ndarray, running: np.ndarray, tenant_of: np.ndarray,
                   arrival_of: np.ndarray, total_of: np.ndarray, computed_of: np.ndarray, counters: np.ndarray,
                   w_in: float) -> tuple[bool, np.ndarray, np.ndarray]:
@@ -93,7 +121,6 @@ def vtc_rank_keys(waiting: np.ndarray, refused: np.ndarray, running: np.ndarray,
     keys = np.empty(n, dtype=np.int64)
     kept = np.empty(n, dtype=np.int64)  # positions in `waiting` of the requests ranked by VTC
     back = np.zeros(tenants, dtype=np.bool_)
-    served = np.zeros(tenants, dtype=np.bool_)
     m = 0
     for i in range(n):
         if refused[i]:
@@ -105,12 +132,7 @@ def vtc_rank_keys(waiting: np.ndarray, refused: np.ndarray, running: np.ndarray,
         back[t] = True
         kept[m] = i
         m += 1
-    for i in range(running.size):
-        t = tenant_of[running[i]]
-        if 0 <= t < tenants:
-            back[t] = False
-            served[t] = True
-    lifted = lift_to_floor(counters, back, served)
+    lifted = lifted_past_running(counters, back, running, tenant_of)
     arrival = np.empty(m, dtype=np.int64)
     for j in range(m):
         arrival[j] = arrival_of[waiting[kept[j]]]
@@ -147,7 +169,6 @@ def vtc_head_keys(waiting: np.ndarray, refused: np.ndarray, running: np.ndarray,
     count = np.zeros(tenants, dtype=np.int64)
     first = np.empty(tenants * k, dtype=np.int64)  # each tenant's first k kept positions, in queue order
     back = np.zeros(tenants, dtype=np.bool_)
-    served = np.zeros(tenants, dtype=np.bool_)
     m = 0
     last = np.iinfo(np.int64).min
     for i in range(n):
@@ -168,12 +189,7 @@ def vtc_head_keys(waiting: np.ndarray, refused: np.ndarray, running: np.ndarray,
     complete = m <= k
     for i in range(n):  # the unplaced: after every placed one (the refused after all, as vtc_rank_keys)
         keys[i] = (n + i if complete else UNRANKED + n + i) if refused[i] else UNRANKED + i
-    for i in range(running.size):
-        t = tenant_of[running[i]]
-        if 0 <= t < tenants:
-            back[t] = False
-            served[t] = True
-    c = lift_to_floor(counters, back, served)
+    c = lifted_past_running(counters, back, running, tenant_of)
     active = np.empty(tenants, dtype=np.int64)  # the backlogged tenants, in id order (vtc_pick_order's)
     cursor = np.zeros(tenants, dtype=np.int64)
     a = 0
@@ -183,10 +199,7 @@ def vtc_head_keys(waiting: np.ndarray, refused: np.ndarray, running: np.ndarray,
             a += 1
     placed = min(k, m)
     for place in range(placed):
-        at = 0
-        for j in range(1, a):
-            if c[active[j]] < c[active[at]]:
-                at = j
+        at = _least_served(c, active, a)
         best = active[at]
         i = first[best * k + cursor[best]]
         keys[i] = place
@@ -194,9 +207,7 @@ def vtc_head_keys(waiting: np.ndarray, refused: np.ndarray, running: np.ndarray,
         c[best] += w_in * (total_of[r] - computed_of[r])
         cursor[best] += 1
         if cursor[best] == count[best]:  # its last request: no longer backlogged
-            for j in range(at, a - 1):
-                active[j] = active[j + 1]
-            a -= 1
+            a = _drop_backlogged(active, at, a)
     return _IN_ORDER, keys, n if complete else placed
 
 
