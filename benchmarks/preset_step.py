@@ -11,11 +11,13 @@ drift in the machine's speed moves them all alike.
     python benchmarks/preset_step.py                  # every engine preset, 32 and 256
     python benchmarks/preset_step.py --presets vllm,vtc --sizes 32 --steps 300
     python benchmarks/preset_step.py --finishing      # requests finish: admissions, IR steps' median
+    python benchmarks/preset_step.py --finishing --waiting 5000 --spread-arrivals --presets vllm,with-all-passes
 
 `--finishing` gives each request 20-399 tokens to generate, so requests finish and the head of
 the queue is admitted every few steps: most steps then run their IR (or decide it over arrays,
 `schedir.ir.array_step`), and the IR med column compares those steps with `vllm`'s own
-admission steps.
+admission steps. `--spread-arrivals` has the requests arrive 0.1 ms apart (distinct arrival
+times, as a real trace's) instead of all at t = 0, where every order's arrival tie-break ties.
 """
 
 from __future__ import annotations
@@ -38,10 +40,12 @@ def engine_presets() -> list[str]:
     return [name for name in PRESETS if name not in ROUTER_PRESETS]
 
 
-def _decoding_scheduler(preset: str, n: int, waiting: int | None = None, finishing: bool = False) -> Scheduler:
+def _decoding_scheduler(preset: str, n: int, waiting: int | None = None, finishing: bool = False,
+                        spread: bool = False) -> Scheduler:
     """A scheduler of `preset` with N requests decoding and `waiting` (default N/2) waiting behind
     max_num_seqs (`finishing`: each generates 20-399 tokens, so requests finish and the queue's
-    head is admitted every few steps, in IR steps; else 1,000, none finishes while timed)."""
+    head is admitted every few steps, in IR steps; else 1,000, none finishes while timed; `spread`:
+    they arrive 0.1 ms apart, else all at t = 0)."""
     passes = PassManager.parse(PRESETS[preset]).passes
     no_cache = any(p.no_prefix_cache for p in passes)  # vllm-v0: v0's prefix caching is not reproduced
     cfg = SchedulerConfig(num_blocks=n * 80 + 64, block_size=16, max_num_batched_tokens=16384, max_num_seqs=n,
@@ -51,7 +55,8 @@ def _decoding_scheduler(preset: str, n: int, waiting: int | None = None, finishi
     for i in range(n + (n // 2 if waiting is None else waiting)):
         tokens = (np.arange(PROMPT) + i * PROMPT) % 30000 + 1
         s.add_request(Request(f"r{i}", tokens, max_tokens=20 + (i * 7919) % 380 if finishing else 1000,
-                              arrival_time=0.0, state={"tenant": i % 4} if preset == "vtc" else {}))
+                              arrival_time=i * 1e-4 if spread else 0.0,
+                              state={"tenant": i % 4} if preset == "vtc" else {}))
     for _ in range(8):  # until every running request decodes
         out = s.schedule()
         s.update(out, np.full(len(out.req_ids), 7, dtype=np.int64))
@@ -75,10 +80,11 @@ def _timed_steps(s: Scheduler, steps: int, into: list[float], ir_into: list[floa
     return steps - (s.metrics.steady_steps - steady)
 
 
-def median_step_us(preset: str, n: int, steps: int, waiting: int | None = None, finishing: bool = False) -> float:
+def median_step_us(preset: str, n: int, steps: int, waiting: int | None = None, finishing: bool = False,
+                   spread: bool = False) -> float:
     """One preset alone: its median `schedule()` over `steps` decode steps."""
     times: list[float] = []
-    _timed_steps(_decoding_scheduler(preset, n, waiting, finishing), steps, times)
+    _timed_steps(_decoding_scheduler(preset, n, waiting, finishing, spread), steps, times)
     return float(np.median(times)) * 1e6
 
 
@@ -87,13 +93,14 @@ def interleaved_medians(cases: list[tuple[str, int]], steps: int, rounds: int = 
                         ir_share: dict[tuple[str, int], float] | None = None,
                         means: dict[tuple[str, int], float] | None = None,
                         finishing: bool = False,
+                        spread: bool = False,
                         ir_medians: dict[tuple[str, int], float] | None = None) -> dict[tuple[str, int], float]:
     """Every case's median `schedule()`, the cases taking turns in `rounds` rounds of steps/rounds
     steps each: a machine whose speed drifts (a shared 2-core box) moves every case alike, so the
     ratios to `vllm` hold even when the absolute figures wander. `ir_share`, when given, gets
     each case's share of steps that ran their IR (a policy that preempts decides those), and
     `ir_medians` the median of those steps alone (nan: none)."""
-    schedulers = {case: _decoding_scheduler(*case, waiting, finishing) for case in cases}
+    schedulers = {case: _decoding_scheduler(*case, waiting, finishing, spread) for case in cases}
     times: dict[tuple[str, int], list[float]] = {case: [] for case in cases}
     ir_times: dict[tuple[str, int], list[float]] = {case: [] for case in cases}
     ir_steps = dict.fromkeys(cases, 0)
@@ -127,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
                         "an overload shows whether a preset's step grows with the queue")
     parser.add_argument("--finishing", action="store_true", help="requests generate 20-399 tokens, so they finish "
                         "and the queue's head is admitted every few steps: the IR steps' cost (IR med) shows")
+    parser.add_argument("--spread-arrivals", action="store_true", help="requests arrive 0.1 ms apart (distinct "
+                        "arrival times, as a trace's), not all at t = 0")
     args = parser.parse_args(argv)
     presets = [p for p in args.presets.split(",") if p]
     sizes = [int(x) for x in args.sizes.split(",")]
@@ -134,15 +143,17 @@ def main(argv: list[str] | None = None) -> int:
         presets.insert(0, "vllm")
     for preset in presets:  # compile and load every kernel a preset's steps use before timing any (the
         for n in sizes:      # first load of a cached kernel costs ms, which a mean would charge to the preset)
-            median_step_us(preset, n, 60, args.waiting, args.finishing)
+            median_step_us(preset, n, 60, args.waiting, args.finishing, args.spread_arrivals)
     share: dict[tuple[str, int], float] = {}
     means: dict[tuple[str, int], float] = {}
     ir_medians: dict[tuple[str, int], float] = {}
     results = interleaved_medians([(p, n) for n in sizes for p in presets], args.steps, waiting=args.waiting,
-                                  ir_share=share, means=means, finishing=args.finishing, ir_medians=ir_medians)
+                                  ir_share=share, means=means, finishing=args.finishing,
+                                  spread=args.spread_arrivals, ir_medians=ir_medians)
     behind = "N/2" if args.waiting is None else f"{args.waiting:,}"
     print(f"schedule() median, µs ({args.steps} {'steps, requests finishing' if args.finishing else 'decode steps'} "
-          f"in 10 interleaved rounds, N running + {behind} waiting); x = / vllm's; IR = share of steps that ran "
+          f"in 10 interleaved rounds, N running + {behind} waiting"
+          f"{', arriving 0.1 ms apart' if args.spread_arrivals else ''}); x = / vllm's; IR = share of steps that ran "
           "their IR (or decided it over arrays; the rest: steady steps); mean = every step's mean, µs (the IR "
           "steps' cost shows there); IR med = those steps' median, µs, and / vllm's")
     print(f"{'preset':<18}" + "".join(f"{f'N={n}':>48}" for n in sizes))

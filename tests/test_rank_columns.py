@@ -105,3 +105,37 @@ def test_dense_arrival_rank_and_packing():
     assert pack_rank_columns([a, b, a]).tolist() == [8, 5, 6]  # a repeated column adds nothing
     assert pack_rank_columns([RankColumn("x", np.zeros(2, np.int64), 1 << 40)] * 1 +
                              [RankColumn("y", np.zeros(2, np.int64), 1 << 30)]) is None  # 70 bits
+
+
+def test_distinct_arrivals_end_the_composed_rank_at_the_last_order():
+    """With no two requests arriving together, priority-based's (priority, arrival) orders every
+    request: the passes before it are not asked for columns (nor is one that declares none), and
+    the rank is the passes' sorts' order all the same."""
+    asked: list[str] = []
+
+    class Spied(PrefixCacheAware):
+        def rank_columns(self, ctx):  # type: ignore[no-untyped-def]
+            asked.append(self.name)
+            return super().rank_columns(ctx)
+
+    class NoColumns(BatchingEfficiency):
+        def rank_columns(self, ctx):  # type: ignore[no-untyped-def]
+            asked.append(self.name)
+            return None
+
+    rng = np.random.default_rng(3)
+    for _ in range(100):
+        n = int(rng.integers(2, 80))
+        cols = _queue(rng, n)
+        cols["arrival"] = rng.permutation(n) * 1000 + 7  # distinct
+        waiting = rng.permutation(n)
+        ctx = _context(cols, waiting, WindowContext.NONE, 0)
+        orders = [Spied(), NoColumns(), PriorityBased()]
+        keys, _ = ctx.composed_rank(orders)
+        by_rank = waiting[np.argsort(keys, kind="stable")]
+        assert by_rank.tolist() == _sorted_by_the_passes([Spied(), PriorityBased()], cols, waiting, 0).tolist()
+    assert asked == []
+    cols["arrival"][waiting[:2]] = 5  # two arrive together: the earlier orders break that tie
+    ctx = _context(cols, waiting, WindowContext.NONE, 0)
+    assert ctx.composed_rank([Spied(), NoColumns(), PriorityBased()]) is None
+    assert asked == ["batching-efficiency"]

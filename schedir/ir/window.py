@@ -386,7 +386,9 @@ class WindowContext:
         """The rank keys (waiting, swapped) of the order several order passes leave the queue in:
         each sorts the step's order stably, so the last pass's key ranks first, the earlier ones
         break its ties in turn and queue order the rest: their `rank_columns`, the last pass's
-        first, packed into one key. None where a pass names no columns, requests are swapped
+        first, packed into one key. A key with the arrival rank among its columns orders every
+        request when no two arrived together (the usual queue: arrivals in µs), so the earlier
+        passes are not asked then. None where a pass asked names no columns, requests are swapped
         (the columns rank the waiting queue only) or the key does not fit 63 bits."""
         if self.swapped.size:
             return None
@@ -396,6 +398,8 @@ class WindowContext:
             if cols is None:
                 return None
             columns.extend(cols)
+            if any(c.name == "arrival" and c.bound >= self.waiting.size for c in cols):
+                break  # every arrival distinct: this key orders every request, the earlier ones break no tie
         keys = pack_rank_columns(columns)
         return None if keys is None else (keys, self.NONE)
 
