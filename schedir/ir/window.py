@@ -53,6 +53,9 @@ import numpy as np
 
 
 _SEATS_FREED = "seats-freed-by-policy"  # WindowContext.frees_seats
+# waiting requests beyond max_num_seqs that still enter a step over a window: the runtime's heads
+# (a ranked head, the vllm window) are max_num_seqs + WINDOW_SLACK long at most
+WINDOW_SLACK = 16
 UNRANKED = 1 << 60  # a rank key from here up: after every placed request, in no known order (partial ranks)
 
 

@@ -19,11 +19,22 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from schedir.lowering.kv_pool import FIRST_LOG, FIRST_LOG_LEN, FIRST_SEQ, KVPool, lookup_prefix
+from schedir.lowering.kv_pool import FIRST_LOG, FIRST_LOG_LEN, FIRST_SEQ, KVPool, match_row
 
 # a zero checked this many first-block registrations ago or more is looked up again, not compared
 # with each of them (the log's ring holds FIRST_LOG_LEN)
 HELD_SCAN = 16
+
+
+@nb.njit(cache=True, inline="always")
+def _slot(keys: np.ndarray, h: np.int64) -> int:
+    """The slot of `h` in the small open-addressing table `keys` (power-of-two size), or the
+    empty one where it would go."""
+    mask = keys.size - 1
+    j = (h ^ (h >> 29)) & mask
+    while keys[j] != 0 and keys[j] != h:
+        j = (j + 1) & mask
+    return j
 
 
 @nb.njit(cache=True)
@@ -43,12 +54,9 @@ def match_rows_held(rows: np.ndarray, total: np.ndarray, block_size: int, ref: n
     # small open-addressing table (a held row probes it once instead of scanning the log)
     keys = np.zeros(4 * HELD_SCAN, dtype=np.int64)
     latest = np.full(4 * HELD_SCAN, -1, dtype=np.int64)
-    mask = keys.size - 1
     for q in range(max(now - HELD_SCAN, 0), now):
         h = meta[FIRST_LOG + q % FIRST_LOG_LEN]
-        j = (h ^ (h >> 29)) & mask
-        while keys[j] != 0 and keys[j] != h:
-            j = (j + 1) & mask
+        j = _slot(keys, h)
         keys[j] = h
         latest[j] = q
     for i in range(n):
@@ -58,19 +66,14 @@ def match_rows_held(rows: np.ndarray, total: np.ndarray, block_size: int, ref: n
             came = False
             if since < now:
                 h = held_first[r]
-                j = (h ^ (h >> 29)) & mask
-                while keys[j] != 0 and keys[j] != h:
-                    j = (j + 1) & mask
+                j = _slot(keys, h)
                 came = keys[j] == h and latest[j] >= since
             if not came:
                 held_at[r] = now
                 continue
         limit = (total[i] - 1) // block_size
-        k = lookup_prefix(r, limit, rhash, nhash, cache, scratch)
+        k, cached_free[i] = match_row(r, limit, ref, rhash, nhash, cache, scratch)
         hit[i] = k * block_size
-        for j in range(k):
-            if ref[scratch[j]] == 0:
-                cached_free[i] += 1
         if k == 0 and limit > 0 and nhash[r] > 0:
             held_at[r] = now
             held_first[r] = rhash[r, 0]

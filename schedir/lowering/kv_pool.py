@@ -568,12 +568,20 @@ def match_rows(rows: np.ndarray, total: np.ndarray, block_size: int, ref, rhash,
     cached_free = np.zeros(n, dtype=np.int64)
     scratch = np.empty(rhash.shape[1], dtype=np.int32)
     for i in range(n):
-        k = lookup_prefix(rows[i], (total[i] - 1) // block_size, rhash, nhash, cache, scratch)
+        k, cached_free[i] = match_row(rows[i], (total[i] - 1) // block_size, ref, rhash, nhash, cache, scratch)
         hit[i] = k * block_size
-        for j in range(k):
-            if ref[scratch[j]] == 0:
-                cached_free[i] += 1
     return hit, cached_free
+
+
+@nb.njit(cache=True, inline="always")
+def match_row(row: int, limit: int, ref, rhash, nhash, cache, scratch: np.ndarray) -> tuple[int, int]:
+    """One row's prefix hit in blocks (at most `limit`) and how many of them sit in the free queue."""
+    k = lookup_prefix(row, limit, rhash, nhash, cache, scratch)
+    free = 0
+    for j in range(k):
+        if ref[scratch[j]] == 0:
+            free += 1
+    return k, free
 
 
 @nb.njit(cache=True)

@@ -11,7 +11,7 @@ import numpy as np
 from schedir.ir.errors import PassFailure
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
-from schedir.ir.window import UNRANKED, WindowContext
+from schedir.ir.window import UNRANKED, WINDOW_SLACK, WindowContext
 from schedir.passes.order_slo import first_come
 from schedir.passes.vtc_state import COUNTERS, MAX_TENANTS, TENANT, Lift, lift_to_floor
 
@@ -322,9 +322,10 @@ class VtcOrder(StepPass):
         counters = ctx.scheduler_state.get(COUNTERS.name)
         counters = np.asarray(COUNTERS.initial() if counters is None else counters, dtype=np.float64)
         column = ctx.column_of
-        # a head asked of the rank is at most max_seqs + 16 long (the runtime's ranked head, or
-        # admission's reach into free seats): place that many, not the whole queue (a partial rank)
-        k = max(ctx.head_size, ctx.max_seqs + 16)
+        # a head asked of the rank is at most max_seqs + WINDOW_SLACK long (the runtime's ranked
+        # head, or admission's reach into free seats): place that many, not the whole queue (a
+        # partial rank)
+        k = max(ctx.head_size, ctx.max_seqs + WINDOW_SLACK)
         if ctx.waiting.size > 2 * k:
             outcome, keys, placed = vtc_head_keys(
                 ctx.waiting, refused, ctx.running, ctx.state_of(TENANT.name), column("arrival"),  # type: ignore[misc]
@@ -337,7 +338,7 @@ class VtcOrder(StepPass):
                 return keys, np.zeros(ctx.swapped.size, dtype=np.int64)
         ok, keys, _ = vtc_rank_keys(ctx.waiting, refused, ctx.running, ctx.state_of(TENANT.name),  # type: ignore[misc]
                                  column("arrival"), column("total"), column("computed"),  # type: ignore[misc]
-                                 np.asarray(counters, dtype=np.float64), float(self.w_in))
+                                 counters, float(self.w_in))
         return (keys, np.zeros(ctx.swapped.size, dtype=np.int64)) if ok else None
 
     def run(self, step: Step) -> None:

@@ -43,7 +43,7 @@ from schedir.ir.pipeline import Instrumentation, PassManager
 from schedir.ir.running_step import RunningStep
 from schedir.ir.state import RequestState
 from schedir.ir.step import Step, positions, root_queue, steps_of
-from schedir.ir.window import WindowContext
+from schedir.ir.window import WINDOW_SLACK, WindowContext
 from schedir.lowering.hashing import extend_hashes
 from schedir.lowering.held_hits import HeldHits
 from schedir.lowering.kv_pool import KVPool, commit, match_rows
@@ -110,7 +110,6 @@ _REASON_NAMES = {int(r): r.name.lower().replace("_", "-") for r in Reason}
 _INT32_MAX = 2**31 - 1
 _NO_REQUESTS = ColumnsAttr.of_matrix(_QUEUE_NAMES, np.zeros((len(_QUEUE_NAMES), 0), dtype=np.int64))  # an empty queue
 _WALK_STOPPED = np.array([int(Reason.MAX_SEQS), int(Reason.BUDGET)])  # a walk out of seats or tokens
-WINDOW_SLACK = 16  # waiting requests beyond max_num_seqs that still enter a vllm step (see _admission_window)
 
 
 def pipeline_spec(config: SchedulerConfig) -> str:
