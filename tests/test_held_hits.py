@@ -130,3 +130,46 @@ def test_the_runtime_forgets_a_row_a_new_request_takes() -> None:
     s.add_request(Request("same-prompt", cached.copy(), max_tokens=5))
     assert int(s.waiting[0]) == row  # (the freed row is taken again)
     assert s._match(s.waiting)[0].tolist() == [8]
+
+
+def _shared_prefix_queue(arrays: bool, looked_up: list[int] | None = None) -> list[tuple]:
+    """`base` (array steps) with 4 seats and 300 requests whose prompts share 32 cached tokens:
+    every step's admitted ids, tokens and prefix-hit starts (computed), array steps or the IR."""
+    cfg = SchedulerConfig(num_blocks=2000, block_size=4, max_num_batched_tokens=256, max_num_seqs=4,
+                          max_model_len=200, pipeline="base")
+    s = Scheduler(cfg, clock=lambda: 0.0)
+    s._arrays_allowed = arrays
+    if looked_up is not None:  # the lookups of array steps (an IR step looks its whole window up)
+        match, decide, inside = s._match, s._decide_arrays, [False]
+
+        def decide_arrays(*args):  # noqa: ANN002, ANN202
+            inside[0] = True
+            try:
+                return decide(*args)
+            finally:
+                inside[0] = False
+
+        s._decide_arrays = decide_arrays
+        s._match = lambda rows: (inside[0] and looked_up.append(rows.size)) or match(rows)
+    rng = np.random.default_rng(5)
+    shared = rng.integers(1, 50, size=32)
+    for i in range(300):
+        tokens = np.concatenate([shared, rng.integers(1, 50, size=int(rng.integers(1, 20)))]).astype(np.int64)
+        s.add_request(Request(f"r{i}", tokens, max_tokens=int(rng.integers(1, 6))))
+    steps = []
+    for _ in range(120):
+        out = s.schedule()
+        steps.append((tuple(out.names.tolist()), tuple(out.num_tokens.tolist()), tuple(out.computed.tolist())))
+        s.update(out, np.full(len(out.req_ids), 7, dtype=np.int64))
+    assert s.metrics.array_steps > 40 or not arrays
+    return steps
+
+
+def test_an_array_step_looks_up_the_hits_its_admission_reads() -> None:
+    """An array step looks a waiting request's prefix hit up when a pass reads it: admission into
+    4 seats from a queue of hundreds, all of them hitting a cached prefix, reads the first few
+    (the seats and a few more, more where the walk goes past them), and decides as the IR, which
+    looks up every request in the step."""
+    looked_up: list[int] = []
+    assert _shared_prefix_queue(True, looked_up) == _shared_prefix_queue(False)
+    assert looked_up and max(looked_up) <= 8, looked_up

@@ -20,13 +20,14 @@ the table when the step is lowered.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 import attrs
 import numpy as np
 
 from schedir.dialects.sched import StepFacts
+from schedir.ir.step import positions
 
 EMPTY = np.zeros(0, dtype=np.int64)
 EMPTY.flags.writeable = False
@@ -88,8 +89,11 @@ class ArrayStep:
     state_table: np.ndarray
     state_index: dict[str, int]
     queues: dict[str, ArrayQueue]
-    hit: np.ndarray | None = None  # prefix-hit tokens of the waiting queue, aligned with its rows
+    # prefix-hit tokens of the waiting queue and their blocks in the free queue, aligned with its
+    # rows; with `look_up`, looked up only when read (-1: not yet; see `prefix_hit_head`)
+    hit: np.ndarray | None = None
     cached_free: np.ndarray | None = None
+    look_up: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None  # rows -> (hit, cached_free)
     tokens: int = 0
     seqs: int = 0
     blocks_taken: int = 0
@@ -219,7 +223,34 @@ class ArrayStep:
         (`Step.prefix_hit_source`; three empty arrays without the step's prefix hits)."""
         if q.name != "waiting" or self.hit is None or q.at is None:
             return EMPTY, EMPTY, EMPTY
+        self._look_up(q.at)
         return self.hit, self.cached_free, q.at  # type: ignore[return-value]
+
+    def prefix_hit_head(self, q: ArrayQueue, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`prefix_hit_source` with only the first `count` pending requests' hits looked up (the
+        others' read -1): an admission that fills a few seats from a head of hundreds reads a
+        few hits (`kernels.fit_arrays`), and each lookup is a walk of the prefix cache per block."""
+        if q.name != "waiting" or self.hit is None or q.at is None:
+            return EMPTY, EMPTY, EMPTY
+        self._look_up(q.at[:count])
+        return self.hit, self.cached_free, q.at  # type: ignore[return-value]
+
+    def waiting_hits(self, rows: np.ndarray) -> np.ndarray:
+        """The prefix-hit tokens of waiting `rows` (table rows of the waiting queue), looked up
+        where not yet."""
+        at = positions(self.queues["waiting"].rows, rows)
+        self._look_up(at)
+        return self.hit[at]  # type: ignore[index]
+
+    def _look_up(self, at: np.ndarray) -> None:
+        """Look up the waiting queue's positions `at` whose hits are not known yet."""
+        if self.look_up is None or not at.size:
+            return
+        missing = at[self.hit[at] < 0]  # type: ignore[index]
+        if missing.size:
+            hit, cached_free = self.look_up(self.queues["waiting"].rows[missing])
+            self.hit[missing] = hit  # type: ignore[index]
+            self.cached_free[missing] = cached_free  # type: ignore[index]
 
     def prefix_hits(self, q: ArrayQueue) -> tuple[np.ndarray, np.ndarray]:
         """Cached prefix tokens and cached-free blocks per pending request of `q`, zeros where

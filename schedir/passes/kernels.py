@@ -91,6 +91,7 @@ def fit_batch(
     hit_rows: np.ndarray,  # request i's prefix hit is hit[hit_rows[i]]
     hit: np.ndarray,  # prefix-hit tokens (empty: no hits)
     cached_free: np.ndarray,  # hit blocks sitting in the free queue
+    hits_known: int,  # the first hits_known requests' hits are looked up (the rest: -1)
     token_budget: int,
     seq_room: int,
     free_blocks: int,
@@ -102,6 +103,11 @@ def fit_batch(
     """Walk requests in order, fitting each under the token, sequence and block budgets.
 
     One call does the whole admission (numpy costs ~1 µs per small-array op here).
+
+    Only the first `hits_known` requests' hits need be looked up: a request whose decision
+    would read its hit past them ends the walk (the last value returned: its position, else -1),
+    and the caller looks more up and walks again (`fit_arrays`). A request deferred for seats,
+    tokens, an earlier stop or a step in flight reads none.
 
     Per request: prefix hits usable = full blocks of at most total - 1 tokens (a
     full hit still recomputes the last token); start = max(computed, usable);
@@ -145,6 +151,9 @@ def fit_batch(
             continue  # preempted by a request ahead of it: that is its decision
         r = rows[i]
         start = computed[r]
+        if has_hits and i >= hits_known and not (stopped or seq_room <= 0 or token_budget <= 0
+                                                  or start >= total[r] or (has_flight and in_flight[r] > 0)):
+            return out, nr, na, ns, nd, npre, all_decode, i  # its hit decides: look it up first
         shared = 0
         revived = 0
         if has_hits:
@@ -230,7 +239,7 @@ def fit_batch(
             nd += 1
             if stop_at_first and reason != _IN_FLIGHT:
                 stopped = True
-    return out, nr, na, ns, nd, npre, all_decode
+    return out, nr, na, ns, nd, npre, all_decode, -1
 
 
 class Fit:
@@ -251,7 +260,7 @@ class Fit:
     )
 
     def __init__(self, packed: tuple) -> None:
-        out, nr, na, ns, nd, npre, self.all_decode = packed
+        out, nr, na, ns, nd, npre, self.all_decode, _ = packed
         self.run_ids, self.run_tokens = out[0, :nr], out[1, :nr]
         self.alloc_ids, self.alloc_blocks = out[2, :na], out[3, :na]
         self.share_ids, self.share_blocks, self.share_revived = out[4, :ns], out[5, :ns], out[6, :ns]
@@ -290,7 +299,7 @@ def fit_pending(step: Step, pending: SSAValue, *, prefix_hits: bool, chunk: bool
     rank = victim_rank(facts.policy, cols.get("arrival")[rows], cols.get("priority")[rows]) if preempt else EMPTY
     return Fit(fit_batch(
         rows, cols.get("id"), cols.get("computed"), cols.get("total"), cols.get("blocks"),
-        cols.get_or("in_flight", EMPTY), hit_rows, hit, cached_free,
+        cols.get_or("in_flight", EMPTY), hit_rows, hit, cached_free, rows.size,
         facts.token_budget - used.tokens, facts.max_seqs - used.seqs - seated, used.free_left(facts),
         facts.block_size, chunk, stop_at_first, rank,
     ))
@@ -299,13 +308,23 @@ def fit_pending(step: Step, pending: SSAValue, *, prefix_hits: bool, chunk: bool
 def fit_arrays(step: ArrayStep, pending: ArrayQueue, *, prefix_hits: bool, chunk: bool, stop_at_first: bool,
                seated: int = 0, preempt: bool = False) -> Fit:
     """`fit_pending` over an array step's pending requests (`schedir.ir.array_step`): the same
-    `fit_batch` call, the table's columns indexed by row."""
+    `fit_batch` call, the table's columns indexed by row. Prefix hits are looked up as the walk
+    reaches them (`ArrayStep.prefix_hit_head`): first the free seats' worth and a few, more
+    where the walk reads past them (requests deferred for memory take no seat)."""
     facts = step.facts
     rows = pending.pending
-    hit, cached_free, hit_rows = step.prefix_hit_source(pending) if prefix_hits else (EMPTY, EMPTY, EMPTY)
+    seq_room = facts.max_seqs - step.seqs - seated
+    known = min(rows.size, max(seq_room, 0) + 4)
     rank = victim_rank(facts.policy, step.column("arrival")[rows], step.column("priority")[rows]) if preempt else EMPTY
-    return Fit(fit_batch(
-        rows, step.column("id"), step.column("computed"), step.column("total"), step.column("blocks"),
-        step.column("in_flight"), hit_rows, hit, cached_free, facts.token_budget - step.tokens,
-        facts.max_seqs - step.seqs - seated, step.free_left(), facts.block_size, chunk, stop_at_first, rank,
-    ))
+    while True:
+        hit, cached_free, hit_rows = step.prefix_hit_head(pending, known) if prefix_hits else (EMPTY, EMPTY, EMPTY)
+        packed = fit_batch(
+            rows, step.column("id"), step.column("computed"), step.column("total"), step.column("blocks"),
+            step.column("in_flight"), hit_rows, hit, cached_free, known if hit.size else rows.size,
+            facts.token_budget - step.tokens, seq_room, step.free_left(), facts.block_size, chunk, stop_at_first,
+            rank,
+        )
+        needs = packed[-1]
+        if needs < 0:
+            return Fit(packed)
+        known = min(rows.size, max(2 * known, needs + 1))

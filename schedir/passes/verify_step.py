@@ -166,10 +166,12 @@ class VerifyStep(StepPass):
             held = joined_columns([np.zeros(d.rows.size, dtype=np.int64) if d.queue == "swapped" else blocks[d.rows]
                                    for d in parts])
             tokens = joined_columns([d.values for d in parts])
-            match_ids = step.queues["waiting"].rows if step.hit is not None and "waiting" in step.queues else _NO_IDS
+            # the scheduled requests' own hits (the step looks hits up as its passes read them)
+            match_ids = joined_columns([d.rows for d in parts if d.queue == "waiting"]) if step.hit is not None \
+                else _NO_IDS
             over, short = _gaps(
                 scheduled, tokens, step.column("computed")[scheduled], step.column("total")[scheduled], held, _NO_IDS,
-                match_ids, step.hit if step.hit is not None else _NO_IDS,
+                match_ids, step.waiting_hits(match_ids) if match_ids.size else _NO_IDS,
                 joined_columns([e[0] for e in step.effects]), joined_columns([e[1] for e in step.effects]),
                 joined_columns([e[2] for e in step.effects]), facts.block_size)
             if over.any():

@@ -42,7 +42,7 @@ from schedir.ir.pass_base import StepPass
 from schedir.ir.pipeline import Instrumentation, PassManager
 from schedir.ir.running_step import RunningStep
 from schedir.ir.state import RequestState
-from schedir.ir.step import Step, positions, root_queue, steps_of
+from schedir.ir.step import Step, root_queue, steps_of
 from schedir.ir.window import WINDOW_SLACK, WindowContext
 from schedir.lowering.hashing import extend_hashes
 from schedir.lowering.held_hits import HeldHits
@@ -692,14 +692,14 @@ class Scheduler:
             if pool.host is not None and swapped.size:  # a swapped request's are its host blocks
                 d[T.BLOCKS, swapped] = pool.host.hnblk[swapped]
             queues["swapped"] = ArrayQueue("swapped", swapped, swapped, np.arange(swapped.size))
-        hit = cached_free = None
-        if cfg.enable_prefix_caching and waiting.size:
-            hit, cached_free = self._match(waiting)
+        hit = cached_free = look_up = None
+        if cfg.enable_prefix_caching and waiting.size:  # looked up as the passes read them
+            hit, cached_free, look_up = np.full(waiting.size, -1, dtype=np.int64), np.zeros_like(waiting), self._match
         data = d.view()
         data.flags.writeable = False  # read-only, as the IR's columns: the kernels see one signature
         table = self.table
         arrays = ArrayStep(self._step_facts(step, waiting), data, _COLUMN_INDEX, table.state, table.state_index, queues,
-                           hit, cached_free)
+                           hit, cached_free, look_up)
         for p in self.manager.passes:
             p.run_arrays(arrays)
         return arrays
@@ -731,7 +731,7 @@ class Scheduler:
         new_rows = joined_columns(admitted)
         new_computed: np.ndarray | int = 0
         if new_rows.size and arrays.hit is not None:  # admitted requests start from their prefix hit
-            new_computed = arrays.hit[positions(arrays.queues["waiting"].rows, new_rows)]
+            new_computed = arrays.waiting_hits(new_rows)
         return self._apply_decisions(step, joined_columns(parts), joined_columns(part_tokens), new_rows,
                                      new_computed, joined_columns(preempted), swapped_in, swapped_out, rejected)
 
