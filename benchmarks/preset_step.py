@@ -16,7 +16,9 @@ drift in the machine's speed moves them all alike.
 `--finishing` gives each request 20-399 tokens to generate, so requests finish and the head of
 the queue is admitted every few steps: most steps then run their IR (or decide it over arrays,
 `schedir.ir.array_step`), and the IR med column compares those steps with `vllm`'s own
-admission steps. `--spread-arrivals` has the requests arrive 0.1 ms apart (distinct arrival
+admission steps; `moved` says how many requests such a step admits, preempts or swaps out
+(FastServe's, with thousands of new jobs ranked above the running ones, admits ~127 a step
+where `vllm`'s admits one). `--spread-arrivals` has the requests arrive 0.1 ms apart (distinct arrival
 times, as a real trace's) instead of all at t = 0, where every order's arrival tie-break ties.
 """
 
@@ -53,7 +55,7 @@ def _decoding_scheduler(preset: str, n: int, waiting: int | None = None, finishi
                           num_cpu_blocks=n * 80 if any("swapped-queue" in p.requires for p in passes) else 0)
     s = Scheduler(cfg, clock=lambda: 0.0)  # every request fresh: order-slo keeps them all
     for i in range(n + (n // 2 if waiting is None else waiting)):
-        tokens = (np.arange(PROMPT) + i * PROMPT) % 30000 + 1
+        tokens = np.arange(PROMPT) + i * PROMPT + 1  # distinct prefixes, however many requests
         s.add_request(Request(f"r{i}", tokens, max_tokens=20 + (i * 7919) % 380 if finishing else 1000,
                               arrival_time=i * 1e-4 if spread else 0.0,
                               state={"tenant": i % 4} if preset == "vtc" else {}))
@@ -63,9 +65,11 @@ def _decoding_scheduler(preset: str, n: int, waiting: int | None = None, finishi
     return s
 
 
-def _timed_steps(s: Scheduler, steps: int, into: list[float], ir_into: list[float] | None = None) -> int:
-    """Time `steps` steps into `into` (and the IR steps' also into `ir_into`); returns how many of
-    them ran their IR or decided it over arrays (not steady)."""
+def _timed_steps(s: Scheduler, steps: int, into: list[float], ir_into: list[float] | None = None,
+                 moved_into: list[int] | None = None) -> int:
+    """Time `steps` steps into `into` (and the IR steps' also into `ir_into`, the requests each of
+    them moved into `moved_into`: admitted, preempted, swapped out); returns how many of them ran
+    their IR or decided it over arrays (not steady)."""
     clock = time.perf_counter
     steady = s.metrics.steady_steps
     for _ in range(steps):
@@ -76,6 +80,8 @@ def _timed_steps(s: Scheduler, steps: int, into: list[float], ir_into: list[floa
         into.append(took)
         if ir_into is not None and s.metrics.steady_steps == before:
             ir_into.append(took)
+            if moved_into is not None:
+                moved_into.append(len(out.new_prompts) + len(out.preempted_req_ids) + len(out.swapped_out_req_ids))
         s.update(out, np.full(len(out.req_ids), 7, dtype=np.int64))
     return steps - (s.metrics.steady_steps - steady)
 
@@ -94,20 +100,25 @@ def interleaved_medians(cases: list[tuple[str, int]], steps: int, rounds: int = 
                         means: dict[tuple[str, int], float] | None = None,
                         finishing: bool = False,
                         spread: bool = False,
-                        ir_medians: dict[tuple[str, int], float] | None = None) -> dict[tuple[str, int], float]:
+                        ir_medians: dict[tuple[str, int], float] | None = None,
+                        moved: dict[tuple[str, int], float] | None = None) -> dict[tuple[str, int], float]:
     """Every case's median `schedule()`, the cases taking turns in `rounds` rounds of steps/rounds
     steps each: a machine whose speed drifts (a shared 2-core box) moves every case alike, so the
     ratios to `vllm` hold even when the absolute figures wander. `ir_share`, when given, gets
     each case's share of steps that ran their IR (a policy that preempts decides those), and
-    `ir_medians` the median of those steps alone (nan: none)."""
+    `ir_medians` the median of those steps alone (nan: none) and `moved` the median number of
+    requests such a step admitted, preempted or swapped out (the work a policy gives it)."""
     schedulers = {case: _decoding_scheduler(*case, waiting, finishing, spread) for case in cases}
     times: dict[tuple[str, int], list[float]] = {case: [] for case in cases}
     ir_times: dict[tuple[str, int], list[float]] = {case: [] for case in cases}
+    moved_counts: dict[tuple[str, int], list[int]] = {case: [] for case in cases}
     ir_steps = dict.fromkeys(cases, 0)
     per_round = max(1, steps // rounds)
     for _ in range(rounds):
         for case, s in schedulers.items():
-            ir_steps[case] += _timed_steps(s, per_round, times[case], ir_times[case])
+            ir_steps[case] += _timed_steps(s, per_round, times[case], ir_times[case], moved_counts[case])
+    if moved is not None:
+        moved.update({case: float(np.median(m)) if m else float("nan") for case, m in moved_counts.items()})
     if ir_share is not None:
         ir_share.update({case: ir_steps[case] / len(times[case]) for case in cases})
     if ir_medians is not None:
@@ -147,20 +158,23 @@ def main(argv: list[str] | None = None) -> int:
     share: dict[tuple[str, int], float] = {}
     means: dict[tuple[str, int], float] = {}
     ir_medians: dict[tuple[str, int], float] = {}
+    moved: dict[tuple[str, int], float] = {}
     results = interleaved_medians([(p, n) for n in sizes for p in presets], args.steps, waiting=args.waiting,
                                   ir_share=share, means=means, finishing=args.finishing,
-                                  spread=args.spread_arrivals, ir_medians=ir_medians)
+                                  spread=args.spread_arrivals, ir_medians=ir_medians, moved=moved)
     behind = "N/2" if args.waiting is None else f"{args.waiting:,}"
     print(f"schedule() median, µs ({args.steps} {'steps, requests finishing' if args.finishing else 'decode steps'} "
           f"in 10 interleaved rounds, N running + {behind} waiting"
           f"{', arriving 0.1 ms apart' if args.spread_arrivals else ''}); x = / vllm's; IR = share of steps that ran "
           "their IR (or decided it over arrays; the rest: steady steps); mean = every step's mean, µs (the IR "
-          "steps' cost shows there); IR med = those steps' median, µs, and / vllm's")
-    print(f"{'preset':<18}" + "".join(f"{f'N={n}':>48}" for n in sizes))
+          "steps' cost shows there); IR med = those steps' median, µs, and / vllm's; moved = the requests such a "
+          "step admits, preempts or swaps out (median: the work its policy gives it)")
+    print(f"{'preset':<18}" + "".join(f"{f'N={n}':>54}" for n in sizes))
     for p in presets:
         cells = "".join(f"{results[(p, n)]:10.1f} {results[(p, n)] / results[('vllm', n)]:5.2f}x "
                         f"{share[(p, n)]:4.0%} IR {means[(p, n)]:8.1f} "
-                        + _ir_cell(ir_medians[(p, n)], ir_medians[("vllm", n)]) for n in sizes)
+                        + _ir_cell(ir_medians[(p, n)], ir_medians[("vllm", n)]) + f" {moved[(p, n)]:5.0f}"
+                        for n in sizes)
         print(f"{p:<18}{cells}")
     return 0
 
