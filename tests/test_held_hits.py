@@ -173,3 +173,49 @@ def test_an_array_step_looks_up_the_hits_its_admission_reads() -> None:
     looked_up: list[int] = []
     assert _shared_prefix_queue(True, looked_up) == _shared_prefix_queue(False)
     assert looked_up and max(looked_up) <= 8, looked_up
+
+
+def _plain_match(s: Scheduler, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's hit walked block by block in the cache, no memo (the reference)."""
+    from schedir.lowering.kv_pool import lookup_prefix
+
+    pool, bs = s.pool, s.config.block_size
+    scratch = np.empty(pool.rhash.shape[1], dtype=np.int32)
+    hit, free = np.zeros(rows.size, dtype=np.int64), np.zeros(rows.size, dtype=np.int64)
+    for i, r in enumerate(rows.tolist()):
+        k = lookup_prefix(r, (int(s.table.data[T.TOTAL, r]) - 1) // bs, pool.rhash, pool.nhash, pool.cache, scratch)
+        hit[i], free[i] = k * bs, int((pool.ref[scratch[:k]] == 0).sum())
+    return hit, free
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31 - 1), num_blocks=st.sampled_from([30, 80, 300]))
+def test_a_match_remembers_shared_chains_exactly(seed: int, num_blocks: int) -> None:
+    """`match_rows` remembers the chains the call's earlier rows walked (`kv_pool.chain_memo`:
+    rows behind one prompt start at the deepest block it holds): every step of random runs with
+    nested shared prefixes (a prompt, and longer ones that extend it), eviction, finishes and
+    aborts, its hits and free-queue counts equal a block-by-block walk of each row, in queue
+    order and shuffled."""
+    rng = np.random.default_rng(seed)
+    cfg = SchedulerConfig(num_blocks=num_blocks, block_size=4, max_num_batched_tokens=64, max_num_seqs=6,
+                          max_model_len=200, pipeline="vllm")
+    s = Scheduler(cfg, clock=lambda: 0.0)
+    root = rng.integers(1, 50, size=24)
+    prefixes = [root[: int(rng.integers(1, 25))] for _ in range(3)]
+    prefixes += [np.concatenate([p, rng.integers(1, 50, size=int(rng.integers(1, 12)))]) for p in prefixes]
+    for i in range(150):
+        for _ in range(int(rng.poisson(1.2))):
+            shared = prefixes[int(rng.integers(len(prefixes)))]
+            tokens = np.concatenate([shared, rng.integers(1, 50, size=int(rng.integers(1, 10)))]).astype(np.int64)
+            s.add_request(Request(f"r{i}-{rng.integers(1 << 30)}", tokens, max_tokens=int(rng.integers(1, 12))))
+        rows = np.concatenate([s.waiting, s.running])
+        if rows.size:
+            for order in (rows, rng.permutation(rows)):
+                got = match_rows(order, s.table.data[T.TOTAL, order], cfg.block_size, s.pool.ref, s.pool.rhash,
+                                 s.pool.nhash, s.pool.cache)
+                want = _plain_match(s, order)
+                assert (got[0] == want[0]).all() and (got[1] == want[1]).all(), i
+        if i % 17 == 0 and s.running.size:
+            s.finish_requests(str(s.table.names[s.running[0]]))
+        out = s.schedule()
+        s.update(out, np.full(len(out.req_ids), 7, dtype=np.int64))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from schedir.lowering.kv_pool import FIRST_LOG, FIRST_LOG_LEN, FIRST_SEQ, KVPool, match_row
+from schedir.lowering.kv_pool import FIRST_LOG, FIRST_LOG_LEN, FIRST_SEQ, chain_memo, KVPool, match_row
 
 # a zero checked this many first-block registrations ago or more is looked up again, not compared
 # with each of them (the log's ring holds FIRST_LOG_LEN)
@@ -48,7 +48,7 @@ def match_rows_held(rows: np.ndarray, total: np.ndarray, block_size: int, ref: n
     n = rows.size
     hit = np.zeros(n, dtype=np.int64)
     cached_free = np.zeros(n, dtype=np.int64)
-    scratch = np.empty(rhash.shape[1], dtype=np.int32)
+    chains = chain_memo(n)
     now = meta[FIRST_SEQ]
     # the first blocks logged in the last HELD_SCAN positions: hash -> the latest position, in a
     # small open-addressing table (a held row probes it once instead of scanning the log)
@@ -72,7 +72,7 @@ def match_rows_held(rows: np.ndarray, total: np.ndarray, block_size: int, ref: n
                 held_at[r] = now
                 continue
         limit = (total[i] - 1) // block_size
-        k, cached_free[i] = match_row(r, limit, ref, rhash, nhash, cache, scratch)
+        k, cached_free[i] = match_row(r, limit, ref, rhash, nhash, cache, chains)
         hit[i] = k * block_size
         if k == 0 and limit > 0 and nhash[r] > 0:
             held_at[r] = now
