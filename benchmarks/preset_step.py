@@ -12,6 +12,7 @@ drift in the machine's speed moves them all alike.
     python benchmarks/preset_step.py --presets vllm,vtc --sizes 32 --steps 300
     python benchmarks/preset_step.py --finishing      # requests finish: admissions, IR steps' median
     python benchmarks/preset_step.py --finishing --waiting 5000 --spread-arrivals --presets vllm,with-all-passes
+    python benchmarks/preset_step.py --finishing --waiting 5000 --shared-prefix 512
 
 `--finishing` gives each request 20-399 tokens to generate, so requests finish and the head of
 the queue is admitted every few steps: most steps then run their IR (or decide it over arrays,
@@ -19,7 +20,9 @@ the queue is admitted every few steps: most steps then run their IR (or decide i
 admission steps; `moved` says how many requests such a step admits, preempts or swaps out
 (FastServe's, with thousands of new jobs ranked above the running ones, admits ~127 a step
 where `vllm`'s admits one). `--spread-arrivals` has the requests arrive 0.1 ms apart (distinct arrival
-times, as a real trace's) instead of all at t = 0, where every order's arrival tie-break ties.
+times, as a real trace's) instead of all at t = 0, where every order's arrival tie-break ties;
+`--shared-prefix` starts every prompt with one system prompt, so every waiting request hits the
+prefix cache (an order by prefix hits looks them all up).
 """
 
 from __future__ import annotations
@@ -43,11 +46,12 @@ def engine_presets() -> list[str]:
 
 
 def _decoding_scheduler(preset: str, n: int, waiting: int | None = None, finishing: bool = False,
-                        spread: bool = False) -> Scheduler:
+                        spread: bool = False, shared: int = 0) -> Scheduler:
     """A scheduler of `preset` with N requests decoding and `waiting` (default N/2) waiting behind
     max_num_seqs (`finishing`: each generates 20-399 tokens, so requests finish and the queue's
     head is admitted every few steps, in IR steps; else 1,000, none finishes while timed; `spread`:
-    they arrive 0.1 ms apart, else all at t = 0)."""
+    they arrive 0.1 ms apart, else all at t = 0; `shared`: every prompt starts with the same
+    `shared` tokens, a system prompt)."""
     passes = PassManager.parse(PRESETS[preset]).passes
     no_cache = any(p.no_prefix_cache for p in passes)  # vllm-v0: v0's prefix caching is not reproduced
     cfg = SchedulerConfig(num_blocks=n * 80 + 64, block_size=16, max_num_batched_tokens=16384, max_num_seqs=n,
@@ -56,6 +60,8 @@ def _decoding_scheduler(preset: str, n: int, waiting: int | None = None, finishi
     s = Scheduler(cfg, clock=lambda: 0.0)  # every request fresh: order-slo keeps them all
     for i in range(n + (n // 2 if waiting is None else waiting)):
         tokens = np.arange(PROMPT) + i * PROMPT + 1  # distinct prefixes, however many requests
+        if shared:
+            tokens = np.concatenate([np.arange(shared) + (1 << 30), tokens])
         s.add_request(Request(f"r{i}", tokens, max_tokens=20 + (i * 7919) % 380 if finishing else 1000,
                               arrival_time=i * 1e-4 if spread else 0.0,
                               state={"tenant": i % 4} if preset == "vtc" else {}))
@@ -87,10 +93,10 @@ def _timed_steps(s: Scheduler, steps: int, into: list[float], ir_into: list[floa
 
 
 def median_step_us(preset: str, n: int, steps: int, waiting: int | None = None, finishing: bool = False,
-                   spread: bool = False) -> float:
+                   spread: bool = False, shared: int = 0) -> float:
     """One preset alone: its median `schedule()` over `steps` decode steps."""
     times: list[float] = []
-    _timed_steps(_decoding_scheduler(preset, n, waiting, finishing, spread), steps, times)
+    _timed_steps(_decoding_scheduler(preset, n, waiting, finishing, spread, shared), steps, times)
     return float(np.median(times)) * 1e6
 
 
@@ -101,14 +107,15 @@ def interleaved_medians(cases: list[tuple[str, int]], steps: int, rounds: int = 
                         finishing: bool = False,
                         spread: bool = False,
                         ir_medians: dict[tuple[str, int], float] | None = None,
-                        moved: dict[tuple[str, int], float] | None = None) -> dict[tuple[str, int], float]:
+                        moved: dict[tuple[str, int], float] | None = None,
+                        shared: int = 0) -> dict[tuple[str, int], float]:
     """Every case's median `schedule()`, the cases taking turns in `rounds` rounds of steps/rounds
     steps each: a machine whose speed drifts (a shared 2-core box) moves every case alike, so the
     ratios to `vllm` hold even when the absolute figures wander. `ir_share`, when given, gets
     each case's share of steps that ran their IR (a policy that preempts decides those), and
     `ir_medians` the median of those steps alone (nan: none) and `moved` the median number of
     requests such a step admitted, preempted or swapped out (the work a policy gives it)."""
-    schedulers = {case: _decoding_scheduler(*case, waiting, finishing, spread) for case in cases}
+    schedulers = {case: _decoding_scheduler(*case, waiting, finishing, spread, shared) for case in cases}
     times: dict[tuple[str, int], list[float]] = {case: [] for case in cases}
     ir_times: dict[tuple[str, int], list[float]] = {case: [] for case in cases}
     moved_counts: dict[tuple[str, int], list[int]] = {case: [] for case in cases}
@@ -147,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
                         "and the queue's head is admitted every few steps: the IR steps' cost (IR med) shows")
     parser.add_argument("--spread-arrivals", action="store_true", help="requests arrive 0.1 ms apart (distinct "
                         "arrival times, as a trace's), not all at t = 0")
+    parser.add_argument("--shared-prefix", type=int, default=0, metavar="TOKENS", help="every prompt starts "
+                        "with the same TOKENS tokens (a system prompt): every waiting request hits the prefix cache")
     args = parser.parse_args(argv)
     presets = [p for p in args.presets.split(",") if p]
     sizes = [int(x) for x in args.sizes.split(",")]
@@ -154,21 +163,24 @@ def main(argv: list[str] | None = None) -> int:
         presets.insert(0, "vllm")
     for preset in presets:  # compile and load every kernel a preset's steps use before timing any (the
         for n in sizes:      # first load of a cached kernel costs ms, which a mean would charge to the preset)
-            median_step_us(preset, n, 60, args.waiting, args.finishing, args.spread_arrivals)
+            median_step_us(preset, n, 60, args.waiting, args.finishing, args.spread_arrivals, args.shared_prefix)
     share: dict[tuple[str, int], float] = {}
     means: dict[tuple[str, int], float] = {}
     ir_medians: dict[tuple[str, int], float] = {}
     moved: dict[tuple[str, int], float] = {}
     results = interleaved_medians([(p, n) for n in sizes for p in presets], args.steps, waiting=args.waiting,
                                   ir_share=share, means=means, finishing=args.finishing,
-                                  spread=args.spread_arrivals, ir_medians=ir_medians, moved=moved)
+                                  spread=args.spread_arrivals, ir_medians=ir_medians, moved=moved,
+                                  shared=args.shared_prefix)
     behind = "N/2" if args.waiting is None else f"{args.waiting:,}"
     print(f"schedule() median, µs ({args.steps} {'steps, requests finishing' if args.finishing else 'decode steps'} "
           f"in 10 interleaved rounds, N running + {behind} waiting"
-          f"{', arriving 0.1 ms apart' if args.spread_arrivals else ''}); x = / vllm's; IR = share of steps that ran "
-          "their IR (or decided it over arrays; the rest: steady steps); mean = every step's mean, µs (the IR "
-          "steps' cost shows there); IR med = those steps' median, µs, and / vllm's; moved = the requests such a "
-          "step admits, preempts or swaps out (median: the work its policy gives it)")
+          f"{', arriving 0.1 ms apart' if args.spread_arrivals else ''}"
+          f"{f', a shared {args.shared_prefix}-token prompt' if args.shared_prefix else ''}); x = / vllm's; "
+          "IR = share of steps that ran their IR (or decided it over arrays; the rest: steady steps); "
+          "mean = every step's mean, µs (the IR steps' cost shows there); IR med = those steps' median, µs, "
+          "and / vllm's; moved = the requests such a step admits, preempts or swaps out (median: the work its "
+          "policy gives it)")
     print(f"{'preset':<18}" + "".join(f"{f'N={n}':>54}" for n in sizes))
     for p in presets:
         cells = "".join(f"{results[(p, n)]:10.1f} {results[(p, n)] / results[('vllm', n)]:5.2f}x "
