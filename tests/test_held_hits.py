@@ -7,8 +7,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from schedir import Request, Scheduler, SchedulerConfig
-from schedir.lowering.held_hits import HELD_SCAN, HeldHits
-from schedir.lowering.kv_pool import KVPool, cache_full_blocks, match_rows
+from schedir.lowering.held_hits import HeldHits
+from schedir.lowering.kv_pool import REG_LOG_LEN, REG_SEQ, KVPool, cache_full_blocks, log_registration, match_rows
 from schedir.runtime import table as T
 
 
@@ -80,7 +80,7 @@ def test_a_held_zero_ends_when_its_first_block_is_registered() -> None:
     pool.rhash[3, :2] = pool.rhash[1, :2]  # row 3 shares row 1's prompt, computes and registers it
     _register(pool, 3, 2)
     assert held.match(pool, rows, total)[0].tolist() == [8, 0]
-    assert held._at[1] == -1 and held._at[2] >= 0  # a hit is looked up each time, a zero held
+    assert held._at[1] >= 0 and held._at[2] >= 0  # the hit is held in turn
 
 
 def test_a_row_taken_by_a_new_request_is_forgotten() -> None:
@@ -97,20 +97,61 @@ def test_a_row_taken_by_a_new_request_is_forgotten() -> None:
 
 
 def test_registrations_the_log_cannot_name_drop_every_hold() -> None:
-    """A prefix copied in (`adopt_cached`), or more first blocks than a hold scans, drop the holds."""
+    """A prefix copied in (`adopt_cached`), or more registrations than the log's ring holds,
+    drop the holds: the rows are looked up again."""
     pool = _pool_with()
     held = HeldHits()
     rows, total = np.array([1, 2]), np.array([9, 9])
     held.match(pool, rows, total)
     assert pool.adopt_cached(pool.rhash[1, :2].copy()) == 2
     assert held.match(pool, rows, total)[0].tolist() == [8, 0]
-    other = _pool_with(rows=HELD_SCAN + 4)
+    other = _pool_with()
     held = HeldHits()
-    held.match(other, np.array([1]), np.array([9]))
-    for r in range(2, HELD_SCAN + 3):  # first blocks of others, none row 1's
-        _register(other, r, 1)
-    held.match(other, np.array([1]), np.array([9]))
-    assert held._at[1] == other.meta[4]  # looked up again (not scanned), held at the log's end
+    one, nine = np.array([1]), np.array([9])
+    held.match(other, one, nine)
+    _register(other, 0, 2)
+    other.rhash[1, :2] = other.rhash[0, :2]  # (behind the hold's back: only a lookup sees it)
+    for h in range(REG_LOG_LEN - 2):  # others' blocks, none row 1's: the ring's worth with row 0's two
+        log_registration(other.meta, np.int64(10_000 + h))
+    assert held.match(other, one, nine)[0].tolist() == [0]  # the ring still names row 1's block
+    held.forget(1)
+    held.match(other, one, np.array([5]))  # held again at a hit of 4 tokens (one block: 5 tokens)
+    for h in range(REG_LOG_LEN + 1):
+        log_registration(other.meta, np.int64(20_000 + h))
+    other.rhash[1, :2] = [300, 301]  # (behind the hold's back again)
+    assert held.match(other, one, np.array([5]))[0].tolist() == [0]  # past the ring: looked up again
+    assert held._at[1] == other.meta[REG_SEQ]
+
+
+def test_a_held_hit_moves_with_the_cache() -> None:
+    """A held hit of k blocks grows when block k is registered, shrinks when a block of its chain
+    is evicted, and is looked up again for another total (a request back in the queue with more
+    tokens); requests behind one chain check it once."""
+    pool = KVPool.create(64, 4, 8, rows=6)
+    for r in range(6):  # rows 1-5: one 3-block chain; row 0 computes it
+        pool.rhash[r, :3] = [100, 200, 300]
+        pool.nhash[r] = 3
+    held = HeldHits()
+    rows, total = np.arange(1, 6), np.full(5, 13)
+    pool.table[0, :1] = [1]
+    pool.nblk[0] = 1
+    cache_full_blocks(0, 4, pool.bhash, pool.dup_next, pool.cache, pool.meta, pool.table, pool.ncached, pool.rhash,
+                      pool.nhash)
+    assert held.match(pool, rows, total)[0].tolist() == [4] * 5
+    pool.table[0, 1:3] = [2, 3]  # row 0's next blocks registered: every hold grows to 3 blocks
+    pool.nblk[0] = 3
+    cache_full_blocks(0, 12, pool.bhash, pool.dup_next, pool.cache, pool.meta, pool.table, pool.ncached, pool.rhash,
+                      pool.nhash)
+    assert held.match(pool, rows, total)[0].tolist() == [12] * 5
+    assert held.match(pool, rows, total)[0].tolist() == [12] * 5  # (held now: no lookup)
+    assert held.match(pool, rows[:1], np.array([9]))[0].tolist() == [8]  # another total: looked up
+    pool.ref[1:4] = 1
+    pool.free_request(0)  # row 0's blocks to the free queue, then block 2 (hash 200) evicted
+    assert held.match(pool, rows[1:], total[1:])[1].tolist() == [3] * 4  # all three in the free queue
+    from schedir.lowering.kv_pool import evict_hash
+
+    evict_hash(2, pool.bhash, pool.dup_next, pool.cache)
+    assert held.match(pool, rows[1:], total[1:])[0].tolist() == [4] * 4
 
 
 def test_the_runtime_forgets_a_row_a_new_request_takes() -> None:

@@ -29,7 +29,7 @@ from xdsl.utils.exceptions import VerifyException
 from schedir.dialects.base import parse_attr_dict, parse_columns, print_attr_dict, print_columns
 from schedir.dialects.columns import ColumnsAttr
 from schedir.lowering.host_pool import HostPool
-from schedir.lowering.kv_pool import CACHED_FREE, KVPool, forget_first_blocks, register_hash
+from schedir.lowering.kv_pool import CACHED_FREE, KVPool, forget_registrations, register_hash
 from schedir.lowering.radix_cache import ARENA_TOP, NODE_TOP, RadixCache
 from schedir.lowering.radix_pool import RadixKVPool
 
@@ -192,7 +192,7 @@ def pool_from_columns(cols: ColumnsAttr) -> KVPool | RadixKVPool:
     for b, h in zip(cols.get("cached"), cols.get("cached_hash"), strict=True):
         register_hash(int(b), np.int64(h), pool.bhash, pool.dup_next, pool.cache)
     pool.meta[CACHED_FREE] = int(np.count_nonzero(pool.bhash[free]))
-    forget_first_blocks(pool.meta)  # registered above, unlogged
+    forget_registrations(pool.meta)  # registered above, unlogged
     if cols.has("host_blocks"):
         pool.host = host_from_columns(cols, pool.rows, width, n)
         pool.grow_rows(pool.host.htable.shape[0])

@@ -33,15 +33,16 @@ NUM_FREE = 0
 CACHING = 1
 BLOCK_SIZE = 2
 CACHED_FREE = 3  # free blocks that still hold a registered hash (revivable by a hit)
-# the first-block log: how many first blocks (a chain's block 0) were registered since the pool
-# was made, and the last FIRST_LOG_LEN of their hashes (a ring). A waiting request's prefix hit
-# is 0 until its first block's hash is registered, so a zero hit can be held across steps while
-# that hash is not in the log (`schedir.lowering.held_hits`); registrations the log cannot name
-# (a restored pool, a copied-in prefix) advance FIRST_SEQ past the ring, which drops every hold.
-FIRST_SEQ = 4
-FIRST_LOG = 5
-FIRST_LOG_LEN = 32
-META_SIZE = FIRST_LOG + FIRST_LOG_LEN
+# the registration log: how many block hashes were registered since the pool was made, and the
+# last REG_LOG_LEN of them (a ring). A waiting request's prefix hit of k blocks grows only when
+# its block k's hash is registered (and shrinks only when one of its k blocks is evicted), so a
+# hit can be held across steps while that hash is not in the log (`schedir.lowering.held_hits`);
+# registrations the log cannot name (a restored pool, a copied-in prefix) advance REG_SEQ past
+# the ring, which drops every hold.
+REG_SEQ = 4
+REG_LOG = 5
+REG_LOG_LEN = 1024
+META_SIZE = REG_LOG + REG_LOG_LEN
 
 
 # rows of the prefix cache table (`KVPool.cache`, int64[2, capacity])
@@ -246,7 +247,7 @@ class KVPool(BlockTables):
             _unlink(nxt, prv, b)
             _insert_after(nxt, prv, prv[n + 1], b)
         if missing.size:
-            forget_first_blocks(meta)  # (any of them may be a chain's first block)
+            forget_registrations(meta)
         for h in missing.tolist():
             b = int(nxt[n])
             _unlink(nxt, prv, b)
@@ -360,16 +361,23 @@ def _home(h: np.int64, mask: int) -> int:
     return int((np.uint64(h) * _FIB) >> np.uint64(32)) & mask
 
 
-@nb.njit(cache=True)
-def cache_find(cache: np.ndarray, h: np.int64) -> int:
-    """The slot holding hash `h`, or else the empty slot where it would go (the one probe
-    loop of the table: lookups and inserts both start here)."""
-    keys = cache[CACHE_KEY]
+@nb.njit(cache=True, inline="always")
+def table_slot(keys: np.ndarray, h: np.int64) -> int:
+    """The slot holding `h` in the open-addressing table `keys` (a power-of-two size, 0 an empty
+    slot), or else the empty slot where it would go: the one probe loop of the prefix cache and
+    of the small tables its readers build (`chain_memo`, `held_hits`)."""
     mask = keys.size - 1
     i = _home(h, mask)
     while keys[i] != 0 and keys[i] != h:
         i = (i + 1) & mask
     return i
+
+
+@nb.njit(cache=True)
+def cache_find(cache: np.ndarray, h: np.int64) -> int:
+    """The slot holding hash `h`, or else the empty slot where it would go (lookups and inserts
+    both start here)."""
+    return table_slot(cache[CACHE_KEY], h)
 
 
 @nb.njit(cache=True)
@@ -475,17 +483,17 @@ def lookup_prefix(row: int, max_blocks: int, rhash: np.ndarray, nhash: np.ndarra
     return k
 
 
-@nb.njit(cache=True)
-def log_first_block(meta: np.ndarray, h: np.int64) -> None:
-    """Note in the first-block log (`FIRST_SEQ`) that a chain's first block `h` was registered."""
-    seq = meta[FIRST_SEQ]
-    meta[FIRST_LOG + seq % FIRST_LOG_LEN] = h
-    meta[FIRST_SEQ] = seq + 1
+@nb.njit(cache=True, inline="always")
+def log_registration(meta: np.ndarray, h: np.int64) -> None:
+    """Note in the registration log (`REG_SEQ`) that a block was registered under hash `h`."""
+    seq = meta[REG_SEQ]
+    meta[REG_LOG + seq % REG_LOG_LEN] = h
+    meta[REG_SEQ] = seq + 1
 
 
-def forget_first_blocks(meta: np.ndarray) -> None:
-    """Registrations the first-block log cannot name took place: advance it past its ring."""
-    meta[FIRST_SEQ] += FIRST_LOG_LEN + 1
+def forget_registrations(meta: np.ndarray) -> None:
+    """Registrations the log cannot name took place: advance it past its ring."""
+    meta[REG_SEQ] += REG_LOG_LEN + 1
 
 
 # ---------------------------------------------------------------- request-level kernels
@@ -526,10 +534,9 @@ def cache_full_blocks(row: int, num_tokens: int, bhash, dup_next, cache, meta, t
     if meta[CACHING] == 0:
         return
     full = min(num_tokens // meta[BLOCK_SIZE], nhash[row])
-    if ncached[row] == 0 and full > 0:
-        log_first_block(meta, rhash[row, 0])
     for i in range(ncached[row], full):
         register_hash(table[row, i], rhash[row, i], bhash, dup_next, cache)
+        log_registration(meta, rhash[row, i])
     ncached[row] = max(ncached[row], full)
 
 
@@ -589,15 +596,6 @@ def chain_memo(rows: int) -> np.ndarray:
     return np.zeros((3, size), dtype=np.int64)
 
 
-@nb.njit(cache=True, inline="always")
-def _memo_slot(keys: np.ndarray, h: np.int64) -> int:
-    mask = keys.size - 1
-    i = _home(h, mask)
-    while keys[i] != 0 and keys[i] != h:
-        i = (i + 1) & mask
-    return i
-
-
 @nb.njit(cache=True)
 def match_row(row: int, limit: int, ref, rhash, nhash, cache, chains: np.ndarray) -> tuple[int, int]:
     """One row's prefix hit in blocks (at most `limit`) and how many of them sit in the free
@@ -614,23 +612,23 @@ def match_row(row: int, limit: int, ref, rhash, nhash, cache, chains: np.ndarray
     guess = min(chains[2, 1], limit)  # the last row's: rows behind one prompt hit alike
     if guess > 0:
         h = rhash[row, guess - 1]
-        if h != 0 and keys[_memo_slot(keys, h)] == h:
+        if h != 0 and keys[table_slot(keys, h)] == h:
             lo = guess
             if guess < limit:
                 h = rhash[row, guess]
-                if h == 0 or keys[_memo_slot(keys, h)] != h:
+                if h == 0 or keys[table_slot(keys, h)] != h:
                     hi = guess
         else:
             hi = guess - 1
     while lo < hi:
         mid = (lo + hi + 1) // 2
         h = rhash[row, mid - 1]
-        if h != 0 and keys[_memo_slot(keys, h)] == h:
+        if h != 0 and keys[table_slot(keys, h)] == h:
             lo = mid
         else:
             hi = mid - 1
     k = lo
-    free = chains[1, _memo_slot(keys, rhash[row, k - 1])] if k > 0 else 0
+    free = chains[1, table_slot(keys, rhash[row, k - 1])] if k > 0 else 0
     room = keys.size // 2  # (half full at most: short probes)
     while k < limit:
         h = rhash[row, k]
@@ -640,7 +638,7 @@ def match_row(row: int, limit: int, ref, rhash, nhash, cache, chains: np.ndarray
         if ref[b] == 0:
             free += 1
         if chains[2, 0] < room:
-            j = _memo_slot(keys, h)
+            j = table_slot(keys, h)
             if keys[j] == 0:
                 keys[j] = h
                 chains[1, j] = free
