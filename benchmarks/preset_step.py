@@ -185,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     for p in presets:
         cells = "".join(f"{results[(p, n)]:10.1f} {results[(p, n)] / results[('vllm', n)]:5.2f}x "
                         f"{share[(p, n)]:4.0%} IR {means[(p, n)]:8.1f} "
-                        + _ir_cell(ir_medians[(p, n)], ir_medians[("vllm", n)]) + f" {moved[(p, n)]:5.0f}"
+                        + _ir_cell(ir_medians[(p, n)], ir_medians[("vllm", n)])
+                        + (f" {moved[(p, n)]:5.0f}" if moved[(p, n)] == moved[(p, n)] else f" {'-':>5}")
                         for n in sizes)
         print(f"{p:<18}{cells}")
     return 0
