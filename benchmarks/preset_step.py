@@ -18,8 +18,8 @@ drift in the machine's speed moves them all alike.
 the queue is admitted every few steps: most steps then run their IR (or decide it over arrays,
 `schedir.ir.array_step`), and the IR med column compares those steps with `vllm`'s own
 admission steps; `moved` says how many requests such a step admits, preempts or swaps out
-(FastServe's, with thousands of new jobs ranked above the running ones, admits ~127 a step
-where `vllm`'s admits one). `--spread-arrivals` has the requests arrive 0.1 ms apart (distinct arrival
+(FastServe's, with 5,000 new jobs ranked above the running ones at 32 running, moves a median
+64 a step where `vllm`'s admits one). `--spread-arrivals` has the requests arrive 0.1 ms apart (distinct arrival
 times, as a real trace's) instead of all at t = 0, where every order's arrival tie-break ties;
 `--shared-prefix` starts every prompt with one system prompt, so every waiting request hits the
 prefix cache (an order by prefix hits looks them all up).
