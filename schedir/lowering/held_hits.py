@@ -23,8 +23,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from schedir.lowering.kv_pool import REG_LOG, REG_LOG_LEN, REG_SEQ, KVPool, cache_get, chain_memo, match_row, \
-    table_slot
+from schedir.lowering.kv_pool import REG_LOG, REG_LOG_LEN, REG_SEQ, KVPool, chain_memo, match_row, table_slot
 
 
 @nb.njit(cache=True, inline="always")
@@ -43,9 +42,9 @@ def match_rows_held(rows: np.ndarray, total: np.ndarray, block_size: int, ref: n
     """`match_rows(rows, ...)`, the hits held: a row held at log position s (`held[0]`, -1: not
     held) for `held[2]` total tokens (as now) with a hit of `held[1]` blocks has it still when
     the hash of its next block (`held[3]`, 0: none) is none of those logged since s and its
-    chain up to its last hit block (`held[4]`) is still cached (walked once per distinct chain
-    in the call, which also counts its blocks in the free queue); the others are looked up and
-    held."""
+    chain up to its last hit block (`held[4]`) is still cached (the call's chain memo,
+    `kv_pool.chain_memo`, holds the chains found cached and their blocks in the free queue, so a
+    chain is walked once per call, not once per row); the others are looked up and held."""
     n = rows.size
     hit = np.zeros(n, dtype=np.int64)
     cached_free = np.zeros(n, dtype=np.int64)
@@ -62,8 +61,6 @@ def match_rows_held(rows: np.ndarray, total: np.ndarray, block_size: int, ref: n
         j = table_slot(logged[0], h)
         logged[0, j] = h
         logged[1, j] = q
-    chains = _table(64)  # last hit block's hash -> free blocks along the chain + 1 (0 in a key's slot: broken)
-    in_chains = 0
     memo = chain_memo(n)
     for i in range(n):
         r = rows[i]
@@ -74,32 +71,14 @@ def match_rows_held(rows: np.ndarray, total: np.ndarray, block_size: int, ref: n
             j = table_slot(logged[0], held[3, r])
             ok = not (logged[0, j] == held[3, r] and logged[1, j] >= s)
         free = 0
-        if ok and k > 0:  # its chain still cached?
+        if ok and k > 0:  # its chain still cached? (the call's chain memo holds chains found cached)
             last = held[4, r]
-            j = table_slot(chains[0], last)
-            if chains[0, j] != last:
-                if 2 * (in_chains + 1) > chains.shape[1]:  # grow the table (rows of many chains)
-                    grown = _table(2 * in_chains + 2)
-                    for c in range(chains.shape[1]):
-                        if chains[0, c] != 0:
-                            g = table_slot(grown[0], chains[0, c])
-                            grown[0, g] = chains[0, c]
-                            grown[1, g] = chains[1, c]
-                    chains = grown
-                    j = table_slot(chains[0], last)
-                count = 1
-                for q in range(k):
-                    b = cache_get(cache, rhash[r, q])
-                    if b < 0:
-                        count = 0
-                        break
-                    if ref[b] == 0:
-                        count += 1
-                chains[0, j] = last
-                chains[1, j] = count
-                in_chains += 1
-            ok = chains[1, j] > 0
-            free = chains[1, j] - 1
+            j = table_slot(memo[0], last)
+            if memo[0, j] == last:
+                free = memo[1, j]
+            else:  # walked once per chain: the walk fills the memo for the rows behind it
+                found, free = match_row(r, k, ref, rhash, nhash, cache, memo)
+                ok = found == k
         if ok:
             hit[i] = k * block_size
             cached_free[i] = free
