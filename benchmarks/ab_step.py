@@ -38,6 +38,7 @@ and half again the timed steps.
     python benchmarks/ab_step.py /tmp/base . --presets vllm,sglang --size 32 --rounds 10
     python benchmarks/ab_step.py . . --presets vllm,sglang --size 32 --rounds 4   # A/A: every ratio near 1
     python benchmarks/ab_step.py /tmp/base . --presets fastserve --size 256 --waiting 5000 --stat mean
+    python benchmarks/ab_step.py /tmp/base . --presets vllm,sglang-mixed --finishing --stat ir --steps 60
 
 `--stat mean` compares each round's mean step instead of its median: the steps that run their IR
 (FastServe's swaps and admissions) weigh in. Both trees take the same decisions, so each worker's
@@ -55,13 +56,12 @@ from pathlib import Path
 import numpy as np
 
 
-def worker(tree: str, presets: list[str], size: int, waiting: int | None = None) -> None:
+def worker(tree: str, presets: list[str], size: int, waiting: int | None = None, finishing: bool = False) -> None:
     """Serve `preset n` lines on stdin with the µs of each of n more steps of that preset."""
     sys.path.insert(0, str(Path(tree) / "benchmarks"))
     import preset_step as P  # noqa: PLC0415 (imported from this worker's tree)
 
-    schedulers = {p: (P._decoding_scheduler(p, size) if waiting is None else P._decoding_scheduler(p, size, waiting))
-                  for p in presets}
+    schedulers = {p: P._decoding_scheduler(p, size, waiting, finishing=finishing) for p in presets}
     for s in schedulers.values():
         P._timed_steps(s, 30, [])  # Numba, caches, the steady state
     print("ready", flush=True)
@@ -70,8 +70,10 @@ def worker(tree: str, presets: list[str], size: int, waiting: int | None = None)
         if not words:
             break
         times: list[float] = []
-        P._timed_steps(schedulers[words[0]], int(words[1]), times)
-        print(" ".join(f"{t * 1e6:.3f}" for t in times), flush=True)
+        ir_times: list[float] = []  # those of the steps that ran their IR (or decided it over arrays)
+        P._timed_steps(schedulers[words[0]], int(words[1]), times, ir_times)
+        print(" ".join(f"{t * 1e6:.3f}" for t in times), "|", " ".join(f"{t * 1e6:.3f}" for t in ir_times),
+              flush=True)
 
 
 def turn_orders(n: int) -> list[list[int]]:
@@ -108,14 +110,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cpu", type=int, default=None,
                     help="the CPU every worker is pinned to (default: the last allowed; -1: no pinning)")
     ap.add_argument("--waiting", type=int, help="requests waiting behind the full batch (default N/2)")
-    ap.add_argument("--stat", choices=("median", "mean"), default="median",
-                    help="each round's figure: the median step (the steady steps), or the mean (the steps that "
-                         "run their IR weigh in: both trees take the same decisions, so the same steps)")
+    ap.add_argument("--stat", choices=("median", "mean", "ir"), default="median",
+                    help="each round's figure: the median step (the steady steps), the mean (the steps that "
+                         "run their IR weigh in: both trees take the same decisions, so the same steps), or the "
+                         "median of the steps that ran their IR (or decided it over arrays)")
+    ap.add_argument("--finishing", action="store_true",
+                    help="requests generate 20-399 tokens, as preset_step.py --finishing: admissions every few "
+                         "steps (read with --stat mean, or --stat ir: the steps that ran their IR)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     presets = [p for p in args.presets.split(",") if p]
     if args.worker:
-        worker(args.tree_a, presets, args.size, args.waiting)
+        worker(args.tree_a, presets, args.size, args.waiting, args.finishing)
         return 0
     trees = [str(Path(t).resolve()) for t in (args.tree_a, args.tree_b)]
     for t in trees:
@@ -129,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         env = dict(os.environ, PYTHONPATH=t, PYTHONHASHSEED="0")
         cmd = [sys.executable, str(Path(__file__).resolve()), t, t, "--worker",
                "--presets", ",".join(presets), "--size", str(args.size),
-               *([] if args.waiting is None else ["--waiting", str(args.waiting)])]
+               *([] if args.waiting is None else ["--waiting", str(args.waiting)]),
+               *(["--finishing"] if args.finishing else [])]
         w = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         if cpu is not None:
             os.sched_setaffinity(w.pid, {cpu})  # before its warm-up: it warms up where it is timed
@@ -139,10 +146,12 @@ def main(argv: list[str] | None = None) -> int:
         workers.append(w)
 
     def ask(i: int, preset: str, n: int) -> list[float]:
+        """The µs of `n` more steps of `preset` on worker i (with --stat ir: of those that ran their IR)."""
         w = workers[i]
         w.stdin.write(f"{preset} {n}\n")  # type: ignore[union-attr]
         w.stdin.flush()  # type: ignore[union-attr]
-        return [float(x) for x in w.stdout.readline().split()]  # type: ignore[union-attr]
+        every, _, ir = w.stdout.readline().partition("|")  # type: ignore[union-attr]
+        return [float(x) for x in (ir if args.stat == "ir" else every).split()]
 
     chunk = max(1, min(args.chunk, args.steps))
     orders = turn_orders(len(workers))
@@ -156,14 +165,22 @@ def main(argv: list[str] | None = None) -> int:
                     times[i] += ask(i, p, min(chunk, args.steps - start))
                 turn += 1
             for i, t in enumerate(times):
-                medians[(i, p)].append(float(np.median(t) if args.stat == "median" else np.mean(t)))
+                if not t:  # (--stat ir: no step of this round ran its IR)
+                    print(f"ab_step: no step of {p} ran its IR in a round of {args.steps} steps: raise --steps "
+                          "(or add --finishing)")
+                    for w in workers:
+                        w.kill()
+                    return 2
+                medians[(i, p)].append(float(np.mean(t) if args.stat == "mean" else np.median(t)))
     for w in workers:
         w.stdin.write("\n")  # type: ignore[union-attr]
         w.stdin.flush()  # type: ignore[union-attr]
         w.wait()
     pinned = "not pinned" if cpu is None else f"pinned to CPU {cpu}"
     behind = "N/2" if args.waiting is None else f"{args.waiting:,}"
-    print(f"schedule() {args.stat}s, µs, N={args.size} running + {behind} waiting, {args.rounds} rounds of "
+    stat = "IR steps' medians" if args.stat == "ir" else f"{args.stat}s"
+    finishing = ", requests finishing" if args.finishing else ""
+    print(f"schedule() {stat}, µs, N={args.size} running + {behind} waiting{finishing}, {args.rounds} rounds of "
           f"{args.steps} steps taken {chunk} at a time in alternating order, workers {pinned}")
     print(f"A = {trees[0]}\nB = {trees[1]}")
     if not args.no_control:

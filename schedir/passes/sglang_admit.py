@@ -272,7 +272,9 @@ class SglangAdmit(StepPass):
         if batch_size:
             total, prompt, max_new = step.columns(running, ("total", "prompt", "max_tokens"))
             left = np.minimum(max_new[in_batch] - (total[in_batch] - prompt[in_batch]), self.clip)
-            offset = float(sum(float(x) * ratio for x in left.tolist()))
+            # Python's sum over the products, in batch order, as PrefillAdder's (the products are
+            # exact: small integers times the ratio; only the summation order could round apart)
+            offset = float(sum((left.astype(np.float64) * ratio).tolist()))
         chunk = facts.token_budget if self.chunk < 0 else (self.chunk or None)
         mixed = bool(self.mixed) and chunk is not None  # scheduler.py: is_mixed_chunk
         if chunk is not None and chunk < pool.block_size:
@@ -383,22 +385,31 @@ class SglangAdmit(StepPass):
             ids = np.asarray(new_rows, dtype=np.int64)
             step.match(waiting, ids, np.asarray(new_hits, dtype=np.int64))
             step.schedule(waiting, "prefill", ids, np.asarray(new_tokens, dtype=np.int64))
-        # requests whose prefill completes join the running batch, in batch order
+        # requests whose prefill completes join the running batch, in batch order: the chunked
+        # one resumed (of the running queue), the new ones (waiting), then, in a mixed step, the
+        # decoding batch (running); each takes the next place (no row is in two of them)
         base = int(st.get(NEXT_JOIN.name, NEXT_JOIN.default))
-        joining = [r for r in batch_rows if r != new_chunked]
+        resumed_joins = resumed >= 0 and resumed != new_chunked
+        new_ids = np.asarray(new_rows, dtype=np.int64)
+        new_ids = new_ids[new_ids != new_chunked]
         decoding = self._mix(step, pool, running, run_ids, in_batch) if mixed and batch_size else None
+        joined = int(resumed_joins) + new_ids.size
         if decoding is not None:
             # The mixed batch (prefills, then the decodes) becomes the running batch next step, in
             # that order, and a fresh batch's batch_is_full is False
-            joining += decoding.tolist()
             full = False
-        place_of = {r: base + k for k, r in reversed(list(enumerate(joining)))}  # a row's first place
-        for value, queue_ids in ((running, run_ids), (waiting, wait_ids)):
-            members = set(queue_ids.tolist())  # once per queue: it was built again per joining row
-            mine = np.asarray([r for r in joining if r in members], dtype=np.int64)
-            if mine.size:
-                places = np.asarray([place_of[r] for r in mine.tolist()], dtype=np.int64)
-                step.set_request_state(value, mine, **{JOIN.name: places})
+            run_join = np.concatenate([np.array([resumed] if resumed_joins else [], dtype=np.int64), decoding])
+            run_places = np.concatenate([np.array([base] if resumed_joins else [], dtype=np.int64),
+                                         base + joined + np.arange(decoding.size, dtype=np.int64)])
+            joined += decoding.size
+        else:
+            run_join = np.array([resumed] if resumed_joins else [], dtype=np.int64)
+            run_places = np.full(run_join.size, base, dtype=np.int64)
+        if run_join.size:
+            step.set_request_state(running, run_join, **{JOIN.name: run_places})
+        if new_ids.size:
+            step.set_request_state(waiting, new_ids, **{JOIN.name: base + int(resumed_joins)
+                                                        + np.arange(new_ids.size, dtype=np.int64)})
         # The next step expects the running batch plus this whole batch: a request that finished or
         # stays chunked (filtered out of the last batch, scheduler.py:get_next_batch_to_run) makes
         # the batch smaller than that, which clears batch_is_full.
@@ -406,4 +417,4 @@ class SglangAdmit(StepPass):
             # The running batch was empty: next step the new prefill batch *becomes* the running
             # batch (`self.running_batch = last`), a fresh ScheduleBatch whose batch_is_full is False.
             full = False
-        done(new_chunked, len(batch_rows), float(base + len(joining)))
+        done(new_chunked, len(batch_rows), float(base + joined))
