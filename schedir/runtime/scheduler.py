@@ -666,6 +666,7 @@ class Scheduler:
             arrays = self._decide_arrays(step, waiting)
             if self._ranked_prefix is None or self._ranked_arrays_held(arrays):
                 break
+            arrays.undo_state()  # decided again from the state as the step found it
             self.metrics.ranked_rebuilt += 1  # as the IR path: the whole queue, and back off a while
             waiting = self.waiting
             self._ranked_prefix = None
@@ -700,8 +701,12 @@ class Scheduler:
         table = self.table
         arrays = ArrayStep(self._step_facts(step, waiting), data, _COLUMN_INDEX, table.state, table.state_index, queues,
                            hit, cached_free, look_up)
-        for p in self.manager.passes:
-            p.run_arrays(arrays)
+        try:
+            for p in self.manager.passes:
+                p.run_arrays(arrays)
+        except BaseException:
+            arrays.undo_state()  # a failed step leaves the table's request state as it found it
+            raise
         return arrays
 
     def _ranked_arrays_held(self, arrays: ArrayStep) -> bool:
@@ -725,7 +730,7 @@ class Scheduler:
                 (swapped_out if decision.mode == "swap" else preempted).append(decision.rows)
             elif kind == "reject":
                 rejected.append((decision.rows, decision.values))
-        if arrays.write_state():
+        if arrays.wrote_state():
             self._request_state_writes += 1
             self._queued_state_writes += 1
         new_rows = joined_columns(admitted)
