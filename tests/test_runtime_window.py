@@ -11,6 +11,7 @@ from schedir import Request, Scheduler, SchedulerConfig
 from schedir.dialects.req import QueueOp
 from schedir.ir.step import steps_of
 from schedir.runtime import table as T
+from schedir.passes.mlfq_order import MlfqOrder
 
 
 def run(window: bool, policy: str, seed: int, num_blocks: int) -> list[tuple]:
@@ -757,3 +758,69 @@ def test_rank_heads_match_a_stable_sort():
         expected = np.argsort(keys, kind="stable")[:k]
         assert rank_head(keys, k).tolist() == expected.tolist()
         assert first_by_rank(keys, k).tolist() == np.sort(expected).tolist()
+
+
+def _fastserve_displacing(ranked: bool, arrays: bool = True) -> tuple[list[tuple], Scheduler, list[int]]:
+    """FastServe with 16 seats and 400 short jobs queued at once (all skip-join to the top level):
+    running jobs are demoted past their quantum and the queue's new jobs displace several of them
+    a step, by swap while the host tier has room, then by recompute; returns the decisions, the
+    scheduler and the waiting requests in each step decided over arrays or built."""
+    cfg = SchedulerConfig(num_blocks=400, block_size=4, max_num_batched_tokens=256, max_num_seqs=16,
+                          max_model_len=256, pipeline="fastserve", num_cpu_blocks=120)
+    sched = Scheduler(cfg, clock=lambda: 0.0)
+    sched._arrays_allowed = arrays
+    if not ranked:
+        sched._declared_window = False
+    built: list[int] = []
+
+    def spy(real):  # type: ignore[no-untyped-def]
+        def step_over(step, waiting, *rest):  # type: ignore[no-untyped-def]
+            built.append(waiting.size)
+            return real(step, waiting, *rest)
+        return step_over
+
+    sched._build_and_run = spy(sched._build_and_run)  # type: ignore[method-assign]
+    sched._decide_arrays = spy(sched._decide_arrays)  # type: ignore[method-assign]
+    rng = np.random.default_rng(5)
+    for i in range(400):
+        sched.add_request(Request(f"r{i:03d}", rng.integers(0, 1000, int(rng.integers(4, 40))).tolist(),
+                                  max_tokens=int(rng.integers(10, 60))))
+    decisions = []
+    while sched.has_unfinished_requests():
+        out = sched.schedule()
+        decisions.append((tuple(out.req_ids), tuple(out.num_tokens.tolist()),
+                          tuple(sorted(out.preempted_req_ids | out.swapped_out_req_ids)),
+                          sched.table.state[:, np.sort(np.concatenate([sched.running, sched.waiting,
+                                                                       sched.swapped]))].tobytes()))
+        sched.update(out, np.where(out.sampled, 7, -1))
+        assert len(decisions) < 20000
+    return decisions, sched, built
+
+
+def test_fastserve_heads_are_as_long_as_its_pick_can_displace():
+    """mlfq-order's pick displaces only running jobs of a lower level than the queue's best, so
+    its window and the walks' heads are the free seats + those jobs (+ 1, + 16), not max_seqs + 16:
+    steps where the batch is all of the queue's best level carry a short head. Decisions, swaps
+    and request state equal the whole queue's at every step, steps that displace several jobs
+    included (a head one job short would displace fewer: the mutation test below)."""
+    windowed, sched, built = _fastserve_displacing(True)
+    whole, _, _ = _fastserve_displacing(False, arrays=False)
+    displacing = sum(len(d[2]) >= 4 for d in windowed)
+    assert displacing > 10  # steps that gave 4 or more seats away
+    metrics = sched.metrics
+    assert metrics.ranked_steps - metrics.ranked_rebuilt > 20
+    long = [n for n in built if n > 0]
+    assert sorted(long)[len(long) // 4] < 16 + 16  # a quarter of the steps carried a head shorter than max_seqs + 16
+    assert len(windowed) == len(whole)
+    for step, (a, b) in enumerate(zip(windowed, whole, strict=True)):
+        assert a == b, f"step {step + 1} differs"
+
+
+def test_fastserve_heads_need_the_displaceable_count(monkeypatch):
+    """Counting no displaceable job (the heads the free seats + 1 and + 16 long) decides otherwise
+    than the whole queue where the pick displaces several jobs a step."""
+    monkeypatch.setattr(MlfqOrder, "_displaceable", lambda self, ctx, rank: 0)
+    windowed, _, _ = _fastserve_displacing(True)
+    monkeypatch.undo()
+    whole, _, _ = _fastserve_displacing(False, arrays=False)
+    assert windowed != whole

@@ -323,11 +323,25 @@ class WindowContext:
         rule (`frees_seats`), so a walk into free seats fills at most that many."""
         return not self.memo.get(_SEATS_FREED) and self.running_fits()
 
-    def frees_seats(self) -> None:
+    def frees_seats(self, at_most: int | None = None) -> None:
         """Said by a pass, in its `waiting_window`, that may preempt running requests for waiting
         ones by its own rule (FastServe's `mlfq-order`): the passes asked after it then do not
-        count on `seats_stay_taken` (admission takes what it frees: a ranked window instead)."""
-        self.memo[_SEATS_FREED] = True
+        count on `seats_stay_taken` (admission takes what it frees: a ranked window instead).
+        `at_most`: how many seats it frees at most this step (None: any number), which bounds the
+        walks' heads (`seats_to_fill`); 0 frees none."""
+        freed = self.max_seqs if at_most is None else max(at_most, 0)
+        if freed:
+            self.memo[_SEATS_FREED] = min(self.memo.get(_SEATS_FREED, 0) + freed, self.max_seqs)
+
+    def seats_to_fill(self) -> int:
+        """The most sequence slots a walk into free seats can fill this step: the free ones and
+        those the passes said they free (`frees_seats`), where nobody is preempted for want of
+        blocks (`running_fits`); else every slot. A walk that admits or resumes only into a free
+        seat stops within its first `seats_to_fill() + 1` candidates."""
+        if not self.running_fits():
+            return self.max_seqs
+        free = max(self.max_seqs - self.running.size, 0)
+        return min(free + int(self.memo.get(_SEATS_FREED, 0)), self.max_seqs)
 
     def shared(self, key: object, compute: Callable[[], object]) -> object:
         """`compute()` once per context: a rule several passes ask (SGLang's admission gate)."""

@@ -210,12 +210,14 @@ class MlfqLevels(StepPass):
     def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
         """The waiting jobs it places, demotes or promotes in a step built now (the only ones it
         writes). Their levels after this step's placement, waiting and swapped, are left for
-        `mlfq-order`'s rank (`ctx.shared("mlfq-placed-levels")`)."""
+        `mlfq-order`'s rank (`ctx.shared("mlfq-placed-levels")`), the running jobs' for the count
+        of those it can displace ("mlfq-placed-running")."""
         if ctx.state_of is None or ctx.column_of is None:
             return None
         placed, changed = self.placed(ctx, ctx.waiting)
         swapped = ctx.memo[("mlfq-placed-swapped", self)] = self.placed(ctx, ctx.swapped)
         ctx.memo["mlfq-placed-levels"] = (placed[0], swapped[0][0])
+        ctx.memo["mlfq-placed-running"] = self.placed(ctx, ctx.running)[0][0]  # (the jobs mlfq-order may displace)
         return changed
 
     def swapped_window(self, ctx: WindowContext) -> np.ndarray | None:

@@ -315,18 +315,24 @@ class MlfqOrder(StepPass):
 
     def waiting_window(self, ctx: WindowContext) -> np.ndarray | None:
         """The jobs its pick can reach: it walks the jobs that want a seat in rank order, each
-        taking a free seat, displacing a running job or stopping the walk, so at most
-        max_seqs + 1 of them, and its memory rule reads the head: the first max_seqs + 1
-        waiting jobs by rank (ties in queue order, as `run`'s stable sort). The seats it frees go to waiting
-        jobs: it says so (`WindowContext.frees_seats`), so admission declares no empty window."""
-        ctx.frees_seats()  # its displacements give waiting jobs seats: admission needs more than nobody
+        taking a free seat, displacing a running job or stopping the walk, and its memory rule
+        reads the head. A job displaces only a running job of a lower level than its own, so at
+        most the running jobs below the queue's best level give way (`displaceable`): the walk
+        reaches the first free seats + those + 1 waiting jobs by rank (ties in queue order, as
+        `run`'s stable sort), at most max_seqs + 1. The seats it frees go to waiting jobs: it
+        says how many at most (`WindowContext.frees_seats`), so admission declares no empty
+        window and walks a head that long (a batch of jobs all of the queue's best level frees
+        none: the heads are the free seats + 16, not max_seqs + 16)."""
         rank = self.waiting_rank(ctx)
         if rank is None:
+            ctx.frees_seats()  # its displacements give waiting jobs seats: admission needs more than nobody
             return None
-        return ctx.first_by_rank(rank[0], ctx.max_seqs + 1)
+        freed = self._displaceable(ctx, rank)
+        ctx.frees_seats(freed)
+        return ctx.first_by_rank(rank[0], self._reach(ctx, freed))
 
     def swapped_window(self, ctx: WindowContext) -> np.ndarray | None:
-        """The swapped jobs its pick can reach: the first max_seqs + 1 by rank, as `waiting_window`
+        """The swapped jobs its pick can reach: the first ones by rank, as many as `waiting_window`'s
         (the pick walks swapped and waiting jobs in one order); nobody when it preempts by
         recompute (it reads no swapped queue then)."""
         if self.preemption != "swap":
@@ -334,7 +340,28 @@ class MlfqOrder(StepPass):
         rank = self.waiting_rank(ctx)
         if rank is None or self.swapped != "swapped":
             return None
-        return ctx.first_by_rank(rank[1], ctx.max_seqs + 1)
+        return ctx.first_by_rank(rank[1], self._reach(ctx, self._displaceable(ctx, rank)))
+
+    @staticmethod
+    def _reach(ctx: WindowContext, freed: int) -> int:
+        """How many jobs of the rank the pick walks at most: one per free seat, one per job it can
+        displace, and the one it stops at."""
+        return min(max(ctx.max_seqs - ctx.running.size, 0) + freed, ctx.max_seqs) + 1
+
+    def _displaceable(self, ctx: WindowContext, rank: tuple[np.ndarray, np.ndarray]) -> int:
+        """The running jobs whose level (as `mlfq-levels` places them this step) is below the best
+        level a waiting or swapped job has: the only ones `mlfq_pick` can make give way, for a
+        seat or for memory (a victim's level is above the walking job's, or the head's)."""
+        def count() -> int:
+            best = min((int(keys.min()) for keys in rank if keys.size), default=None)
+            if best is None:
+                return 0
+            run_level = ctx.memo.get("mlfq-placed-running")
+            if run_level is None:  # no mlfq-levels before it: the levels as they stand
+                run_level = ctx.state_of(LEVEL.name)[ctx.running]  # type: ignore[misc]
+            return int(np.count_nonzero(run_level > (best >> _ARRIVAL_BITS)))
+
+        return ctx.shared(("mlfq-displaceable", self), count)  # type: ignore[return-value]
 
     def steady_order(self, ctx: WindowContext) -> np.ndarray | None:
         """The batch in (level, arrival) order, as `run` sorts the running queue (None: already so)."""

@@ -938,7 +938,7 @@ class Scheduler:
         walk that could resume them resumes one only into a free seat, so it has stopped (or
         filled every seat) within the head's max_num_seqs + 1 first: they stay swapped, as the
         whole queue would decide (`_ranked_window_held` checks the rest)."""
-        k = self.config.max_num_seqs + WINDOW_SLACK
+        k = min(self.config.max_num_seqs, ctx.seats_to_fill()) + WINDOW_SLACK
         if swapped_keys.size <= k or swapped_keys.size != self.swapped.size:
             return None
         head = ctx.first_by_rank(swapped_keys, k)
@@ -964,9 +964,9 @@ class Scheduler:
         if rank is None:
             return None
         keys, swapped_keys = rank
-        k = self.config.max_num_seqs + WINDOW_SLACK
-        if ctx.free_seats_stay():  # the walkers fill at most the free seats: their head, checked as any
-            k = min(k, self.config.max_num_seqs - self.running.size + WINDOW_SLACK)
+        # the walkers fill at most the free seats and those the passes free (`seats_to_fill`): their
+        # head, checked after the step as any
+        k = min(self.config.max_num_seqs, ctx.seats_to_fill()) + WINDOW_SLACK
         if keys.size <= k:
             return None
         return ctx.first_by_rank(keys, k)
