@@ -17,10 +17,12 @@ drift in the machine's speed moves them all alike.
 `--finishing` gives each request 20-399 tokens to generate, so requests finish and the head of
 the queue is admitted every few steps: most steps then run their IR (or decide it over arrays,
 `schedir.ir.array_step`), and the IR med column compares those steps with `vllm`'s own
-admission steps; `moved` says how many requests such a step admits, preempts or swaps out
-(FastServe's, with 5,000 new jobs ranked above the running ones at 32 running, moves a median
-64 a step where `vllm`'s admits one). `--spread-arrivals` has the requests arrive 0.1 ms apart (distinct arrival
-times, as a real trace's) instead of all at t = 0, where every order's arrival tie-break ties;
+admission steps; `moved` says how many requests such a step admits, preempts or swaps out, on
+average (FastServe's, with 5,000 new jobs ranked above the running ones, displace running jobs
+by the dozen or the hundred where `vllm`'s admits one; a mean, since those steps alternate with
+steps that move a few, and a median would show only one kind). `--spread-arrivals` has the
+requests arrive 0.1 ms apart (distinct arrival times, as a real trace's) instead of all at
+t = 0, where every order's arrival tie-break ties;
 `--shared-prefix` starts every prompt with one system prompt, so every waiting request hits the
 prefix cache (an order by prefix hits looks them all up).
 """
@@ -113,7 +115,7 @@ def interleaved_medians(cases: list[tuple[str, int]], steps: int, rounds: int = 
     steps each: a machine whose speed drifts (a shared 2-core box) moves every case alike, so the
     ratios to `vllm` hold even when the absolute figures wander. `ir_share`, when given, gets
     each case's share of steps that ran their IR (a policy that preempts decides those), and
-    `ir_medians` the median of those steps alone (nan: none) and `moved` the median number of
+    `ir_medians` the median of those steps alone (nan: none) and `moved` the mean number of
     requests such a step admitted, preempted or swapped out (the work a policy gives it)."""
     schedulers = {case: _decoding_scheduler(*case, waiting, finishing, spread, shared) for case in cases}
     times: dict[tuple[str, int], list[float]] = {case: [] for case in cases}
@@ -125,7 +127,7 @@ def interleaved_medians(cases: list[tuple[str, int]], steps: int, rounds: int = 
         for case, s in schedulers.items():
             ir_steps[case] += _timed_steps(s, per_round, times[case], ir_times[case], moved_counts[case])
     if moved is not None:
-        moved.update({case: float(np.median(m)) if m else float("nan") for case, m in moved_counts.items()})
+        moved.update({case: float(np.mean(m)) if m else float("nan") for case, m in moved_counts.items()})
     if ir_share is not None:
         ir_share.update({case: ir_steps[case] / len(times[case]) for case in cases})
     if ir_medians is not None:
@@ -179,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{f', a shared {args.shared_prefix}-token prompt' if args.shared_prefix else ''}); x = / vllm's; "
           "IR = share of steps that ran their IR (or decided it over arrays; the rest: steady steps); "
           "mean = every step's mean, µs (the IR steps' cost shows there); IR med = those steps' median, µs, "
-          "and / vllm's; moved = the requests such a step admits, preempts or swaps out (median: the work its "
+          "and / vllm's; moved = the requests such a step admits, preempts or swaps out (mean: the work its "
           "policy gives it)")
     print(f"{'preset':<18}" + "".join(f"{f'N={n}':>54}" for n in sizes))
     for p in presets:
