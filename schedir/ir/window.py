@@ -14,17 +14,20 @@ on) can reach any request of the queue, so its exact window is the whole queue. 
 pass ranks the queue by a key (`StepPass.waiting_rank`: FastServe's (level, arrival)) and the
 walkers declare that they act in that order only while sequence slots and token budget last
 (`StepPass.walks_ranked`: admit-greedy, mlfq-swap-in), the runtime builds the step over the head
-of that order (max_num_seqs + 16 requests, `first_by_rank`; the free seats + 16 where they stay
-free seats, `WindowContext.free_seats_stay`) plus what the other passes name, and
+of that order (`first_by_rank`: the seats the walks can fill + 16 requests, `seats_to_fill`: the
+free seats and those the passes free, every seat where blocks run short) plus what the other
+passes name, and
 checks the step after the pipeline ran (`Scheduler._ranked_window_held`): the walkers took nobody
 past the head and ran out of slots or budget within it, and a swapped request ranked past a
 request left out was not reached (deferred for slots or budget). Where the check fails the step
 is built again over the whole queue, so the decisions are always the whole queue's. A pass that
-frees slots by its own rule (`mlfq-order` displacing running jobs) says so (`frees_seats`), so
-admission does not answer "nobody" from `seats_stay_taken`. A long swapped queue gets the same
-treatment (`StepPass.swapped_window`): the step holds the first max_num_seqs + 16 swapped
-requests by rank plus what the passes name (the jobs `mlfq-levels` moves), since a walk that
-resumes a swapped request only into a free seat stops within the first max_num_seqs + 1.
+frees slots by its own rule (`mlfq-order` displacing running jobs) says so, and how many at most
+(`frees_seats`: the running jobs of a level below the queue's best), so admission does not
+answer "nobody" from `seats_stay_taken` and its head is no longer than those seats need. A
+long swapped queue gets the same treatment (`StepPass.swapped_window`): the step holds the
+first `seats_to_fill` + 16 swapped requests by rank plus what the passes name (the jobs
+`mlfq-levels` moves), since a walk that resumes a swapped request only into a free seat stops
+within the first `seats_to_fill` + 1.
 
 **Composed ranks.** Several order passes in a row (the seed's `with-all-passes`: prefix hits,
 then length groups, then priority) sort the step's order stably one after the other, so the

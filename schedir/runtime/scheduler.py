@@ -932,12 +932,13 @@ class Scheduler:
 
     def _swapped_window(self, ctx: WindowContext, swapped_keys: np.ndarray) -> np.ndarray | None:
         """Positions in the swapped queue that a step over a ranked window needs: the first
-        max_num_seqs + 16 by the order pass's rank and what each pass names
-        (`StepPass.swapped_window`); None (all of them) for a short queue, or where a pass names
-        none and walks no ranked order. Swapped requests left out rank behind that head; the
-        walk that could resume them resumes one only into a free seat, so it has stopped (or
-        filled every seat) within the head's max_num_seqs + 1 first: they stay swapped, as the
-        whole queue would decide (`_ranked_window_held` checks the rest)."""
+        `seats_to_fill` + 16 by the order pass's rank (at most max_num_seqs + 16) and what each
+        pass names (`StepPass.swapped_window`); None (all of them) for a short queue, or where a
+        pass names none and walks no ranked order. Swapped requests left out rank behind that
+        head; the walk that could resume them resumes one only into a free seat, so it has
+        stopped (or filled every seat it could) within the head's first `seats_to_fill` + 1:
+        they stay swapped, as the whole queue would decide (`_ranked_window_held` checks the
+        rest)."""
         k = min(self.config.max_num_seqs, ctx.seats_to_fill()) + WINDOW_SLACK
         if swapped_keys.size <= k or swapped_keys.size != self.swapped.size:
             return None
@@ -956,11 +957,11 @@ class Scheduler:
         return np.flatnonzero(inside)
 
     def _ranked_head(self, ctx: WindowContext, rank: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray | None:
-        """Positions in the waiting queue of a ranked window's head: the first max_num_seqs + 16
+        """Positions in the waiting queue of a ranked window's head: the first `seats_to_fill` + 16
         waiting requests by the order pass's rank (`StepPass.waiting_rank`; equal keys in queue
-        order), the free seats + 16 first where they stay free seats (`free_seats_stay`: a walk
-        fills no more; 256 running make the step's head 16 long, not 272); None (the whole queue)
-        without a rank."""
+        order): the free seats and those the passes free (`frees_seats`; every seat where blocks
+        run short), + 16, at most max_num_seqs + 16 (a full batch whose seats stay taken makes
+        the head 16 long, not 272); None (the whole queue) without a rank."""
         if rank is None:
             return None
         keys, swapped_keys = rank
