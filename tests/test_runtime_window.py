@@ -433,15 +433,12 @@ def test_a_full_batch_keeps_a_long_queue_out_of_the_step(pipeline):
     assert len(out.req_ids) == 4  # the batch decodes
 
 
-def _fastserve_overload(ranked: bool, num_blocks: int, seed: int = 9, num_cpu_blocks: int = 60,
-                        swapped_sizes: list[tuple[int, int]] | None = None,
-                        arrays: bool = True) -> tuple[list[tuple], Scheduler, list[int]]:
-    """FastServe behind 4 seats with ~300 waiting (mixed prompt lengths: several skip-join levels,
-    demotions and swaps); returns the decisions, the scheduler and the waiting queue's length in
-    each IR step built or decided over arrays (`swapped_sizes`: the swapped queue's and the step's
-    swapped requests, per step over a ranked window). `arrays` false: every IR step builds its IR."""
-    cfg = SchedulerConfig(num_blocks=num_blocks, block_size=4, max_num_batched_tokens=64, max_num_seqs=4,
-                          max_model_len=256, pipeline="fastserve", num_cpu_blocks=num_cpu_blocks)
+def _spied_scheduler(cfg: SchedulerConfig, ranked: bool, arrays: bool,
+                     swapped_sizes: list[tuple[int, int]] | None = None) -> tuple[Scheduler, list[int]]:
+    """A scheduler whose IR steps (built or decided over arrays) record the waiting requests they
+    carry into the returned list (`swapped_sizes`: the swapped queue's and the step's swapped
+    requests, per step over a ranked window); `ranked` false: no declared windows; `arrays`
+    false: every IR step builds its IR."""
     sched = Scheduler(cfg, clock=lambda: 0.0)
     sched._arrays_allowed = arrays
     if not ranked:
@@ -458,6 +455,19 @@ def _fastserve_overload(ranked: bool, num_blocks: int, seed: int = 9, num_cpu_bl
 
     sched._build_and_run = spy(sched._build_and_run)  # type: ignore[method-assign]
     sched._decide_arrays = spy(sched._decide_arrays)  # type: ignore[method-assign]
+    return sched, built
+
+
+def _fastserve_overload(ranked: bool, num_blocks: int, seed: int = 9, num_cpu_blocks: int = 60,
+                        swapped_sizes: list[tuple[int, int]] | None = None,
+                        arrays: bool = True) -> tuple[list[tuple], Scheduler, list[int]]:
+    """FastServe behind 4 seats with ~300 waiting (mixed prompt lengths: several skip-join levels,
+    demotions and swaps); returns the decisions, the scheduler and the waiting queue's length in
+    each IR step built or decided over arrays (`swapped_sizes`: the swapped queue's and the step's
+    swapped requests, per step over a ranked window). `arrays` false: every IR step builds its IR."""
+    cfg = SchedulerConfig(num_blocks=num_blocks, block_size=4, max_num_batched_tokens=64, max_num_seqs=4,
+                          max_model_len=256, pipeline="fastserve", num_cpu_blocks=num_cpu_blocks)
+    sched, built = _spied_scheduler(cfg, ranked, arrays, swapped_sizes)
     rng = np.random.default_rng(seed)
     decisions = []
     for i in range(300):
@@ -767,20 +777,7 @@ def _fastserve_displacing(ranked: bool, arrays: bool = True) -> tuple[list[tuple
     scheduler and the waiting requests in each step decided over arrays or built."""
     cfg = SchedulerConfig(num_blocks=400, block_size=4, max_num_batched_tokens=256, max_num_seqs=16,
                           max_model_len=256, pipeline="fastserve", num_cpu_blocks=120)
-    sched = Scheduler(cfg, clock=lambda: 0.0)
-    sched._arrays_allowed = arrays
-    if not ranked:
-        sched._declared_window = False
-    built: list[int] = []
-
-    def spy(real):  # type: ignore[no-untyped-def]
-        def step_over(step, waiting, *rest):  # type: ignore[no-untyped-def]
-            built.append(waiting.size)
-            return real(step, waiting, *rest)
-        return step_over
-
-    sched._build_and_run = spy(sched._build_and_run)  # type: ignore[method-assign]
-    sched._decide_arrays = spy(sched._decide_arrays)  # type: ignore[method-assign]
+    sched, built = _spied_scheduler(cfg, ranked, arrays)
     rng = np.random.default_rng(5)
     for i in range(400):
         sched.add_request(Request(f"r{i:03d}", rng.integers(0, 1000, int(rng.integers(4, 40))).tolist(),
