@@ -320,12 +320,6 @@ class WindowContext:
             return self.NONE
         return None
 
-    def free_seats_stay(self) -> bool:
-        """The free sequence slots stay as many as now this step (max_seqs - running): nobody is
-        preempted for want of blocks (`running_fits`) and no pass said it frees seats by its own
-        rule (`frees_seats`), so a walk into free seats fills at most that many."""
-        return not self.memo.get(_SEATS_FREED) and self.running_fits()
-
     def frees_seats(self, at_most: int | None = None) -> None:
         """Said by a pass, in its `waiting_window`, that may preempt running requests for waiting
         ones by its own rule (FastServe's `mlfq-order`): the passes asked after it then do not

@@ -393,18 +393,17 @@ class SglangAdmit(StepPass):
         new_ids = np.asarray(new_rows, dtype=np.int64)
         new_ids = new_ids[new_ids != new_chunked]
         decoding = self._mix(step, pool, running, run_ids, in_batch) if mixed and batch_size else None
-        joined = int(resumed_joins) + new_ids.size
         if decoding is not None:
             # The mixed batch (prefills, then the decodes) becomes the running batch next step, in
             # that order, and a fresh batch's batch_is_full is False
             full = False
-            run_join = np.concatenate([np.array([resumed] if resumed_joins else [], dtype=np.int64), decoding])
-            run_places = np.concatenate([np.array([base] if resumed_joins else [], dtype=np.int64),
-                                         base + joined + np.arange(decoding.size, dtype=np.int64)])
-            joined += decoding.size
         else:
-            run_join = np.array([resumed] if resumed_joins else [], dtype=np.int64)
-            run_places = np.full(run_join.size, base, dtype=np.int64)
+            decoding = np.zeros(0, dtype=np.int64)
+        prefills = int(resumed_joins) + new_ids.size
+        joined = prefills + decoding.size
+        run_join = np.concatenate([np.array([resumed] if resumed_joins else [], dtype=np.int64), decoding])
+        run_places = np.concatenate([np.full(int(resumed_joins), base, dtype=np.int64),
+                                     base + prefills + np.arange(decoding.size, dtype=np.int64)])
         if run_join.size:
             step.set_request_state(running, run_join, **{JOIN.name: run_places})
         if new_ids.size:

@@ -939,7 +939,7 @@ class Scheduler:
         stopped (or filled every seat it could) within the head's first `seats_to_fill` + 1:
         they stay swapped, as the whole queue would decide (`_ranked_window_held` checks the
         rest)."""
-        k = min(self.config.max_num_seqs, ctx.seats_to_fill()) + WINDOW_SLACK
+        k = ctx.seats_to_fill() + WINDOW_SLACK  # (at most max_num_seqs + 16)
         if swapped_keys.size <= k or swapped_keys.size != self.swapped.size:
             return None
         head = ctx.first_by_rank(swapped_keys, k)
@@ -967,7 +967,7 @@ class Scheduler:
         keys, swapped_keys = rank
         # the walkers fill at most the free seats and those the passes free (`seats_to_fill`): their
         # head, checked after the step as any
-        k = min(self.config.max_num_seqs, ctx.seats_to_fill()) + WINDOW_SLACK
+        k = ctx.seats_to_fill() + WINDOW_SLACK  # (at most max_num_seqs + 16)
         if keys.size <= k:
             return None
         return ctx.first_by_rank(keys, k)
