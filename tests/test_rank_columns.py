@@ -139,3 +139,42 @@ def test_distinct_arrivals_end_the_composed_rank_at_the_last_order():
     ctx = _context(cols, waiting, WindowContext.NONE, 0)
     assert ctx.composed_rank([Spied(), NoColumns(), PriorityBased()]) is None
     assert asked == ["batching-efficiency"]
+
+
+def test_the_window_kernels_equal_their_numpy_forms():
+    """The one-pass kernels of the rank columns and the ranked window (`above_least`,
+    `pack_column_into`, `hit_blocks_below_most`, `ranked_window_marks`) equal the numpy passes
+    they replace, on random queues, empty ones included."""
+    from schedir.ir.window import above_least, pack_column_into, ranked_window_marks
+    from schedir.passes.prefix_cache_aware import hit_blocks_below_most
+
+    rng = np.random.default_rng(15)
+    for _ in range(400):
+        n = int(rng.integers(0, 40))
+        table = rng.integers(-5, 9, 64)
+        rows = rng.permutation(64)[:n]
+        got, span = above_least(table, rows)
+        values = table[rows]
+        assert np.array_equal(got, values - (values.min() if n else 0))
+        assert span == (int(values.max() - values.min()) + 1 if n else 1)
+        keys, extra, bound = rng.integers(0, 50, n), rng.integers(0, 7, n), 7
+        packed = keys.copy()
+        pack_column_into(packed, extra, bound)
+        assert np.array_equal(packed, keys * bound + extra)
+        hit = rng.integers(0, 9, n) * 3
+        below, most = hit_blocks_below_most(hit, 4, 8)
+        blocks = np.where(hit >= 8, hit, 0) // 4
+        assert most == (int(blocks.max()) if n else 0) and np.array_equal(below, most - blocks)
+        if not n:
+            continue
+        head = rng.permutation(n)[: int(rng.integers(0, n + 1))]
+        named = rng.integers(0, n, int(rng.integers(0, 5)))
+        keys = rng.integers(0, 100, n)
+        at, beyond, least = ranked_window_marks(n, named, head, keys)
+        inside = np.zeros(n, dtype=bool)
+        inside[named] = inside[head] = True
+        in_head = np.zeros(n, dtype=bool)
+        in_head[head] = True
+        assert np.array_equal(at, np.flatnonzero(inside))
+        assert np.array_equal(beyond, np.flatnonzero(inside & ~in_head))
+        assert least == (keys[~inside].min() if (~inside).any() else np.iinfo(np.int64).max)

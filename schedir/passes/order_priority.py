@@ -10,7 +10,7 @@ from typing import ClassVar
 from schedir.ir.array_step import ArrayStep
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
-from schedir.ir.window import RankColumn, WindowContext
+from schedir.ir.window import RankColumn, WindowContext, above_least
 from schedir.lowering.steady_layout import WINDOW_NOBODY, window_steady_lowered
 from schedir.passes.ordering import sort_arrays_by_columns, sort_by_columns, then_arrival_keys
 
@@ -63,10 +63,8 @@ class OrderPriority(StepPass):
         arrival = ctx.arrival_rank() if self.queue == "waiting" else None
         if arrival is None:
             return None
-        priority = ctx.column_of("priority")[ctx.waiting]  # type: ignore[misc]
-        low = int(priority.min()) if priority.size else 0
-        span = int(priority.max()) - low + 1 if priority.size else 1
-        return [RankColumn("priority", priority - low, span), arrival]
+        priority, span = above_least(ctx.column_of("priority"), ctx.waiting)  # type: ignore[misc]
+        return [RankColumn("priority", priority, span), arrival]
 
     def run_arrays(self, step: ArrayStep) -> None:
         """`run` over an array step (`schedir.ir.array_step`)."""

@@ -43,7 +43,7 @@ from schedir.ir.pipeline import Instrumentation, PassManager
 from schedir.ir.running_step import RunningStep
 from schedir.ir.state import RequestState
 from schedir.ir.step import Step, root_queue, steps_of
-from schedir.ir.window import WINDOW_SLACK, WindowContext
+from schedir.ir.window import WINDOW_SLACK, WindowContext, ranked_window_marks
 from schedir.lowering.hashing import extend_hashes
 from schedir.lowering.held_hits import HeldHits
 from schedir.lowering.kv_pool import KVPool, commit, match_rows
@@ -898,8 +898,11 @@ class Scheduler:
             parts.append(prefix)
         if not parts:
             return _EMPTY
-        inside = None
-        if len(parts) > 1 or walkers:  # the union, marked (np.unique's sort costs ~50 µs over thousands)
+        if walkers:  # the union, its part past the head and the least key left out, in one pass
+            keys, swapped_keys = rank  # type: ignore[misc]
+            named = parts[0] if len(parts) == 2 else joined_columns(parts[:-1]) if len(parts) > 2 else _NO_ROWS
+            at, beyond, least_left_out = ranked_window_marks(waiting.size, named, prefix, keys)
+        elif len(parts) > 1:  # the union, marked (np.unique's sort costs ~50 µs over thousands)
             inside = np.zeros(waiting.size, dtype=np.bool_)
             for part in parts:
                 inside[part] = True
@@ -908,16 +911,12 @@ class Scheduler:
             at = np.sort(parts[0])
         window = waiting[at]
         if walkers and window.size < waiting.size:
-            keys, swapped_keys = rank  # type: ignore[misc]
             swapped_at = self._swapped_window(ctx, swapped_keys)
             behind = _NO_ROWS
-            beyond = inside.copy()  # type: ignore[union-attr]
-            beyond[prefix] = False  # in the step but not in the head: what the walkers must not take
             if swapped_keys.size:
                 # swapped requests ranked after a waiting one left out (equal keys: swapped first, as
                 # the passes' stable sort of both): a walk that reached them would have passed it
-                left_out = keys[~inside]  # type: ignore[operator]
-                late = swapped_keys > left_out.min()
+                late = swapped_keys > least_left_out
                 if swapped_at is not None:  # of those in the step (the rest rank behind them all)
                     in_step = np.zeros(swapped_keys.size, dtype=np.bool_)
                     in_step[swapped_at] = True
@@ -926,7 +925,7 @@ class Scheduler:
                     behind = self.swapped[late]
                     if (keys[beyond] < swapped_keys[late].max()).any():
                         return waiting  # requests outside the head ranked among them: no ranked window
-            self._ranked_prefix = (waiting[prefix], waiting[np.flatnonzero(beyond)], behind,
+            self._ranked_prefix = (waiting[prefix], waiting[beyond], behind,
                                    self.swapped if swapped_at is None else self.swapped[swapped_at])
         return window
 
