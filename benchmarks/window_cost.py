@@ -2,17 +2,22 @@
 
 Issue 15 asks that a preset's step cost not grow with the load. The steps that run their passes
 (`preset_step.py --finishing`, its `IR med`) still grow for a few presets; this splits them. For
-each preset and size N it runs two schedulers side by side, N running with N/2 waiting and with
-`--waiting` waiting (requests finishing, as `preset_step.py --finishing`), takes their steps in
-turns with `vllm`'s (`--rounds`, so the machine's drift moves them all alike), and prints the
-median IR step at both loads and their ratio (the growth), `vllm`'s IR step at the larger load,
-the median of the larger load's IR steps that moved at most 2 requests (`vllm`'s work: what the
-queue costs beside the policy's own moves) and its growth, and for that load the median time of
-the runtime's waiting window (`Scheduler._waiting_window`:
-the passes' declared windows, ranks and heads, built over the whole queue) and of the Numba
-kernels called inside it (dispatch included; every kernel of the `schedir.ir`, `schedir.passes`
-and `schedir.lowering` modules is timed where it is called from the window), and the requests
-an IR step moves (admits, preempts or swaps out) on average at each load: the policy's own work.
+each preset and size N it runs two schedulers, N running with N/2 waiting and with `--waiting`
+waiting (requests finishing, as `preset_step.py --finishing`), beside `vllm`'s two, in turns of
+5 steps (the turns' order reversed every other time, so the machine's drift and its slow moments
+fall on all of them alike), and prints per preset:
+
+- IR N/2, IR W: the median step that ran its passes at each load, and their ratio (growth);
+  x vllm: the larger load's against `vllm`'s there;
+- IR W<=2: the median of the larger load's IR steps that moved at most 2 requests (`vllm`'s
+  work: what the queue costs beside the policy's own moves), and its growth;
+- window, kernels, share: at the larger load, the median time of the runtime's waiting window
+  (`Scheduler._waiting_window`: the passes' declared windows, ranks and heads, built over the
+  whole queue), of the Numba kernels called inside it (dispatch included; every kernel of the
+  `schedir.ir`, `schedir.passes` and `schedir.lowering` modules is timed where the window calls
+  it), and the window's share of the IR step;
+- moved: the requests an IR step admits, preempts or swaps out, on average at each load (the
+  policy's own work).
 
     python benchmarks/window_cost.py
     python benchmarks/window_cost.py --presets fastserve,with-all-passes --sizes 256 --waiting 5000
@@ -37,6 +42,7 @@ from schedir.runtime.scheduler import Scheduler
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from preset_step import _decoding_scheduler  # noqa: E402
 
+CHUNK = 5  # steps a scheduler takes in its turn
 _DEFAULT = "fastserve,with-all-passes,sglang-mixed,vllm-v0-chunked,vtc,with-prefix-aware,vllm"
 
 
@@ -111,8 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--presets", default=_DEFAULT)
     parser.add_argument("--sizes", default="32,256")
     parser.add_argument("--waiting", type=int, default=5000, help="the larger load's waiting requests")
-    parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--steps", type=int, default=300, help="steps per scheduler, over the rounds")
+    parser.add_argument("--steps", type=int, default=300, help="steps each scheduler takes, timed")
     args = parser.parse_args(argv)
     presets = [p for p in args.presets.split(",") if p]
     if "vllm" not in presets:
@@ -144,12 +149,13 @@ def _run(args: argparse.Namespace, presets: list[str], sizes: list[int]) -> None
 
 
 def _take_steps(args, cases, scheds, clock, ir, window, kernels, moved) -> None:  # noqa: ANN001
-    """The timed steps, the schedulers in turns, each turn's order reversed every other round."""
-    per_round = max(args.steps // args.rounds, 1)
-    for r in range(args.rounds):
-        for c in (cases if r % 2 == 0 else cases[::-1]):
+    """The timed steps, the schedulers in turns of `CHUNK` steps, the turns' order reversed every
+    other time (a drift of the machine's speed, or a slow moment, falls on all of them alike)."""
+    turns = max(args.steps // CHUNK, 1)
+    for t in range(turns):
+        for c in (cases if t % 2 == 0 else cases[::-1]):
             s = scheds[c]
-            for _ in range(per_round):
+            for _ in range(CHUNK):
                 clock.window = clock.kernels = 0.0
                 steady = s.metrics.steady_steps
                 start = time.perf_counter()
@@ -168,10 +174,8 @@ def _print(args, presets, sizes, ir, window, kernels, moved) -> None:  # noqa: A
     def med(values: list[float]) -> float:
         return float(np.median(values)) * 1e6 if values else float("nan")
 
-    per_round = max(args.steps // args.rounds, 1)
-
     print(f"IR steps' medians, µs (requests finishing; N/2 and {args.waiting:,} waiting; "
-          f"{args.rounds} rounds of {per_round} steps, in turns)")
+          f"{max(args.steps // CHUNK, 1) * CHUNK} steps each, in turns of {CHUNK})")
     print(f"{'preset':18s} {'N':>4s} {'IR N/2':>8s} {'IR W':>8s} {'growth':>7s} {'x vllm':>7s} {'IR W<=2':>8s} "
           f"{'growth':>7s} {'window':>8s} {'kernels':>8s} {'share':>6s} {'moved N/2':>9s} {'moved W':>8s}")
     for n in sizes:

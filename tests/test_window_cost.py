@@ -15,7 +15,7 @@ import window_cost  # noqa: E402
 def test_window_cost_prints_each_preset_and_restores_the_kernels(capsys) -> None:  # noqa: ANN001
     before = (Scheduler._waiting_window, window_module.head_in_rank_order)
     assert window_cost.main(["--presets", "with-all-passes,fastserve", "--sizes", "16", "--waiting", "300",
-                             "--rounds", "2", "--steps", "60"]) == 0
+                             "--steps", "60"]) == 0
     rows = [line.split() for line in capsys.readouterr().out.splitlines()[2:]]
     assert [r[:2] for r in rows] == [["with-all-passes", "16"], ["fastserve", "16"], ["vllm", "16"]]
     assert all(float(r[3]) > 0 for r in rows)  # IR steps timed under the long queue
