@@ -210,3 +210,29 @@ def test_radix_peek_leaves_the_tree_untouched() -> None:
     row = s.table.row_of["q"]
     assert pool.cached_tokens(np.array([row]), np.array([20])).tolist() == [16]  # whole 4-token pages
     assert np.array_equal(pool.radix.nodes, before[0]) and np.array_equal(pool.radix.meta, before[1])
+
+
+def test_the_list_window_kernels_equal_their_numpy_forms():
+    """`list_keys` (the list's places as rank keys, new arrivals after them) and `passed_over`
+    (requests `add_one_req` goes on past: never fit, or taken out by reject-oversized) equal the
+    numpy passes they replace in the windows, on random queues, empty ones included."""
+    from schedir.passes.sglang_admit import never_fits, passed_over
+    from schedir.passes.sglang_order import list_keys
+
+    rng = np.random.default_rng(3)
+    for _ in range(500):
+        n, cap = int(rng.integers(0, 30)), 64
+        rows = rng.permutation(cap)[:n]
+        prompt = rng.integers(1, 500, cap)
+        total, max_new = prompt + rng.integers(0, 100, cap), rng.integers(0, 400, cap)
+        clip, page, usable = int(rng.integers(1, 300)), int(rng.choice([1, 4, 16])), int(rng.integers(1, 80))
+        oversized = rng.permutation(n)[: int(rng.integers(0, n + 1))].astype(np.int64)
+        expect = never_fits(total[rows], prompt[rows], max_new[rows], clip, page, usable)[1].copy()
+        expect[oversized] = True
+        assert np.array_equal(passed_over(rows, total, prompt, max_new, clip, page, usable, oversized), expect)
+        pos = np.where(rng.random(cap) < 0.4, -1, rng.permutation(cap))
+        keys, fresh = list_keys(rows, pos)
+        placed = pos[rows]
+        after = int(placed.max()) + 1 if n else 0
+        assert np.array_equal(keys, np.where(placed >= 0, placed, after + np.arange(n)))
+        assert np.array_equal(fresh, np.flatnonzero(placed < 0))

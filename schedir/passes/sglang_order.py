@@ -111,6 +111,33 @@ def any_unplaced(pos: np.ndarray, waiting: np.ndarray) -> bool:
     return False
 
 
+@numba.njit(cache=True, nogil=True)
+def list_keys(waiting: np.ndarray, pos_of: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The waiting requests' places in SGLang's list as rank keys: their `sglang_pos` (`pos_of`,
+    by row), the new arrivals (-1: not placed yet) after every placed one in queue order, as
+    `run` places them; and the new arrivals' positions. Two passes (a gather, a max, a where and
+    a flatnonzero over the queue before)."""
+    n = waiting.size
+    keys = np.empty(n, dtype=np.int64)
+    most = -1
+    fresh = 0
+    for i in range(n):
+        p = pos_of[waiting[i]]
+        keys[i] = p
+        if p > most:
+            most = p
+        if p < 0:
+            fresh += 1
+    at = np.empty(fresh, dtype=np.int64)
+    c = 0
+    for i in range(n):
+        if keys[i] < 0:
+            keys[i] = most + 1 + i
+            at[c] = i
+            c += 1
+    return keys, at
+
+
 @dataclass(frozen=True)
 class SglangOrder(StepPass):
     """Order the waiting list as SGLang's `SchedulePolicy.calc_priority` does.
@@ -163,7 +190,7 @@ class SglangOrder(StepPass):
         waiting requests, which is FCFS (`_as_fcfs`). Else the whole list."""
         if (self.queue, self.running) != ("waiting", "running"):
             return None
-        fresh = np.flatnonzero(self._places(ctx) < 0)
+        fresh = self._list(ctx)[1]
         if skips_admission(ctx):
             return fresh
         rank = self.waiting_rank(ctx)
@@ -184,18 +211,21 @@ class SglangOrder(StepPass):
         if not self._as_fcfs(ctx) or (self.queue, self.running) != ("waiting", "running"):
             return None
 
-        def keys() -> tuple[np.ndarray, np.ndarray]:
-            pos = self._places(ctx)
-            after = (int(pos.max()) + 1) if pos.size else 0
-            return (np.where(pos >= 0, pos, after + np.arange(pos.size)),
-                    np.zeros(ctx.swapped.size, dtype=np.int64))
-
-        return ctx.shared(("sglang-list-rank", self), keys)  # type: ignore[return-value]
+        return ctx.shared(("sglang-list-rank", self),  # type: ignore[return-value]
+                          lambda: (self._list(ctx)[0], np.zeros(ctx.swapped.size, dtype=np.int64)))
 
     @staticmethod
-    def _places(ctx: WindowContext) -> np.ndarray:
-        """The waiting requests' `sglang_pos` (-1: not placed yet), gathered once per step."""
-        return ctx.shared("sglang-places", lambda: ctx.request_state(POS.name, ctx.waiting))  # type: ignore[return-value]
+    def _list(ctx: WindowContext) -> tuple[np.ndarray, np.ndarray]:
+        """`list_keys` of the waiting queue, once per step: each request's place in the list (its
+        `sglang_pos`; new arrivals after the placed ones, in queue order) and the positions of
+        the new arrivals (`sglang_pos` still -1)."""
+        def places() -> tuple[np.ndarray, np.ndarray]:
+            if ctx.state_of is not None:
+                return list_keys(ctx.waiting, ctx.state_of(POS.name))
+            pos = ctx.request_state(POS.name, ctx.waiting)  # (outside a runtime: by ids)
+            return list_keys(np.arange(pos.size), pos)
+
+        return ctx.shared("sglang-list", places)  # type: ignore[return-value]
 
     def _as_fcfs(self, ctx: WindowContext) -> bool:
         """Whether the list is ordered first come first served: `fcfs`, or `lpm` over more than
