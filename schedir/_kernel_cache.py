@@ -36,7 +36,7 @@ KERNEL_MODULES = (  # every module with a Numba kernel (tests/test_kernel_cache.
     "passes/mlfq_account.py", "passes/mlfq_levels.py",
     "passes/mlfq_order.py", "passes/mlfq_swap_in.py",
     "passes/orca_admit.py", "passes/order_slo.py", "passes/prefix_cache_aware.py", "passes/route_kernels.py",
-    "passes/sglang_decode.py",
+    "passes/sglang_admit.py", "passes/sglang_decode.py",
     "passes/sglang_order.py", "passes/v0_chunked_running.py",
     "passes/v0_kernels.py", "passes/v0_prefills.py", "passes/v0_running.py", "passes/verify_step.py",
     "passes/vllm_kernels.py",
