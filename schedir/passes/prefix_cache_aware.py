@@ -16,6 +16,12 @@ from schedir.lowering.steady_layout import WINDOW_NOBODY, window_steady_lowered
 from schedir.passes.ordering import ARRIVAL_BITS
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _hit_blocks(hit: int, block_size: int, min_tokens: int) -> int:
+    """A hit in whole blocks as this order counts it: under `min_tokens`, none."""
+    return hit // block_size if hit >= min_tokens else 0
+
+
 @numba.njit(cache=True, nogil=True)
 def hit_then_arrival_keys(hit: np.ndarray, waiting: np.ndarray, arrival_of: np.ndarray, block_size: int,
                           min_tokens: int) -> tuple[bool, np.ndarray]:
@@ -26,7 +32,7 @@ def hit_then_arrival_keys(hit: np.ndarray, waiting: np.ndarray, arrival_of: np.n
     keys = np.empty(n, dtype=np.int64)
     most, least = 0, 1 << 62
     for i in range(n):
-        b = hit[i] // block_size if hit[i] >= min_tokens else 0
+        b = _hit_blocks(hit[i], block_size, min_tokens)
         keys[i] = b
         most = max(most, b)
         least = min(least, b)
@@ -49,7 +55,7 @@ def hit_blocks_below_most(hit: np.ndarray, block_size: int, min_tokens: int) -> 
     out = np.empty(n, dtype=np.int64)
     most = 0
     for i in range(n):
-        b = hit[i] // block_size if hit[i] >= min_tokens else 0
+        b = _hit_blocks(hit[i], block_size, min_tokens)
         out[i] = b
         most = max(most, b)
     for i in range(n):

@@ -130,13 +130,27 @@ def steady_gate(ctx: WindowContext) -> Gate:
         float(st.get(BATCH_FULL.name, 0.0)), float(st.get(BATCH_SIZE.name, 0.0))))
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _reserve_and_never(total: int, prompt: int, max_new: int, clip: int, page: int,
+                       usable_pages: int) -> tuple[int, bool]:
+    """One request's remaining `max_new_tokens` clipped to `clip` (what admission reserves), and
+    whether its tokens, that reservation and a page reach the whole pool (`never_fits`)."""
+    left = min(max(max_new - (total - prompt), 0), clip)
+    return left, total + left + page >= usable_pages * page
+
+
+@numba.njit(cache=True, nogil=True)
 def never_fits(total: np.ndarray, prompt: np.ndarray, max_new: np.ndarray, clip: int, page: int,
                usable_pages: int) -> tuple[np.ndarray, np.ndarray]:
     """Per request: its remaining `max_new_tokens` clipped to `clip` (what admission reserves),
     and whether its tokens, that reservation and a page reach the whole pool, so that it can
     never be admitted, cached prefix or not (`sglang-admit` rejects it, `exceeds-cache`)."""
-    left = np.minimum(np.maximum(max_new - (total - prompt), 0), clip)
-    return left, total + left + page >= usable_pages * page
+    n = total.size
+    left = np.empty(n, dtype=np.int64)
+    never = np.empty(n, dtype=np.bool_)
+    for i in range(n):
+        left[i], never[i] = _reserve_and_never(total[i], prompt[i], max_new[i], clip, page, usable_pages)
+    return left, never
 
 
 @numba.njit(cache=True, nogil=True)
@@ -149,8 +163,7 @@ def passed_over(waiting: np.ndarray, total_of: np.ndarray, prompt_of: np.ndarray
     out = np.empty(n, dtype=np.bool_)
     for i in range(n):
         r = waiting[i]
-        left = min(max(max_of[r] - (total_of[r] - prompt_of[r]), 0), clip)
-        out[i] = total_of[r] + left + page >= usable_pages * page
+        out[i] = _reserve_and_never(total_of[r], prompt_of[r], max_of[r], clip, page, usable_pages)[1]
     for p in oversized:
         out[p] = True
     return out
