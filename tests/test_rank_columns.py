@@ -178,3 +178,44 @@ def test_the_window_kernels_equal_their_numpy_forms():
         assert np.array_equal(at, np.flatnonzero(inside))
         assert np.array_equal(beyond, np.flatnonzero(inside & ~in_head))
         assert least == (keys[~inside].min() if (~inside).any() else np.iinfo(np.int64).max)
+
+
+def test_the_growth_and_group_kernels_equal_their_numpy_forms():
+    """`running_block_need` (the running requests' missing blocks, `WindowContext.running_growth`)
+    and `queue_group_leads` (batching-efficiency's window columns read by ids) equal the numpy
+    forms they replace, on random queues, empty ones included; a length past the group table
+    is refused (False), for the caller's numpy path."""
+    from schedir.ir.window import running_block_need
+    from schedir.passes.batching_efficiency import group_lead_columns, group_table, length_groups, queue_group_leads
+
+    rng = np.random.default_rng(21)
+    table = group_table(0.5, 4095)
+    for _ in range(400):
+        n = int(rng.integers(0, 40))
+        rows = rng.permutation(64)[:n]
+        total, placeholders = rng.integers(0, 300, 64), rng.integers(0, 3, 64) * (rng.random(64) < 0.3)
+        blocks = rng.integers(0, 40, 64).astype(np.int32)
+        cap, extra, bs = int(rng.integers(1, 400)), int(rng.integers(0, 2)), int(rng.integers(1, 17))
+        for with_placeholders in (False, True):
+            known = total[rows] + (placeholders[rows] if with_placeholders else 0)
+            want = int(np.maximum(-(-np.minimum(known, cap) // bs) + extra - blocks[rows], 0).sum())
+            got = running_block_need(rows, total, placeholders if with_placeholders else WindowContext.NONE, blocks,
+                                     bs, cap, extra)
+            assert got == want
+        computed = np.minimum(rng.integers(0, 50, 64), total)
+        arrival = rng.integers(0, 9, 64) * 1_000_000
+        ranks = arrival_rank_column(arrival, rows).values
+        refused_at = np.flatnonzero(rng.random(n) < 0.15)
+        now_us, max_age = int(rng.integers(0, 9)) * 1_000_000, 4_000_000
+        ok, lead, group, leads_at, bound = queue_group_leads(rows, total, computed, arrival, table, now_us, max_age,
+                                                             ranks, refused_at)
+        refused = np.zeros(n, dtype=np.bool_)
+        refused[refused_at] = True
+        want = group_lead_columns(length_groups(total[rows] - computed[rows], 0.5), now_us - arrival[rows] >= max_age,
+                                  ranks, refused)
+        assert ok and np.array_equal(lead, want[0]) and np.array_equal(group, want[1])
+        assert np.array_equal(leads_at, want[2]) and bound == want[3]
+    long = np.array([table.size + 5])
+    assert not queue_group_leads(np.zeros(1, dtype=np.int64), long, np.zeros(1, dtype=np.int64),
+                                 np.zeros(1, dtype=np.int64), table, 0, 1, np.zeros(1, dtype=np.int64),
+                                 WindowContext.NONE)[0]

@@ -106,6 +106,24 @@ def _offer(hk: np.ndarray, hp: np.ndarray, size: int, k: int, key: int, pos: int
 
 
 @numba.njit(cache=True, nogil=True)
+def running_block_need(running: np.ndarray, total_of: np.ndarray, placeholders_of: np.ndarray, blocks_of: np.ndarray,
+                       block_size: int, cap: int, extra: int) -> int:
+    """The blocks the running requests need beyond those they hold, summed over them: each one's
+    known tokens (`total`, plus its `placeholders` where that column is given, not empty), at
+    most `cap`, in blocks, + `extra`, less its held blocks, at least 0; one pass over ids into
+    the table's columns and the pool's block counts (eight numpy calls and their gathers before)."""
+    need = 0
+    with_placeholders = placeholders_of.size > 0
+    for i in range(running.size):
+        r = running[i]
+        known = total_of[r] + placeholders_of[r] if with_placeholders else total_of[r]
+        blocks = -(-min(known, cap) // block_size) + extra - blocks_of[r]
+        if blocks > 0:
+            need += blocks
+    return need
+
+
+@numba.njit(cache=True, nogil=True)
 def head_in_rank_order(keys: np.ndarray, k: int) -> np.ndarray:
     """Positions of the first `k` of `keys` by (key, position), in that order: one pass keeping
     them in a max-heap (O(n log k), no temporaries over the whole queue), then the heap drained."""
@@ -346,6 +364,9 @@ class WindowContext:
     # themselves (pool-level pipelines) or outside a runtime
     prefix_hit: Callable[[np.ndarray], np.ndarray] | None = None
     policy: str = "fcfs"  # the configuration's queue policy (the step's `policy` fact)
+    # the KV pool's held-block count of every request id, read-only (`column("blocks", ids)` of
+    # all of them, for a kernel: `running_growth`); None outside a runtime
+    blocks_of: np.ndarray | None = None
 
     NONE: ClassVar[np.ndarray] = np.zeros(0, dtype=np.int64)  # nobody
 
@@ -364,13 +385,24 @@ class WindowContext:
         if self.steady:  # their known tokens are `total` (one past `computed`), and their blocks fit
             return True
 
-        def fits() -> bool:
-            known = self.column("total", self.running) + self.column("placeholders", self.running)
-            end = np.minimum(known, self.max_model_len)
-            need = np.maximum(-(-end // self.block_size) - self.column("blocks", self.running), 0)
-            return int(need.sum()) <= self.free_blocks
+        return bool(self.shared("running-fits", lambda: self.running_growth(self.max_model_len, True)
+                                <= self.free_blocks))
 
-        return bool(self.shared("running-fits", fits))
+    def running_growth(self, cap: int, placeholders: bool, extra: int = 0) -> int:
+        """The blocks the running requests need beyond those they hold: each one's known tokens
+        (`total`, + its `placeholders` with `placeholders`) up to `cap`, in blocks, + `extra`,
+        less its held blocks, at least 0, summed (`running_block_need`, one kernel pass in a
+        runtime, which gives the pool's block counts as `blocks_of`)."""
+        running = self.running
+        if self.column_of is not None and self.blocks_of is not None:
+            placeholders_of = self.column_of("placeholders") if placeholders else self.NONE
+            return running_block_need(running, self.column_of("total"), placeholders_of, self.blocks_of,
+                                      self.block_size, cap, extra)
+        known = self.column("total", running)
+        if placeholders:
+            known = known + self.column("placeholders", running)
+        need = -(-np.minimum(known, cap) // self.block_size) + extra - self.column("blocks", running)
+        return int(np.maximum(need, 0).sum())
 
     def nobody_while_seats_stay_taken(self, queue: str, running: str) -> np.ndarray | None:
         """An admission pass's answer when it can admit only into a free sequence slot

@@ -45,51 +45,65 @@ def length_groups(remaining: np.ndarray, spread: float) -> np.ndarray:
 
 
 @numba.njit(cache=True, nogil=True)
-def queue_groups(waiting: np.ndarray, total_of: np.ndarray, computed_of: np.ndarray, arrival_of: np.ndarray,
-                 table: np.ndarray, now_us: int, max_age_us: int) -> tuple[bool, np.ndarray, np.ndarray]:
-    """Each waiting request's length group (`group_table`'s) and whether it aged past the bound,
-    gathered in one pass (ids into the columns); (False, ...) where a length outruns the table."""
-    n = waiting.size
-    group = np.empty(n, dtype=np.int64)
-    aged = np.empty(n, dtype=np.bool_)
-    for i in range(n):
-        r = waiting[i]
-        left = max(total_of[r] - computed_of[r], 0)
-        if left >= table.size:
-            return False, group, aged
-        group[i] = table[left]
-        aged[i] = now_us - arrival_of[r] >= max_age_us
-    return True, group, aged
-
-
-@numba.njit(cache=True, nogil=True)
 def group_lead_columns(group: np.ndarray, aged: np.ndarray, arrival_rank: np.ndarray,
                        refused: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """`_order`'s key as dense columns over a queue, in one pass: (lead, group) per request, the
     aged (0, 0), the others (1 + their group's oldest arrival rank, 1 + group - the lowest group);
     each group's lead position (its first oldest member); the group column's bound. The requests
     `refused` (reject-oversized's: not in the step's queue when this pass runs) lead no group."""
-    n = group.size
+    grouped = np.empty(group.size, dtype=np.int64)
+    for i in range(group.size):
+        grouped[i] = -1 if refused[i] or aged[i] else group[i]
+    return _lead_columns(grouped, arrival_rank)
+
+
+@numba.njit(cache=True, nogil=True)
+def queue_group_leads(waiting: np.ndarray, total_of: np.ndarray, computed_of: np.ndarray, arrival_of: np.ndarray,
+                      table: np.ndarray, now_us: int, max_age_us: int, arrival_rank: np.ndarray,
+                      refused_at: np.ndarray) -> tuple[bool, np.ndarray, np.ndarray, np.ndarray, int]:
+    """`group_lead_columns` of the waiting queue read by ids from the table's columns: each
+    request's length group (`group_table`'s), whether it aged past the bound, the requests at
+    positions `refused_at` refused, in one kernel (a gathering kernel, a refused mask over the
+    queue and `group_lead_columns` before); (False, ...) where a length outruns the table."""
+    n = waiting.size
+    grouped = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        r = waiting[i]
+        left = max(total_of[r] - computed_of[r], 0)
+        if left >= table.size:
+            return False, grouped, grouped, grouped, 0
+        grouped[i] = -1 if now_us - arrival_of[r] >= max_age_us else table[left]
+    for p in refused_at:
+        grouped[p] = -1
+    lead_col, group_col, leads_at, bound = _lead_columns(grouped, arrival_rank)
+    return True, lead_col, group_col, leads_at, bound
+
+
+@numba.njit(cache=True, nogil=True)
+def _lead_columns(grouped: np.ndarray, arrival_rank: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """`group_lead_columns` over each request's group, -1 for those that lead none and sort
+    first (the aged, the refused)."""
+    n = grouped.size
     low = np.iinfo(np.int64).max
     high = np.iinfo(np.int64).min
     for i in range(n):
-        if not refused[i] and not aged[i]:
-            low = min(low, group[i])
-            high = max(high, group[i])
+        if grouped[i] >= 0:
+            low = min(low, grouped[i])
+            high = max(high, grouped[i])
     size = high - low + 1 if high >= low else 0
     lead = np.full(size, -1, dtype=np.int64)
     at = np.full(size, -1, dtype=np.int64)
     for i in range(n):
-        if not refused[i] and not aged[i]:
-            g = group[i] - low
+        if grouped[i] >= 0:
+            g = grouped[i] - low
             if lead[g] < 0 or arrival_rank[i] < lead[g]:
                 lead[g] = arrival_rank[i]
                 at[g] = i
     lead_col = np.zeros(n, dtype=np.int64)
     group_col = np.zeros(n, dtype=np.int64)
     for i in range(n):
-        if not refused[i] and not aged[i]:
-            g = group[i] - low
+        if grouped[i] >= 0:
+            g = grouped[i] - low
             lead_col[i] = 1 + lead[g]
             group_col[i] = 1 + g
     m = 0
@@ -165,14 +179,17 @@ class BatchingEfficiency(StepPass):
         def columns() -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
             rows, column = ctx.waiting, ctx.column_of
             total, computed, arrival = column("total"), column("computed"), column("arrival")  # type: ignore[misc]
-            ok, group, aged = queue_groups(rows, total, computed, arrival, group_table(self.spread, 4095),
-                                           ctx.now_us, self.max_age_ms * 1000)
-            if not ok:  # a length past the table: by arrays
-                group = length_groups(total[rows] - computed[rows], self.spread)
-                aged = (ctx.now_us - arrival[rows]) >= self.max_age_ms * 1000
+            arrival_rank = ctx.arrival_rank().values  # type: ignore[union-attr]
+            ok, lead, group, leads_at, bound = queue_group_leads(
+                rows, total, computed, arrival, group_table(self.spread, 4095), ctx.now_us, self.max_age_ms * 1000,
+                arrival_rank, ctx.oversized)
+            if ok:
+                return lead, group, leads_at, bound
+            # a length past the table: by arrays
             refused = np.zeros(rows.size, dtype=np.bool_)
             refused[ctx.oversized] = True
-            return group_lead_columns(group, aged, ctx.arrival_rank().values, refused)  # type: ignore[union-attr]
+            return group_lead_columns(length_groups(total[rows] - computed[rows], self.spread),
+                                      (ctx.now_us - arrival[rows]) >= self.max_age_ms * 1000, arrival_rank, refused)
 
         return ctx.shared(("length-group-leads", self), columns)  # type: ignore[return-value]
 

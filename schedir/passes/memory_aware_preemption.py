@@ -103,6 +103,9 @@ def _less_urgent_running(running_priority: np.ndarray, most_urgent: int) -> bool
     return bool(running_priority.size) and int(running_priority.max()) > most_urgent
 
 
+_NO_CAP = 1 << 62  # (`WindowContext.running_growth`: every known token counts)
+
+
 def blocks_for(tokens: np.ndarray, block_size: int) -> np.ndarray:
     return -(-tokens // block_size)
 
@@ -156,8 +159,8 @@ class MemoryAwarePreemption(StepPass):
         if not ctx.waiting.size:
             return ctx.NONE
         priority = ctx.column_of("priority")
-        most_urgent = ctx.queued("memory-aware-preemption-most-urgent", lambda: int(priority[ctx.waiting].min()))
-        if not _less_urgent_running(priority[ctx.running], most_urgent):  # type: ignore[arg-type]
+        most_urgent, _ = self._urgency_and_blocks(ctx)
+        if not _less_urgent_running(priority[ctx.running], most_urgent):
             return ctx.NONE
         ctx.frees_seats()  # its victims' seats: admission then walks a ranked head, checked after the step
         if ctx.rank is None or ctx.prefix_hit is None or not ctx.head_size or ctx.waiting.size <= ctx.head_size:
@@ -165,14 +168,21 @@ class MemoryAwarePreemption(StepPass):
         head = ctx.first_by_rank(ctx.rank[0], ctx.head_size)
         if head is None:  # (a partial rank placed fewer)
             return None
-        kept = np.ones(ctx.waiting.size, dtype=np.bool_)
-        kept[ctx.oversized] = False  # refused before this pass: not in the step's queue
-        ids = ctx.waiting[head[kept[head]]]
+        if ctx.oversized.size:  # refused before this pass: not in the step's queue
+            head = head[~np.isin(head, ctx.oversized)]
+        ids = ctx.waiting[head]
         bs = ctx.block_size
         need = int((blocks_for(ctx.column_of("total")[ids], bs) - ctx.prefix_hit(ids) // bs).sum())
-        running = ctx.running
-        growth = np.maximum(blocks_for(ctx.column("total", running), bs) - ctx.column("blocks", running), 0)
-        return head if need > ctx.free_blocks - int(growth.sum()) else None
+        return head if need > ctx.free_blocks - ctx.running_growth(_NO_CAP, False) else None
+
+    @staticmethod
+    def _urgency_and_blocks(ctx: WindowContext) -> tuple[int, int]:
+        """`waiting_urgency_and_blocks` over the queue, held while it stays as it is
+        (`WindowContext.queued`): the window and a steady step read it alike."""
+        return ctx.queued(  # type: ignore[return-value]
+            "memory-aware-preemption-urgency-blocks",
+            lambda: waiting_urgency_and_blocks(ctx.waiting, ctx.column_of("priority"), ctx.column_of("total"),
+                                               ctx.block_size))
 
     def steady_state(self, ctx: WindowContext) -> dict[str, np.ndarray] | None:
         """What a steady step writes: when each running request last ran (`_track`'s rule), when
@@ -180,17 +190,13 @@ class MemoryAwarePreemption(StepPass):
         request, or the whole waiting queue's blocks, prefix hits aside, fit beside the running
         requests' growth (so no request is short). Else None: the IR decides."""
         running = ctx.running
-        bs = ctx.block_size
         priority = ctx.column_of("priority")
-        most_urgent, need = ctx.queued(  # the queue's part: held across steady steps (a queue of 5,000)
-            "memory-aware-preemption-urgency-blocks",
-            lambda: waiting_urgency_and_blocks(ctx.waiting, priority, ctx.column_of("total"), bs))
+        most_urgent, need = self._urgency_and_blocks(ctx)  # the queue's part: held across steady steps
         urgent, now, last = steady_tracking(running, most_urgent, ctx.column_of("computed"), ctx.column_of("prompt"),
                                             priority, ctx.state_of(SEEN_COMPUTED.name), ctx.state_of(LAST_RUN.name),
                                             ctx.step)
         if urgent:  # it could preempt: only if some waiting request is short of blocks
-            growth = np.maximum(blocks_for(ctx.column("total", running), bs) - ctx.column("blocks", running), 0)
-            if need > ctx.free_blocks - int(growth.sum()):
+            if need > ctx.free_blocks - ctx.running_growth(_NO_CAP, False):
                 return None
         return {SEEN_COMPUTED.name: now, LAST_RUN.name: last}
 

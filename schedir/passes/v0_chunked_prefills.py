@@ -103,10 +103,9 @@ class V0ChunkedPrefills(StepPass):
         ignorable = ctx.queued("v0-chunked-ignorable", lambda: K.ignorable(
             ctx.waiting, column_of("total"), column_of("computed"), ctx.max_model_len, ctx.total_blocks,
             ctx.block_size, False))  # held while the queue stays as it is (`WindowContext.queued`)
-        running = ctx.running
-        known = ctx.column("total", running) + ctx.column("placeholders", running)
-        need = np.maximum(-(-known // ctx.block_size) + 1 - ctx.column("blocks", running), 0)
-        seats = ctx.max_seqs - running.size if int(need.sum()) <= ctx.free_blocks else ctx.max_seqs
+        # each running request's known tokens and one block of slack
+        need = ctx.running_growth(1 << 62, True, extra=1)
+        seats = ctx.max_seqs - ctx.running.size if need <= ctx.free_blocks else ctx.max_seqs
         return ctx.reach(ignorable, max(seats, 0) + 1)  # type: ignore[arg-type]
 
     def run(self, step: Step) -> None:

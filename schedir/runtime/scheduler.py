@@ -1023,6 +1023,7 @@ class Scheduler:
         ctx.free_blocks = pool.num_free
         ctx.total_blocks = pool.usable_blocks
         ctx.oversized = oversized
+        ctx.blocks_of = pool.nblk
         ctx.scheduler_state = scheduler_state
         ctx.memo = {}
         ctx.batch_state = {}
