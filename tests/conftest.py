@@ -1,4 +1,5 @@
-"""Shared fixtures: a small step as text, a step builder from numpy columns, a private pass registry."""
+"""Shared fixtures: a small step as text, a step builder from numpy columns, a private pass registry,
+and the draw that checks a strategy's coverage (`draw_until_covered`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ from types import ModuleType
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, Phase, find, settings
+from hypothesis import strategies as st
+from hypothesis.errors import NoSuchExample
 from xdsl.dialects.builtin import ModuleOp
 
 import schedir.passes
@@ -23,6 +27,20 @@ sched.step 3 {token_budget = 64, max_seqs = 4, block_size = 16, free_blocks = 10
   sched.yield
 }
 """
+
+def draw_until_covered(strategy: st.SearchStrategy, covered: Callable[[object], bool], max_examples: int) -> None:
+    """Draw up to `max_examples` derandomized examples of `strategy`, stopping at the first for
+    which `covered(example)` is true (it records what each example shows and says whether all of
+    it was seen); generation only, so the last one is not shrunk. The caller asserts on what it
+    recorded: a coverage check that drew every example past the last case it looks for cost
+    ~40 s (test_passes_semantics) and ~25 s (test_roundtrip_hypothesis) a run."""
+    try:
+        find(strategy, covered, settings=settings(max_examples=max_examples, deadline=None, database=None,
+                                                  derandomize=True, phases=[Phase.generate],
+                                                  suppress_health_check=[HealthCheck.too_slow]))
+    except NoSuchExample:
+        pass
+
 
 BASE_PASSES = ("reject-oversized", "order-fcfs", "schedule-running", "admit-greedy", "verify-step")
 """What the `base` preset expands to (tests compare against it)."""

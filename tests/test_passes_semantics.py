@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, Phase, find, given, settings
-from hypothesis.errors import NoSuchExample
+from conftest import draw_until_covered
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from xdsl.dialects.builtin import ModuleOp
 
@@ -913,14 +913,8 @@ def test_the_scenarios_reach_every_reason() -> None:
 
     # Up to 2000 examples, stopping once every reason was seen (~600 with hypothesis 6.15x: drawing
     # the other 1,400 took ~40 s): with 500, the derandomized draw of one hypothesis release (6.170)
-    # never hit a shared prefix block, while another (6.155) did; coverage must not hang on the
-    # release. Generation only: the example that completes the set is not shrunk.
-    try:
-        find(scenarios(), covers_every_reason,
-             settings=settings(max_examples=2000, deadline=None, database=None, derandomize=True,
-                               phases=[Phase.generate], suppress_health_check=[HealthCheck.too_slow]))
-    except NoSuchExample:
-        pass
+    # never hit a shared prefix block, while another (6.155) did; coverage must not hang on the release.
+    draw_until_covered(scenarios(), covers_every_reason, 2000)
     assert wanted <= seen, f"never reached: {sorted(wanted - seen)}"
 
 

@@ -13,9 +13,9 @@ from io import StringIO
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, Phase, find, given, settings
+from conftest import draw_until_covered
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from hypothesis.errors import NoSuchExample
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.parser import Parser
 from xdsl.printer import Printer
@@ -232,12 +232,7 @@ def test_the_strategies_reach_every_decision_op() -> None:
         seen.update(_op_names(case.module))
         return wanted <= seen
 
-    try:
-        find(random_modules(), covers_every_op,
-             settings=settings(max_examples=400, deadline=None, database=None, derandomize=True,
-                               phases=[Phase.generate], suppress_health_check=[HealthCheck.too_slow]))
-    except NoSuchExample:
-        pass
+    draw_until_covered(random_modules(), covers_every_op, 400)
     assert wanted <= seen, f"never generated: {sorted(wanted - seen)}"
 
 
