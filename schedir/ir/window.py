@@ -59,6 +59,7 @@ _SEATS_FREED = "seats-freed-by-policy"  # WindowContext.frees_seats
 # waiting requests beyond max_num_seqs that still enter a step over a window: the runtime's heads
 # (a ranked head, the vllm window) are max_num_seqs + WINDOW_SLACK long at most
 WINDOW_SLACK = 16
+_NO_CAP = 1 << 62  # (`WindowContext.running_growth` without a cap: every known token counts)
 UNRANKED = 1 << 60  # a rank key from here up: after every placed request, in no known order (partial ranks)
 
 
@@ -385,15 +386,16 @@ class WindowContext:
         if self.steady:  # their known tokens are `total` (one past `computed`), and their blocks fit
             return True
 
-        return bool(self.shared("running-fits", lambda: self.running_growth(self.max_model_len, True)
+        return bool(self.shared("running-fits", lambda: self.running_growth(True, self.max_model_len)
                                 <= self.free_blocks))
 
-    def running_growth(self, cap: int, placeholders: bool, extra: int = 0) -> int:
+    def running_growth(self, placeholders: bool, cap: int | None = None, extra: int = 0) -> int:
         """The blocks the running requests need beyond those they hold: each one's known tokens
-        (`total`, + its `placeholders` with `placeholders`) up to `cap`, in blocks, + `extra`,
-        less its held blocks, at least 0, summed (`running_block_need`, one kernel pass in a
-        runtime, which gives the pool's block counts as `blocks_of`)."""
+        (`total`, + its `placeholders` with `placeholders`) up to `cap` (None: all of them), in
+        blocks, + `extra`, less its held blocks, at least 0, summed (`running_block_need`, one
+        kernel pass in a runtime, which gives the pool's block counts as `blocks_of`)."""
         running = self.running
+        cap = _NO_CAP if cap is None else cap
         if self.column_of is not None and self.blocks_of is not None:
             placeholders_of = self.column_of("placeholders") if placeholders else self.NONE
             return running_block_need(running, self.column_of("total"), placeholders_of, self.blocks_of,

@@ -103,9 +103,6 @@ def _less_urgent_running(running_priority: np.ndarray, most_urgent: int) -> bool
     return bool(running_priority.size) and int(running_priority.max()) > most_urgent
 
 
-_NO_CAP = 1 << 62  # (`WindowContext.running_growth`: every known token counts)
-
-
 def blocks_for(tokens: np.ndarray, block_size: int) -> np.ndarray:
     return -(-tokens // block_size)
 
@@ -173,7 +170,7 @@ class MemoryAwarePreemption(StepPass):
         ids = ctx.waiting[head]
         bs = ctx.block_size
         need = int((blocks_for(ctx.column_of("total")[ids], bs) - ctx.prefix_hit(ids) // bs).sum())
-        return head if need > ctx.free_blocks - ctx.running_growth(_NO_CAP, False) else None
+        return head if need > ctx.free_blocks - ctx.running_growth(False) else None
 
     @staticmethod
     def _urgency_and_blocks(ctx: WindowContext) -> tuple[int, int]:
@@ -196,7 +193,7 @@ class MemoryAwarePreemption(StepPass):
                                             priority, ctx.state_of(SEEN_COMPUTED.name), ctx.state_of(LAST_RUN.name),
                                             ctx.step)
         if urgent:  # it could preempt: only if some waiting request is short of blocks
-            if need > ctx.free_blocks - ctx.running_growth(_NO_CAP, False):
+            if need > ctx.free_blocks - ctx.running_growth(False):
                 return None
         return {SEEN_COMPUTED.name: now, LAST_RUN.name: last}
 

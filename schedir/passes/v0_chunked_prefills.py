@@ -104,7 +104,7 @@ class V0ChunkedPrefills(StepPass):
             ctx.waiting, column_of("total"), column_of("computed"), ctx.max_model_len, ctx.total_blocks,
             ctx.block_size, False))  # held while the queue stays as it is (`WindowContext.queued`)
         # each running request's known tokens and one block of slack
-        need = ctx.running_growth(1 << 62, True, extra=1)
+        need = ctx.running_growth(True, extra=1)
         seats = ctx.max_seqs - ctx.running.size if need <= ctx.free_blocks else ctx.max_seqs
         return ctx.reach(ignorable, max(seats, 0) + 1)  # type: ignore[arg-type]
 
