@@ -1,8 +1,10 @@
 """Shared fixtures: a small step as text, a step builder from numpy columns, a private pass registry,
-and the draw that checks a strategy's coverage (`draw_until_covered`)."""
+and the draw that checks a strategy's coverage (`draw_until_covered`); under xdist, the files that
+run engine processes share one worker (`ENGINE_PROCESS_FILES`)."""
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable, Iterator, Mapping
 from types import ModuleType
 
@@ -19,6 +21,33 @@ from schedir.dialects.req import QUEUE_COLUMNS
 from schedir.dialects.sched import StepFacts
 from schedir.ir.builder import build_step
 from schedir.ir.pass_base import StepPass
+
+ENGINE_PROCESS_FILES = frozenset({
+    "tests/test_vllm_server.py",      # a `vllm serve` process and its engine core
+    "tests/test_vllm_engine.py",      # vLLM engines on schedir and on vLLM's scheduler
+    "tests/test_ray_fleet.py",        # a Ray cluster of schedir instances
+    "tests/test_ray_vllm_fleet.py",   # a Ray cluster of vLLM engine actors
+})
+"""Test files that start model-serving processes. Under `--dist loadfile` they form one unit of
+work, run one after another on one worker: on CI's 2 cores, the server test's 4,000-token request
+and the Ray fleet's two vLLM actors, run at once on both workers, each ran out of time (a read
+timeout; actors not started in 180 s) though both pass alone."""
+
+ENGINE_PROCESS_SCOPE = "engine processes"
+
+if importlib.util.find_spec("xdist") is not None:
+    def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+        """`--dist loadfile` with the engine-process files as one scope; other modes as xdist has them."""
+        if config.getoption("dist") != "loadfile":
+            return None
+        from xdist.scheduler import LoadFileScheduling
+
+        class EngineFilesTogether(LoadFileScheduling):
+            def _split_scope(self, nodeid: str) -> str:
+                path = nodeid.split("::", 1)[0]
+                return ENGINE_PROCESS_SCOPE if path in ENGINE_PROCESS_FILES else path
+
+        return EngineFilesTogether(config, log)
 
 SMALL_STEP_TEXT = """\
 sched.step 3 {token_budget = 64, max_seqs = 4, block_size = 16, free_blocks = 10, cached_free_blocks = 0, total_blocks = 20, max_model_len = 1024, policy = "fcfs", facts = []} {
