@@ -4,7 +4,6 @@ run engine processes share one worker (`ENGINE_PROCESS_FILES`)."""
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable, Iterator, Mapping
 from types import ModuleType
 
@@ -35,19 +34,20 @@ timeout; actors not started in 180 s) though both pass alone."""
 
 ENGINE_PROCESS_SCOPE = "engine processes"
 
-if importlib.util.find_spec("xdist") is not None:
-    def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
-        """`--dist loadfile` with the engine-process files as one scope; other modes as xdist has them."""
-        if config.getoption("dist") != "loadfile":
-            return None
-        from xdist.scheduler import LoadFileScheduling
 
-        class EngineFilesTogether(LoadFileScheduling):
-            def _split_scope(self, nodeid: str) -> str:
-                path = nodeid.split("::", 1)[0]
-                return ENGINE_PROCESS_SCOPE if path in ENGINE_PROCESS_FILES else path
+@pytest.hookimpl(optionalhook=True)  # (xdist's hook: no error where xdist is absent or -p no:xdist)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """`--dist loadfile` with the engine-process files as one scope; other modes as xdist has them."""
+    if config.getoption("dist", "no") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
 
-        return EngineFilesTogether(config, log)
+    class EngineFilesTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return ENGINE_PROCESS_SCOPE if path in ENGINE_PROCESS_FILES else path
+
+    return EngineFilesTogether(config, log)
 
 SMALL_STEP_TEXT = """\
 sched.step 3 {token_budget = 64, max_seqs = 4, block_size = 16, free_blocks = 10, cached_free_blocks = 0, total_blocks = 20, max_model_len = 1024, policy = "fcfs", facts = []} {
