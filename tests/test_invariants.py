@@ -21,6 +21,7 @@ from schedir.tools.parity.invariants import (
 CI_CASES = {"vllm": 40, "base": 20, "base-priority": 20, "orca": 20, "fastserve": 20, "slo-aware": 20,
             "slo-aware-reject": 20, "sarathi": 20, "vtc": 20, "with-prefix-aware": 20, "with-all-passes": 20, "sglang": 20,
             "sglang-mixed": 20, "vllm-v0": 20, "vllm-v0-swap": 20,
+            "vllm-v0-priority": 20,
             "vllm-v0-chunked": 20}
 """Small cases per preset in the CI run, each run twice (~30 s in all on this 2-core machine kind;
 the `base` presets end with verify-step, ~0.3 ms a step, so they get fewer)."""

@@ -57,6 +57,10 @@ class StepPass(ModulePass):
     no_prefix_cache: ClassVar[bool] = False
     # the config policies it reproduces (empty: any); the runtime refuses the others
     policies: ClassVar[tuple[str, ...]] = ()
+    # under a policy, facts an earlier pass of the pipeline must provide for it to reproduce that
+    # policy (vLLM v0's passes under priority: v0's deque order and its priority preemption); the
+    # runtime refuses a pipeline without them, naming the passes that provide them
+    policy_requires: ClassVar[Mapping[str, frozenset[str]]] = MappingProxyType({})
     # its engine stops a request once it holds more than max_model_len tokens (vLLM v0's
     # StopChecker: len > max_model_len), not once it reaches max_model_len (vLLM v1)
     stops_past_max_model_len: ClassVar[bool] = False

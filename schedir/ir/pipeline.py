@@ -187,6 +187,27 @@ def check_pipeline(passes: Sequence[StepPass], initial: frozenset[str] = frozens
     return frozenset(available)
 
 
+def policy_refusal(passes: Sequence[StepPass], policy: str, registry: Registry | None = None) -> str | None:
+    """Why a pipeline does not reproduce the config's `policy` (None: it does): a pass that
+    reproduces other policies only (`StepPass.policies`), or one whose facts under it
+    (`StepPass.policy_requires`) no earlier pass provides, naming the passes that do."""
+    provided: set[str] = set()
+    for p in passes:
+        missing = sorted(p.policy_requires.get(policy, frozenset()) - provided)
+        if missing:
+            registry = registry if registry is not None else default_registry()
+            names = sorted(n for n, cls in registry.items() if set(missing) <= cls.provides)
+            presets = sorted(n for n, spec in default_presets().items() if any(x in spec.split(",") for x in names))
+            where = (f"provided by {', '.join(names)}" + (f": the {', '.join(presets)} preset" if presets else "")
+                     if names else "no known pass provides them")
+            return (f"pass '{p.name}' reproduces policy '{policy}' only after a pass that provides "
+                    f"{', '.join(missing)} ({where})")
+        if p.policies and policy not in p.policies:
+            return f"pass '{p.name}' reproduces policy {' or '.join(p.policies)} only, not '{policy}'"
+        provided |= p.provides
+    return None
+
+
 @attrs.define
 class PassManager:
     """Runs an ordered, checked pipeline of passes over step IR.

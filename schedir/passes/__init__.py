@@ -80,5 +80,9 @@ from schedir.passes.v0_prefills import V0Prefills  # noqa: E402
 from schedir.passes.v0_running import V0Running  # noqa: E402
 from schedir.passes.v0_swapped import V0Swapped  # noqa: E402
 
-for _cls in (V0Prefills, V0Running, V0Swapped, V0ChunkedRunning, V0ChunkedPrefills):
+from schedir.passes.order_v0_priority import OrderV0Priority  # noqa: E402
+from schedir.passes.v0_priority_preemption import V0PriorityPreemption  # noqa: E402
+
+for _cls in (V0Prefills, V0Running, V0Swapped, V0ChunkedRunning, V0ChunkedPrefills, OrderV0Priority,
+             V0PriorityPreemption):
     register_pass(_cls)

@@ -36,6 +36,10 @@ PRESETS: dict[str, str] = {
     # swap to the host tier (SchedulerConfig.num_cpu_blocks), as v0's --preemption-mode swap.
     "vllm-v0": "order-vllm,v0-prefills,v0-running,v0-swapped",
     "vllm-v0-swap": "order-vllm,v0-prefills,v0-running{preemption=swap},v0-swapped",
+    # ... under --scheduling-policy priority (config policy "priority"): v0's waiting deque sorted by
+    # (priority, arrival) in every step without prefills, and running requests of lower priority
+    # than its head preempted by recompute (_schedule_priority_preemption); under FCFS as vllm-v0.
+    "vllm-v0-priority": "order-v0-priority,v0-prefills,v0-priority-preemption,v0-running,v0-swapped",
     # ... with chunked prefill (v0's _schedule_chunked_prefill): running requests first (decodes and
     # prefill chunks), then swapped ones, then new prefills in chunks, in one mixed batch.
     "vllm-v0-chunked": "order-vllm,v0-chunked-running,v0-swapped,v0-chunked-prefills",

@@ -345,3 +345,39 @@ def v0_prefills(rows, total, arrival_us, chunking: bool, used: int, seqs_used: i
         i += 1
     _defer_from(out, stop, stop_reason)
     return out, scheduled
+
+
+@nb.njit(cache=True, nogil=True)
+def v0_priority_preemption(rows, run_priority, run_arrival, head_total: int, head_priority: int,
+                           head_arrival: int, budget: int, max_seqs: int, total_gpu: int,
+                           ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk, ncached):
+    """`_schedule_priority_preemption`'s loop (scheduler.py:967), over the running requests in
+    (priority, arrival) order (`rows`) and the waiting queue's head (its whole sequence
+    `head_total`, its priority and arrival): while the last running request ranks strictly
+    below the head, the head is let in without a victim once `can_allocate` says OK (its blocks
+    above the watermark, block_manager.py:109) and the budget takes it (its tokens, one more
+    sequence: `SchedulingBudget.can_schedule`, nothing batched yet in a step without prefills);
+    else that last request is preempted by recompute (its blocks freed) and leaves the budget's
+    sequences. The head is not admitted here: the next step's prefill pass reaches it first.
+    Returns (out[7, n], preemption count), rows as `v0_running`'s (V0_SEQ the preemption order)."""
+    n = rows.size
+    out = np.zeros((7, n), dtype=np.int64)
+    out[V0_SEQ, :] = -1
+    bs = meta[2]
+    water = watermark_blocks(total_gpu)
+    need = _cdiv(head_total, bs)
+    seqs = n  # every running request counts in the budget's sequences (`_schedule_default`)
+    preempted = 0
+    k = n - 1
+    while k >= 0 and (run_priority[k] > head_priority
+                      or (run_priority[k] == head_priority and run_arrival[k] > head_arrival)):
+        allocatable = total_gpu - need >= water and meta[NUM_FREE] - need >= water
+        if head_total > 0 and allocatable and head_total <= budget and seqs + 1 <= max_seqs:
+            break
+        out[V0_MOVED, k] = free_row(rows[k], ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk, ncached)
+        out[V0_MODE, k] = MODE_RECOMPUTE
+        out[V0_SEQ, k] = preempted
+        preempted += 1
+        seqs -= 1
+        k -= 1
+    return out, preempted

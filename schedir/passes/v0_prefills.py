@@ -26,7 +26,7 @@ from schedir.lowering.steady_layout import (
     SC_TOTAL_BLOCKS,
 )
 from schedir.passes import v0_kernels as K
-from schedir.passes.v0_state import LAST_LATENCY, PREV_PROMPT, PREV_TIME, SCHEDULER_STATE
+from schedir.passes.v0_state import LAST_LATENCY, ORDER_UNDER_PRIORITY, PREV_PROMPT, PREV_TIME, SCHEDULER_STATE
 
 _REJECT = (int(Reason.TOO_LONG), int(Reason.EXCEEDS_CACHE))
 
@@ -87,7 +87,9 @@ class V0Prefills(StepPass):
     provides: ClassVar[frozenset[str]] = frozenset({"admissible", "waiting-scheduled"})
     stops_past_max_model_len: ClassVar[bool] = True  # v0's StopChecker: len > max_model_len
     no_prefix_cache: ClassVar[bool] = True  # v0's prefix-caching allocator is not reproduced yet
-    policies: ClassVar[tuple[str, ...]] = ("fcfs",)  # v0's _schedule_priority_preemption is not reproduced yet
+    policies: ClassVar[tuple[str, ...]] = ("fcfs", "priority")
+    # v0's priority policy: its deque order and its priority preemption (the vllm-v0-priority preset)
+    policy_requires: ClassVar[Mapping[str, frozenset[str]]] = ORDER_UNDER_PRIORITY
     scheduler_state: ClassVar[tuple] = SCHEDULER_STATE
     reads_clock: ClassVar[bool] = True
     # steady decode steps: over the waiting queue; nobody admitted or ignored, the delay rule's clock

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -15,6 +16,7 @@ from schedir.ir.step import Step, pool_of, root_queue
 from schedir.ir.window import WindowContext
 from schedir.lowering.steady_layout import ANSWERED, ASK_IR, SC_FREE_BLOCKS
 from schedir.passes import v0_kernels as K
+from schedir.passes.v0_state import PREEMPTION_UNDER_PRIORITY
 
 _MODES = ("auto", "swap", "recompute")
 _NO_HOST = (np.zeros(1, dtype=np.int32), np.zeros(2, dtype=np.int64), np.zeros((1, 1), dtype=np.int32),
@@ -80,7 +82,9 @@ class V0Running(StepPass):
     provides: ClassVar[frozenset[str]] = frozenset({"running-scheduled"})
     stops_past_max_model_len: ClassVar[bool] = True  # v0's StopChecker: len > max_model_len
     no_prefix_cache: ClassVar[bool] = True  # v0's prefix-caching allocator is not reproduced yet
-    policies: ClassVar[tuple[str, ...]] = ("fcfs",)  # v0's _schedule_priority_preemption is not reproduced yet
+    policies: ClassVar[tuple[str, ...]] = ("fcfs", "priority")
+    # v0's priority policy: its deque order and its priority preemption (the vllm-v0-priority preset)
+    policy_requires: ClassVar[Mapping[str, frozenset[str]]] = PREEMPTION_UNDER_PRIORITY
     # steady decode steps: over the running queue, when no request can run short of a free block
     steady_when: ClassVar[dict[str, str]] = {"queue": "running"}
 

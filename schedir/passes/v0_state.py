@@ -10,6 +10,8 @@ Declared here (`schedir.ir.state`), so every step's IR shows it and a dumped ste
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 from schedir.ir.state import RequestState, SchedulerState
 
 PREV_TIME = SchedulerState("v0_prev_time_us", default=0.0, doc="the clock at the last _passed_delay call (µs)")
@@ -29,3 +31,20 @@ NEXT_RUN_POS = SchedulerState("v0_next_run_pos", default=0.0, doc="the first fre
 RUN_BANDS = 6  # places are handed out in bands: swapped-in decodes, swapped-in prefills, decodes,
 #                finishing prefills, other prefills, new prefills (each band holds any number)
 BAND = 1 << 24  # a band's width; a step never places more requests than this
+
+# The priority policy (`_schedule_priority_preemption`, scheduler.py:967): every step that schedules
+# no prefill sorts v0's waiting deque by (priority, arrival); between such steps new arrivals join
+# its back and the requests `_schedule_running` preempts its front. The deque is then three runs
+# (order-v0-priority): those preempted in the last sorting step, the sorted block, the arrivals
+# since. The sorted block is told from the runtime's FCFS places (`queued`: the front counts down
+# below 0, arrivals count up from 0): the places it held when sorted, and the victims of the
+# priority rule itself, which join it (marked with the step).
+SORT_STEP = SchedulerState("v0_sort_step", default=-1.0, doc="the last step that sorted the waiting deque (-1: none)")
+SORT_LO = SchedulerState("v0_sort_lo", default=0.0, doc="the lowest FCFS place (`queued`) in the sorted block")
+SORT_HI = SchedulerState("v0_sort_hi", default=-1.0, doc="the highest FCFS place (`queued`) in the sorted block")
+SORTED_AT = RequestState("v0_sorted_at", default=-1,
+                         doc="the step whose priority rule preempted it into the sorted block (-1: none)")
+PRIORITY_STATE = (SORT_STEP, SORT_LO, SORT_HI)
+# what v0's default-path passes need before them under the priority policy (StepPass.policy_requires)
+ORDER_UNDER_PRIORITY = MappingProxyType({"priority": frozenset({"v0-priority-order"})})
+PREEMPTION_UNDER_PRIORITY = MappingProxyType({"priority": frozenset({"v0-priority-order", "v0-priority-preemption"})})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -16,7 +17,14 @@ from schedir.ir.window import WindowContext
 from schedir.lowering.steady_layout import WINDOW_NOBODY, window_steady_lowered
 from schedir.passes import v0_kernels as K
 from schedir.passes.v0_running import scheduled_from
-from schedir.passes.v0_state import BAND, NEXT_RUN_POS, PREFILL_END, RUN_BANDS, RUN_POS
+from schedir.passes.v0_state import (
+    BAND,
+    NEXT_RUN_POS,
+    PREEMPTION_UNDER_PRIORITY,
+    PREFILL_END,
+    RUN_BANDS,
+    RUN_POS,
+)
 
 
 @dataclass(frozen=True)
@@ -43,7 +51,9 @@ class V0Swapped(StepPass):
     # the default path's steps carry no request state (it made their queues ~60 µs slower to build)
     stops_past_max_model_len: ClassVar[bool] = True  # v0's StopChecker: len > max_model_len
     no_prefix_cache: ClassVar[bool] = True  # v0's prefix-caching allocator is not reproduced yet
-    policies: ClassVar[tuple[str, ...]] = ("fcfs",)  # v0's _schedule_priority_preemption is not reproduced yet
+    policies: ClassVar[tuple[str, ...]] = ("fcfs", "priority")
+    # v0's priority policy: its deque order and its priority preemption (the vllm-v0-priority preset)
+    policy_requires: ClassVar[Mapping[str, frozenset[str]]] = PREEMPTION_UNDER_PRIORITY
     # steady decode steps: over the swapped queue, empty in a steady step
     steady_when: ClassVar[dict[str, str]] = {"queue": "swapped", "running": "running"}
 

@@ -39,7 +39,7 @@ from schedir.ir.builder import RecycledStep, build_step
 from schedir.ir.errors import PassFailure, PipelineError
 from schedir.ir.fastop import dispose
 from schedir.ir.pass_base import StepPass
-from schedir.ir.pipeline import Instrumentation, PassManager
+from schedir.ir.pipeline import Instrumentation, PassManager, policy_refusal
 from schedir.ir.running_step import RunningStep
 from schedir.ir.state import RequestState
 from schedir.ir.step import Step, root_queue, steps_of
@@ -216,14 +216,14 @@ class Scheduler:
         if sglang_order and cfg.policy == "priority":
             raise PipelineError("policy 'priority': SGLang's priority scheduling is not reproduced by the sglang "
                                 f"preset; use one of fcfs, {', '.join(SGLANG_POLICIES)}")
+        refusal = policy_refusal(manager.passes, cfg.policy)
+        if refusal:
+            raise PipelineError(f"{refusal}; pipeline '{spec}'")
         for p in manager.passes:
             if p.no_prefix_cache and cfg.enable_prefix_caching:
                 raise PipelineError(f"pass '{p.name}' decides without the prefix cache (its engine's prefix caching "
                                     "is not reproduced yet): run it with prefix caching off "
                                     "(enable_prefix_caching=False)")
-            if p.policies and cfg.policy not in p.policies:
-                raise PipelineError(f"pass '{p.name}' reproduces policy {' or '.join(p.policies)} only, not "
-                                    f"'{cfg.policy}'")
         kind = RADIX_KIND if radix else "blocks"
         current = getattr(getattr(self, "pool", None), "kind", "blocks")
         if current != kind and getattr(self, "table", None) is not None and len(self.table):

@@ -63,15 +63,16 @@ def config_for(case: FuzzCase, preset: str) -> Any:
         except ValueError:
             cfg = attrs.evolve(cfg, long_prefill_token_threshold=0)
     if preset in PRESETS:
-        from schedir.ir.pipeline import PassManager
+        from schedir.ir.pipeline import PassManager, policy_refusal
 
         passes = PassManager.parse(PRESETS[preset]).passes
         if cfg.async_scheduling and not any("decode-overlap" in p.provides for p in passes):
             cfg = attrs.evolve(cfg, async_scheduling=False)  # the preset has no async mode (it would refuse it)
         if any(getattr(p, "runs_prompts_whole", False) for p in passes):  # no chunking: the budget must hold a prompt
             cfg = attrs.evolve(cfg, max_num_batched_tokens=max(cfg.max_num_batched_tokens, cfg.max_model_len))
-        if any(p.no_prefix_cache for p in passes):  # vLLM v0's presets: no prefix cache, FCFS, swap space
-            cfg = attrs.evolve(cfg, prefix_caching=False, policy="fcfs",
+        if any(p.no_prefix_cache for p in passes):  # vLLM v0's presets: no prefix cache, swap space, FCFS
+            cfg = attrs.evolve(cfg, prefix_caching=False,  # unless the preset reproduces the case's policy
+                               policy=cfg.policy if policy_refusal(passes, cfg.policy) is None else "fcfs",
                                num_cpu_blocks=cfg.num_blocks if any("swapped-queue" in p.requires for p in passes)
                                else 0)
         elif any(getattr(p, "preemption", "") == "swap" for p in passes):  # fastserve: a host tier half the

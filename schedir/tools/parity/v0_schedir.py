@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from schedir.passes.order_v0_priority import deque_order
 from schedir.runtime import table as T
 from schedir.runtime.config import Request, SchedulerConfig
 from schedir.runtime.scheduler import Scheduler
@@ -37,8 +38,11 @@ def out_of_scope(cfg: dict[str, Any]) -> str | None:
     """Why the `vllm-v0` preset does not reproduce a reference config (None: it does)."""
     if cfg["enable_prefix_caching"]:
         return "v0's prefix-caching block allocator is not reproduced yet"
-    if cfg["policy"] != "fcfs":
-        return "v0's priority policy (_schedule_priority_preemption) is not reproduced yet"
+    if cfg["policy"] == "priority" and cfg["enable_chunked_prefill"]:
+        return "v0's chunked-prefill path with the priority policy is not reproduced (0.8.5 never sorts there)"
+    if cfg["policy"] == "priority" and cfg["preemption_mode"] == "swap":
+        return ("v0 0.8.5 swaps a priority victim out but queues it as waiting and drops its blocks_to_swap_out "
+                "(its next prefill pass fails); vllm-v0-priority preempts by recompute only")
     return None
 
 
@@ -50,23 +54,28 @@ def pipeline_for(cfg: dict[str, Any]) -> str:
         p = cfg["max_num_partial_prefills"]
         return (f"order-vllm,v0-chunked-running{{preemption={mode} partial={p}}},v0-swapped,"
                 f"v0-chunked-prefills{{delay-factor={delay} partial={p}}}")
+    if cfg["policy"] == "priority":
+        return (f"order-v0-priority,v0-prefills{{delay-factor={delay}}},v0-priority-preemption{{preemption={mode}}},"
+                f"v0-running{{preemption={mode}}},v0-swapped")
     return f"order-vllm,v0-prefills{{delay-factor={delay}}},v0-running{{preemption={mode}}},v0-swapped"
 
 
-def scheduler_config(cfg: dict[str, Any]) -> SchedulerConfig:
-    """schedir's config for a reference config (v0's GPU allocator has no null block: one more here)."""
+def scheduler_config(cfg: dict[str, Any], pipeline: str | None = None) -> SchedulerConfig:
+    """schedir's config for a reference config (v0's GPU allocator has no null block: one more
+    here), running `pipeline` (None: `pipeline_for(cfg)`)."""
     return SchedulerConfig(num_blocks=cfg["num_gpu_blocks"] + 1, block_size=cfg["block_size"],
                            max_num_batched_tokens=cfg["max_num_batched_tokens"], max_num_seqs=cfg["max_num_seqs"],
                            max_model_len=cfg["max_model_len"], enable_prefix_caching=False,
-                           pipeline=pipeline_for(cfg), num_cpu_blocks=cfg["num_cpu_blocks"])
+                           pipeline=pipeline or pipeline_for(cfg), num_cpu_blocks=cfg["num_cpu_blocks"],
+                           policy=cfg["policy"])
 
 
-def run_schedir(trace: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
-    """Replay `trace` through the `vllm-v0` preset with the reference driver's engine loop."""
+def run_schedir(trace: dict[str, Any], cfg: dict[str, Any], pipeline: str | None = None) -> dict[str, Any]:
+    """Replay `trace` through the `vllm-v0` preset (or `pipeline`) with the reference driver's engine loop."""
     c = v0_trace.check_config(cfg)
     reqs = v0_trace.check_trace(trace)
     now = [0.0]
-    sched = Scheduler(scheduler_config(c), clock=lambda: now[0])
+    sched = Scheduler(scheduler_config(c, pipeline), clock=lambda: now[0])
     d = sched.table.data
     names = sched.table.names
     pending = sorted(reqs, key=lambda r: r["arrival_step"])
@@ -76,11 +85,12 @@ def run_schedir(trace: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
     step = i = 0
     empty_run = 0
     error = None
+    run_order: list[str] = []  # v0's running deque under the priority policy (`_priority_running_order`)
     while i < len(pending) or sched.has_unfinished_requests():
         while i < len(pending) and pending[i]["arrival_step"] <= step:
             r = pending[i]
             sched.add_request(Request(r["rid"], r["prompt"], max_tokens=r["max_tokens"], ignore_eos=True,
-                                      arrival_time=step * c["step_seconds"]))
+                                      arrival_time=step * c["step_seconds"], priority=r["priority"]))
             added.add(r["rid"])
             i += 1
         due = [rid for at, rid in aborts if at <= step and rid in added]
@@ -91,7 +101,7 @@ def run_schedir(trace: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
         if not sched.has_unfinished_requests():
             if aborted:  # the reference records a step whose aborts emptied the queues
                 steps.append({"step": step, "kind": "empty", "scheduled": [], "swapped_out": {}, "swapped_in": {},
-                              "recomputed": [], "ignored": [], "finished": [], **_queues(sched, names),
+                              "recomputed": [], "ignored": [], "finished": [], **_queues(sched, names, None),
                               "free_gpu_blocks": sched.pool.num_free,
                               "free_cpu_blocks": sched.pool.host.num_free if sched.pool.host is not None else 0})
             if i >= len(pending):
@@ -108,7 +118,9 @@ def run_schedir(trace: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
         rec = _record(sched, out, status_before, in_prefill, step, sort=c["enable_chunked_prefill"])
         tokens = np.where(out.sampled, [v0_trace.fake_token(int(d[T.TOTAL, r])) for r in out.rows.tolist()], -1)
         rec["finished"] = sorted(sched.update(out, np.asarray(tokens, dtype=np.int64)))
-        rec.update(_queues(sched, names))
+        if c["policy"] == "priority":  # v0 sorts its running deque in every step without prefills
+            run_order = _priority_running_order(sched, names, run_order, sort=rec["kind"] != "prefill")
+        rec.update(_queues(sched, names, run_order if c["policy"] == "priority" else None))
         rec["free_gpu_blocks"] = sched.pool.num_free
         rec["free_cpu_blocks"] = sched.pool.host.num_free if sched.pool.host is not None else 0
         steps.append(rec)
@@ -149,9 +161,39 @@ def _record(sched: Scheduler, out: Any, status_before: dict[int, int], in_prefil
             "recomputed": recomputed, "ignored": sorted(out.rejected)}
 
 
-def _queues(sched: Scheduler, names: np.ndarray) -> dict[str, list[str]]:
+def _priority_running_order(sched: Scheduler, names: np.ndarray, before: list[str], sort: bool) -> list[str]:
+    """v0's running deque after a step under the priority policy, from the one before it: those
+    still running, sorted by (priority, arrival) when the step scheduled no prefill
+    (`_schedule_priority_preemption` keeps its sorted `running_queue`), then those that joined
+    (admitted, or swapped in) in the runtime's order. The batch itself is compared as scheduled:
+    this only lists the queue as v0 does, since schedir's running array keeps join order."""
+    d = sched.table.data
+    row_of = sched.table.row_of
+    running = {names[r] for r in sched.running.tolist()}
+    kept = [n for n in before if n in running]
+    if sort:
+        kept.sort(key=lambda n: (int(d[T.PRIORITY, row_of[n]]), int(d[T.ARRIVAL, row_of[n]])))
+    held = set(kept)
+    return kept + [names[r] for r in sched.running.tolist() if names[r] not in held]
+
+
+def queues(sched: Scheduler) -> dict[str, list[str]]:
+    """A v0 preset's three queues as v0 lists them (its deque order under the priority policy;
+    the running queue in the runtime's order)."""
+    return _queues(sched, sched.table.names, None)
+
+
+def _queues(sched: Scheduler, names: np.ndarray, running_order: list[str] | None) -> dict[str, list[str]]:
     d = sched.table.data
     waiting = sched.waiting[np.argsort(d[T.QUEUED, sched.waiting], kind="stable")]
+    if sched.config.policy == "priority":  # the deque order-v0-priority sorts the step's waiting queue into
+        w, state, at = sched.waiting, sched.scheduler_state, sched.table.state_index
+        sorted_at = sched.table.state[at["v0_sorted_at"], w]
+        waiting = w[deque_order(d[T.QUEUED, w], d[T.PRIORITY, w], d[T.ARRIVAL, w], sorted_at,
+                                state["v0_sort_step"], state["v0_sort_lo"], state["v0_sort_hi"])]
+    if running_order is not None:
+        return {"waiting": [names[r] for r in waiting.tolist()], "running": running_order,
+                "swapped": [names[r] for r in sched.swapped.tolist()]}
     running = sched.running
     pos = sched.table.state_index.get("v0_run_pos")
     if pos is not None and "v0-chunked-running" in sched.spec:  # the order v0-chunked-running sorts it into
@@ -224,6 +266,30 @@ def random_scenario(seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
     return trace, cfg
 
 
+def random_priority_scenario(seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A random trace and config under the priority policy, in the `vllm-v0-priority` preset's
+    scope (chunked prefill off, recompute or v0's choice): one to four priority levels, pools
+    from tight to ample, the delay rule, swapped requests never (recompute only), aborts."""
+    rng = random.Random(seed)
+    bs = rng.choice((4, 8, 16))
+    mml = rng.choice((256, 512, 1024))
+    prompt_hi = rng.choice((64, 200, 600))
+    out_hi = rng.choice((16, 64, 160))
+    need = -(-min(prompt_hi + out_hi + 1, mml + 1) // bs)
+    gpu = rng.randint(need + 2, need * rng.choice((2, 3, 6)) + 4)
+    cfg = {"block_size": bs, "num_gpu_blocks": gpu, "num_cpu_blocks": 0,
+           "max_num_batched_tokens": rng.choice((mml, 2 * mml)), "max_num_seqs": rng.choice((2, 4, 8, 32)),
+           "max_model_len": mml, "enable_chunked_prefill": False, "preemption_mode": rng.choice((None, "recompute")),
+           "delay_factor": rng.choice((0.0, 0.0, 0.5)), "max_num_partial_prefills": 1, "policy": "priority"}
+    trace = v0_trace.make_trace(num_requests=rng.randint(4, 40), seed=seed, prompt_len=(1, prompt_hi),
+                                output_len=(1, out_hi), arrival_rate=rng.choice((0.3, 1.0, 4.0)),
+                                priorities=rng.choice((1, 2, 4)))
+    for r in trace["requests"]:
+        if rng.random() < 0.1:
+            r["abort_step"] = r["arrival_step"] + rng.randint(0, 40)
+    return trace, cfg
+
+
 def v0_livelock(reference: dict[str, Any], ours: dict[str, Any]) -> int | None:
     """The step where v0 livelocked and schedir, by design, did not: v0's run hit its step limit,
     and from the first differing step on v0 preempted its only running request (which schedir
@@ -251,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Compare schedir's vllm-v0 preset with vLLM 0.8.5's v0 scheduler.")
     ap.add_argument("--show", help="print every difference of this scenario")
     ap.add_argument("--random", type=int, default=0, metavar="N", help="also N random scenarios")
+    ap.add_argument("--random-priority", type=int, default=0, metavar="N",
+                    help="also N random scenarios under the priority policy")
     ap.add_argument("--seed", type=int, default=0, help="first random seed")
     ap.add_argument("--no-named", action="store_true", help="only the random scenarios")
     args = ap.parse_args(argv)
@@ -260,6 +328,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     every = {} if args.no_named else v0_trace.scenarios()
     every.update({f"random-{k}": random_scenario(k) for k in range(args.seed, args.seed + args.random)})
+    every.update({f"random-priority-{k}": random_priority_scenario(k)
+                  for k in range(args.seed, args.seed + args.random_priority)})
     runnable = {n: tc for n, tc in every.items() if out_of_scope(v0_trace.check_config(tc[1])) is None}
     refs = v0_reference.run_reference(runnable)
     total_steps = total_diffs = livelocks = 0

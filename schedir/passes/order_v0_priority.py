@@ -1,0 +1,81 @@
+"""order-v0-priority: vLLM v0's waiting deque under the priority policy."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from schedir.ir.pass_base import StepPass
+from schedir.ir.step import Step
+from schedir.passes.ordering import sort_by_columns
+from schedir.passes.v0_state import PRIORITY_STATE, SORT_HI, SORT_LO, SORT_STEP, SORTED_AT
+
+PREEMPTED_RUN, SORTED_RUN, ARRIVED_RUN = 0, 1, 2  # the deque's three runs, front to back
+SORT_KEYS = ("v0_deque_run", "priority", "arrival", "queued")  # how the step's req.sort names its order
+
+
+def deque_runs(queued: np.ndarray, sorted_at: np.ndarray, sort_step: float, lo: float, hi: float) -> np.ndarray:
+    """Which run of v0's deque each waiting request is in, from its FCFS place (`queued`) and
+    the last sorting step's record (see v0_state): the sorted block (the places it held then,
+    and the priority rule's victims of that step), those preempted since (places below it),
+    the arrivals since (places above it)."""
+    runs = np.where(queued < lo, PREEMPTED_RUN, np.where(queued > hi, ARRIVED_RUN, SORTED_RUN))
+    if sort_step >= 0:
+        runs[sorted_at == int(sort_step)] = SORTED_RUN
+    return runs
+
+
+def deque_order(queued: np.ndarray, priority: np.ndarray, arrival: np.ndarray, sorted_at: np.ndarray,
+                sort_step: float, lo: float, hi: float) -> np.ndarray:
+    """Positions of the waiting requests in v0's deque: the runs front to back, the sorted block
+    by (priority, arrival) as `sorted(waiting_queue, key=_get_priority)` left it (ties keep the
+    deque's order, which is the FCFS places' order: see docs/policies.md), the other two runs by
+    FCFS place."""
+    runs = deque_runs(queued, sorted_at, sort_step, lo, hi)
+    in_block = runs == SORTED_RUN
+    return np.lexsort((queued, np.where(in_block, arrival, 0), np.where(in_block, priority, 0), runs))
+
+
+def step_deque_order(step: Step, value) -> np.ndarray:  # noqa: ANN001
+    """`deque_order` of the requests of `value` (a waiting set of the step), from its columns and state."""
+    queued, priority, arrival = step.columns(value, ("queued", "priority", "arrival"))
+    sorted_at = step.state_column(value, SORTED_AT.name, SORTED_AT.default)
+    return deque_order(queued, priority, arrival, sorted_at, float(step.state(SORT_STEP.name, SORT_STEP.default)),
+                       float(step.state(SORT_LO.name, SORT_LO.default)),
+                       float(step.state(SORT_HI.name, SORT_HI.default)))
+
+
+@dataclass(frozen=True)
+class OrderV0Priority(StepPass):
+    """Order the waiting queue as vLLM v0's deque under the priority policy.
+
+    v0 (vllm/core/scheduler.py, 0.8.5; 0.6.3 the same) keeps one waiting deque: arrivals join
+    its back (`add_seq_group`), requests `_schedule_running` preempts its front, last
+    preempted first (`extendleft`), and every step that schedules no prefill sorts it by
+    `_get_priority` = (priority, arrival_time) at the end of `_schedule_priority_preemption`
+    (line 1026), before `_schedule_running` preempts. So at a step's start the deque is three
+    runs: those preempted in the last sorting step, the block it sorted, the arrivals since.
+    v0-priority-preemption records the block (v0_state); this pass sorts the step's waiting
+    queue into that order, for v0-prefills to walk. Under FCFS: the runtime's FCFS places, as
+    order-vllm.
+    """
+
+    name: ClassVar[str] = "order-v0-priority"
+    provides: ClassVar[frozenset[str]] = frozenset({"order", "v0-priority-order"})
+    request_state: ClassVar[tuple] = (SORTED_AT,)
+    scheduler_state: ClassVar[tuple] = PRIORITY_STATE
+    policies: ClassVar[tuple[str, ...]] = ("fcfs", "priority")
+
+    queue: str = "waiting"
+
+    def run(self, step: Step) -> None:
+        pending = step.pending(self.queue)
+        if pending is None:
+            return
+        if step.facts.policy != "priority":
+            sort_by_columns(step, pending, ("queued",))
+            return
+        order = step_deque_order(step, pending)
+        step.sort(pending, SORT_KEYS, step.ids(pending)[order], picked=order)

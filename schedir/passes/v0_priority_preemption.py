@@ -1,0 +1,115 @@
+"""v0-priority-preemption: vLLM v0's `_schedule_priority_preemption` (the priority policy)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from schedir.dialects.req import RejectOp
+from schedir.ir.pass_base import StepPass
+from schedir.ir.step import Step, pool_of
+from schedir.passes import v0_kernels as K
+from schedir.passes.order_v0_priority import step_deque_order
+from schedir.passes.ordering import sort_by_columns
+from schedir.passes.v0_running import emit_preemptions, scheduled_from
+from schedir.passes.v0_state import PRIORITY_STATE, SORT_HI, SORT_LO, SORT_STEP, SORTED_AT
+
+_MODES = ("auto", "recompute")
+
+
+@dataclass(frozen=True)
+class V0PriorityPreemption(StepPass):
+    """Preempt running requests of lower priority than the waiting queue's head; sort the queues.
+
+    vLLM v0 under `--scheduling-policy priority` (`_schedule_default`, vllm/core/scheduler.py:1251,
+    0.8.5; `_schedule_priority_preemption`, line 967), in a step that scheduled no prefill
+    (v0-prefills admitted nobody, or requests are swapped out): the running queue is sorted
+    by (priority, arrival) and stays so; while its last request ranks strictly below the
+    waiting deque's head and the head cannot be allocated or does not fit the budget, that
+    request is preempted by recompute and put in front of the deque (`v0_kernels.
+    v0_priority_preemption`); then the whole deque is sorted by (priority, arrival). The head
+    is not admitted in this step (v0-running decodes the rest next). This pass writes where the
+    sorted block lies (v0_state), which order-v0-priority reads at the next step.
+
+    `preemption`: `auto` is v0's choice for a single-sequence request, recompute. Swap is not
+    offered: 0.8.5 swaps the victim out but queues it as waiting and drops its
+    `blocks_to_swap_out`, so the next prefill pass fails (docs/vllm-v0-reference.md).
+    Chunked prefill never calls this rule in v0 (`_schedule_chunked_prefill`).
+    """
+
+    name: ClassVar[str] = "v0-priority-preemption"
+    queue_options: ClassVar[tuple[str, ...]] = ("queue", "running")
+    requires: ClassVar[frozenset[str]] = frozenset({"kv-pool", "waiting-scheduled", "v0-priority-order"})
+    provides: ClassVar[frozenset[str]] = frozenset({"v0-priority-preemption"})
+    request_state: ClassVar[tuple] = (SORTED_AT,)
+    scheduler_state: ClassVar[tuple] = PRIORITY_STATE
+    stops_past_max_model_len: ClassVar[bool] = True  # v0's StopChecker: len > max_model_len
+    no_prefix_cache: ClassVar[bool] = True  # v0's prefix-caching allocator is not reproduced yet
+    policies: ClassVar[tuple[str, ...]] = ("fcfs", "priority")  # under FCFS it does nothing
+
+    preemption: str = "auto"
+    queue: str = "waiting"
+    running: str = "running"
+
+    def __post_init__(self) -> None:
+        if self.preemption not in _MODES:
+            raise ValueError(f"preemption must be one of {', '.join(_MODES)}, got '{self.preemption}' (v0 0.8.5 "
+                             "loses a priority victim swapped out: it queues it as waiting without its blocks)")
+
+    def run(self, step: Step) -> None:
+        facts = step.facts
+        if facts.policy != "priority" or scheduled_from(step, self.queue):
+            return  # "if len(prefills.seq_groups) == 0 and policy == 'priority'"
+        if facts.waiting_count >= 0:
+            raise ValueError(f"v0-priority-preemption sorts the whole waiting queue, but the step holds "
+                             f"{len(step.ids(step.queue(self.queue).results[0]))} of {facts.waiting_count}")
+        deque = self._deque(step)
+        running = step.pending(self.running)
+        victims = np.zeros(0, dtype=np.int64)
+        if running is not None:
+            running = sort_by_columns(step, running, ("priority", "arrival"))  # `deque(sorted(self.running, ...))`
+            if deque is not None and deque["id"].size:
+                victims = self._preempt_for_head(step, running, deque)
+        lo, hi = 0.0, -1.0  # an empty deque: whoever waits next arrived since, or was preempted after
+        if deque is not None and deque["id"].size:
+            lo, hi = float(deque["queued"].min()), float(deque["queued"].max())
+        step.set_state(**{SORT_STEP.name: float(facts.step), SORT_LO.name: lo, SORT_HI.name: hi})
+        if victims.size:
+            step.set_request_state(running, victims, **{SORTED_AT.name: np.full(victims.size, facts.step)})
+
+    def _deque(self, step: Step) -> dict[str, np.ndarray] | None:
+        """The waiting deque in its order, less what v0-prefills ignored: "id", "queued", "total",
+        "priority", "arrival" (None: the step has no waiting queue)."""
+        root = step.queue(self.queue)
+        if root is None:
+            return None
+        value = root.results[0]
+        order = step_deque_order(step, value)
+        names = ("queued", "total", "priority", "arrival")
+        deque = {"id": step.ids(value)[order], **{n: c[order] for n, c in zip(names, step.columns(value, names),
+                                                                                  strict=True)}}
+        ignored = [op.ids for op in step.ops_of(RejectOp) if step.root(op.operands[0]) is root]  # type: ignore[attr-defined]
+        if ignored:
+            keep = ~np.isin(deque["id"], np.concatenate(ignored))
+            deque = {n: c[keep] for n, c in deque.items()}
+        return deque
+
+    def _preempt_for_head(self, step: Step, running, deque: dict[str, np.ndarray]) -> np.ndarray:  # noqa: ANN001
+        """The loop over the deque's head: its victims preempted (returned), the rest of the
+        running queue kept pending for v0-running."""
+        facts = step.facts
+        pool = pool_of(step)
+        ids = step.ids(running)
+        priority, arrival = step.columns(running, ("priority", "arrival"))
+        out, preempted = K.v0_priority_preemption(
+            ids, priority, arrival, int(deque["total"][0]), int(deque["priority"][0]), int(deque["arrival"][0]),
+            facts.token_budget, facts.max_seqs, pool.usable_blocks, pool.ref, pool.bhash, pool.dup_next, pool.nxt,
+            pool.prv, pool.meta, pool.cache, pool.table, pool.nblk, pool.ncached)
+        if not preempted:
+            return np.zeros(0, dtype=np.int64)
+        emit_preemptions(step, running, ids, out)
+        alive = out[K.V0_SEQ] < 0
+        step.keep(running, ids[alive], picked=np.flatnonzero(alive))
+        return ids[~alive]
