@@ -43,6 +43,10 @@ from schedir.passes.route_presets import ROUTER_PRESETS
 PROMPT = 128
 
 
+# the config policy a preset runs under here (default fcfs): the one it is for
+PRESET_POLICY = {"vllm-v0-priority": "priority"}
+
+
 def engine_presets() -> list[str]:
     return [name for name in PRESETS if name not in ROUTER_PRESETS]
 
@@ -58,6 +62,7 @@ def _decoding_scheduler(preset: str, n: int, waiting: int | None = None, finishi
     no_cache = any(p.no_prefix_cache for p in passes)  # vllm-v0: v0's prefix caching is not reproduced
     cfg = SchedulerConfig(num_blocks=n * 80 + 64, block_size=16, max_num_batched_tokens=16384, max_num_seqs=n,
                           max_model_len=2048, pipeline=preset, enable_prefix_caching=not no_cache,
+                          policy=PRESET_POLICY.get(preset, "fcfs"),
                           num_cpu_blocks=n * 80 if any("swapped-queue" in p.requires for p in passes) else 0)
     s = Scheduler(cfg, clock=lambda: 0.0)  # every request fresh: order-slo keeps them all
     for i in range(n + (n // 2 if waiting is None else waiting)):

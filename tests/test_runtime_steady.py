@@ -166,6 +166,12 @@ CASES += [  # vLLM v0: steady while nothing is swapped out, no seat is free for 
     dict(seed=67, num_blocks=60, pipeline="order-vllm,v0-chunked-running{preemption=swap partial=2},v0-swapped,"
                                         "v0-chunked-prefills{partial=2 delay-factor=0.5}", caching=False, budget=80,
          cpu_blocks=40),  # (a budget below a prompt: v0 never swaps a request back mid-prefill, it stalls)
+    # the priority policy: steady while the deque's head does not outrank the last running request
+    # (v0-priority-preemption's `steady_state`, which writes the step's sort); the batch decodes in
+    # (priority, arrival) order (its `steady_order`)
+    dict(seed=68, num_blocks=400, pipeline="vllm-v0-priority", policy="priority", caching=False, budget=160,
+         max_seqs=3),
+    dict(seed=69, num_blocks=60, pipeline="vllm-v0-priority", policy="priority", caching=False, budget=160),
 ]
 CASES += [  # the seed's four passes: memory-aware-preemption writes when each running request last ran
     # (request state of the batch's rows) and is steady while it can preempt nobody
@@ -745,7 +751,7 @@ def test_which_presets_take_steady_steps():
     for name in ("vllm", "slo-aware", "slo-aware-reject", "base", "base-priority", "orca", "with-prefix-aware",
                  "sarathi", "sglang", "sglang-mixed", "vtc"):
         assert steady(name), name
-    for name in ("vllm-v0", "vllm-v0-swap"):  # swapped requests make a step unsteady, not the queue
+    for name in ("vllm-v0", "vllm-v0-swap", "vllm-v0-priority"):  # swapped requests make a step unsteady
         assert steady(name), name
     assert steady("with-all-passes") and steady("fastserve") and steady("vllm-v0-chunked")
     # a queue option that points a waiting-queue pass at the running queue makes it unsteady

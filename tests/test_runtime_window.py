@@ -225,7 +225,7 @@ def run_declared(window: bool, pipeline: str, policy: str, seed: int, num_blocks
     prompts no pool could hold, preemptions or retractions when the pool is small), with or
     without the window: every step's output and every piece of state must agree. `metrics`,
     when given, gets the run's ranked steps and array steps."""
-    whole_prompts = pipeline in ("orca", "vllm-v0", "vllm-v0-swap")  # their budget holds max_model_len
+    whole_prompts = pipeline in ("orca", "vllm-v0", "vllm-v0-swap", "vllm-v0-priority")  # budgets hold max_model_len
     v0 = pipeline.startswith("vllm-v0")
     cfg = SchedulerConfig(num_blocks=num_blocks, block_size=4, max_num_batched_tokens=256 if whole_prompts else 64,
                           max_num_seqs=4, max_model_len=256, pipeline=pipeline, policy=policy,
@@ -298,7 +298,7 @@ FASTSERVE_RECOMPUTE = ("reject-oversized,mlfq-levels{quantum=2 starve-steps=30},
                                              ("slo-aware-reject", "fcfs"), ("base", "fcfs"),
                                              ("base-priority", "priority"), ("orca", "fcfs"),
                                              ("with-prefix-aware", "fcfs"), ("with-all-passes", "fcfs"),
-                                             ("vllm-v0", "fcfs"),
+                                             ("vllm-v0", "fcfs"), ("vllm-v0-priority", "priority"),
                                              ("vllm-v0-swap", "fcfs"), ("vllm-v0-chunked", "fcfs"),
                                              ("fastserve", "fcfs"),
                                              (FASTSERVE_RECOMPUTE, "fcfs")])

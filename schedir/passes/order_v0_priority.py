@@ -9,6 +9,7 @@ import numpy as np
 
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
+from schedir.ir.window import WindowContext
 from schedir.passes.ordering import sort_by_columns
 from schedir.passes.v0_state import PRIORITY_STATE, SORT_HI, SORT_LO, SORT_STEP, SORTED_AT
 
@@ -36,6 +37,23 @@ def deque_order(queued: np.ndarray, priority: np.ndarray, arrival: np.ndarray, s
     runs = deque_runs(queued, sorted_at, sort_step, lo, hi)
     in_block = runs == SORTED_RUN
     return np.lexsort((queued, np.where(in_block, arrival, 0), np.where(in_block, priority, 0), runs))
+
+
+def deque_head(queued: np.ndarray, priority: np.ndarray, arrival: np.ndarray, sorted_at: np.ndarray,
+               sort_step: float, lo: float, hi: float) -> int:
+    """The position of `deque_order`'s first, in a few passes over the queue (no sort): the
+    front run's lowest place, else the sorted block's least (priority, arrival, place), else
+    the lowest place of the arrivals since; -1 for an empty queue."""
+    if not queued.size:
+        return -1
+    runs = deque_runs(queued, sorted_at, sort_step, lo, hi)
+    first = int(runs.min())
+    pick = runs == first
+    if first == SORTED_RUN:
+        pick &= priority == priority[pick].min()
+        pick &= arrival == arrival[pick].min()
+    at = np.flatnonzero(pick)
+    return int(at[np.argmin(queued[at])])
 
 
 def step_deque_order(step: Step, value) -> np.ndarray:  # noqa: ANN001
@@ -67,8 +85,35 @@ class OrderV0Priority(StepPass):
     request_state: ClassVar[tuple] = (SORTED_AT,)
     scheduler_state: ClassVar[tuple] = PRIORITY_STATE
     policies: ClassVar[tuple[str, ...]] = ("fcfs", "priority")
+    # steady decode steps: over the waiting queue; a steady step admits nobody, so its order decides nothing
+    steady_when: ClassVar[dict[str, str]] = {"queue": "waiting"}
 
     queue: str = "waiting"
+
+    def waiting_window(self, ctx: WindowContext) -> np.ndarray:
+        """Nobody of its own: it orders what the step holds (v0-prefills names the deque's head it
+        can reach, by this pass's rank)."""
+        return ctx.NONE
+
+    def waiting_rank(self, ctx: WindowContext) -> tuple[np.ndarray, np.ndarray] | None:
+        """The deque's order as rank keys: each waiting request's place in it (under FCFS the FCFS
+        places, as order-vllm). Swapped requests are not in the deque (v0-swapped takes them in
+        their own order): keys 0."""
+        if self.queue != "waiting" or ctx.column_of is None or ctx.state_of is None:
+            return None
+        waiting = ctx.waiting
+        queued = ctx.column_of("queued")[waiting]
+        unranked = np.zeros(ctx.swapped.size, dtype=np.int64)
+        if ctx.policy != "priority":
+            return queued, unranked
+        state = ctx.scheduler_state
+        order = deque_order(queued, ctx.column_of("priority")[waiting], ctx.column_of("arrival")[waiting],
+                            ctx.state_of(SORTED_AT.name)[waiting], float(state.get(SORT_STEP.name, SORT_STEP.default)),
+                            float(state.get(SORT_LO.name, SORT_LO.default)),
+                            float(state.get(SORT_HI.name, SORT_HI.default)))
+        keys = np.empty(waiting.size, dtype=np.int64)
+        keys[order] = np.arange(waiting.size)
+        return keys, unranked
 
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)

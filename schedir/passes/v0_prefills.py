@@ -128,14 +128,17 @@ class V0Prefills(StepPass):
         """While max_seqs requests run, the loop ignores (rejects) every request it reaches that
         could never run and stops at the first other one, whatever stops it (blocks, budget or
         the seat): so the requests v0 would ignore, and the first other one in v0's FCFS order
-        (`queued`). With seats free, those it would ignore and the first free seats + 1 others
-        in that order (`WindowContext.reach`: v0 runs this loop first, so the running requests
-        hold their seats). With the delay rule (it reads the oldest arrival), the whole queue."""
+        (`queued`; under the priority policy its deque's, order-v0-priority's rank). With seats
+        free, those it would ignore and the first free seats + 1 others in that order
+        (`WindowContext.reach`: v0 runs this loop first, so the running requests hold their seats).
+        With the delay rule (it reads the oldest arrival), the whole queue."""
         if self.queue != "waiting" or self.delay_factor > 0:
             return None
         seats = max(ctx.max_seqs - ctx.running.size, 0)
-        # (every seat taken: one request past the ignored ones, in v0's order with or without a rank)
-        return ctx.reach(self._ignored(ctx), seats + 1, None if seats else ctx.column("queued", ctx.waiting))
+        # (every seat taken: one request past the ignored ones, in v0's FCFS order with or without a
+        # rank; under the priority policy in the deque's, order-v0-priority's rank, or the whole queue)
+        fcfs = None if seats or ctx.policy != "fcfs" else ctx.column("queued", ctx.waiting)
+        return ctx.reach(self._ignored(ctx), seats + 1, fcfs)
 
     def run(self, step: Step) -> None:
         swapped = step.queue("swapped")

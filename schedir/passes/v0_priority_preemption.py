@@ -10,8 +10,9 @@ import numpy as np
 from schedir.dialects.req import RejectOp
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step, pool_of
+from schedir.ir.window import WindowContext
 from schedir.passes import v0_kernels as K
-from schedir.passes.order_v0_priority import step_deque_order
+from schedir.passes.order_v0_priority import deque_head, step_deque_order
 from schedir.passes.ordering import sort_by_columns
 from schedir.passes.v0_running import emit_preemptions, scheduled_from
 from schedir.passes.v0_state import PRIORITY_STATE, SORT_HI, SORT_LO, SORT_STEP, SORTED_AT
@@ -52,6 +53,55 @@ class V0PriorityPreemption(StepPass):
     preemption: str = "auto"
     queue: str = "waiting"
     running: str = "running"
+    # steady decode steps: the rule preempts nobody while the deque's head does not outrank the
+    # last running request; the step's sort is written (`steady_state`) and the batch decodes in
+    # (priority, arrival) order (`steady_order`)
+    steady_when: ClassVar[dict[str, str]] = {"queue": "waiting", "running": "running"}
+
+    def waiting_window(self, ctx: WindowContext) -> np.ndarray:
+        """The waiting requests with the lowest and the highest FCFS place (the sorted block's record
+        reads them); the deque's head is in v0-prefills' window (by order-v0-priority's rank).
+        Nobody under FCFS."""
+        if self.queue != "waiting" or ctx.policy != "priority" or not ctx.waiting.size:
+            return ctx.NONE
+        queued = ctx.column("queued", ctx.waiting)
+        return np.unique(np.array([np.argmin(queued), np.argmax(queued)], dtype=np.int64))
+
+    def steady_state(self, ctx: WindowContext) -> dict[str, float] | None:
+        """What a steady step writes under the priority policy: the sort's record (this step, the
+        FCFS places the waiting queue holds), when nobody is preempted: nobody waits, or the deque's
+        head does not rank above the last running request (with every seat taken, as in any steady
+        step with requests waiting, a head that does is always let in by a victim). Under FCFS
+        nothing. Else None: the IR decides."""
+        if ctx.policy != "priority":
+            return {}
+        waiting = ctx.waiting
+        lo, hi = 0.0, -1.0
+        if waiting.size:
+            if ctx.column_of is None or ctx.state_of is None:
+                return None
+            queued = ctx.column_of("queued")[waiting]
+            priority, arrival = ctx.column_of("priority"), ctx.column_of("arrival")
+            state = ctx.scheduler_state
+            head = deque_head(queued, priority[waiting], arrival[waiting], ctx.state_of(SORTED_AT.name)[waiting],
+                              float(state.get(SORT_STEP.name, SORT_STEP.default)),
+                              float(state.get(SORT_LO.name, SORT_LO.default)),
+                              float(state.get(SORT_HI.name, SORT_HI.default)))
+            key = (int(priority[waiting[head]]), int(arrival[waiting[head]]))
+            running = ctx.running
+            last = int(np.lexsort((arrival[running], priority[running]))[-1]) if running.size else -1
+            if last >= 0 and (int(priority[running[last]]), int(arrival[running[last]])) > key:
+                return None
+            lo, hi = float(queued.min()), float(queued.max())
+        return {SORT_STEP.name: float(ctx.step), SORT_LO.name: lo, SORT_HI.name: hi}
+
+    def steady_order(self, ctx: WindowContext) -> np.ndarray | None:
+        """The running queue sorted by (priority, arrival), stably (v0 keeps it so); None: already."""
+        if ctx.policy != "priority" or ctx.column_of is None or ctx.running.size < 2:
+            return None
+        running = ctx.running
+        order = np.lexsort((ctx.column_of("arrival")[running], ctx.column_of("priority")[running]))
+        return None if (order[1:] > order[:-1]).all() else order
 
     def __post_init__(self) -> None:
         if self.preemption not in _MODES:
@@ -62,9 +112,6 @@ class V0PriorityPreemption(StepPass):
         facts = step.facts
         if facts.policy != "priority" or scheduled_from(step, self.queue):
             return  # "if len(prefills.seq_groups) == 0 and policy == 'priority'"
-        if facts.waiting_count >= 0:
-            raise ValueError(f"v0-priority-preemption sorts the whole waiting queue, but the step holds "
-                             f"{len(step.ids(step.queue(self.queue).results[0]))} of {facts.waiting_count}")
         deque = self._deque(step)
         running = step.pending(self.running)
         victims = np.zeros(0, dtype=np.int64)
@@ -72,9 +119,13 @@ class V0PriorityPreemption(StepPass):
             running = sort_by_columns(step, running, ("priority", "arrival"))  # `deque(sorted(self.running, ...))`
             if deque is not None and deque["id"].size:
                 victims = self._preempt_for_head(step, running, deque)
-        lo, hi = 0.0, -1.0  # an empty deque: whoever waits next arrived since, or was preempted after
-        if deque is not None and deque["id"].size:
-            lo, hi = float(deque["queued"].min()), float(deque["queued"].max())
+        # the sorted block's FCFS places (the queue's lowest and highest are in the step: its window);
+        # an empty deque: whoever waits next arrived since, or was preempted after
+        lo, hi = 0.0, -1.0
+        root = step.queue(self.queue)
+        if root is not None and len(step.ids(root.results[0])):
+            queued = step.column(root.results[0], "queued")
+            lo, hi = float(queued.min()), float(queued.max())
         step.set_state(**{SORT_STEP.name: float(facts.step), SORT_LO.name: lo, SORT_HI.name: hi})
         if victims.size:
             step.set_request_state(running, victims, **{SORTED_AT.name: np.full(victims.size, facts.step)})
