@@ -11,6 +11,7 @@ import pytest
 
 from schedir import Request, Scheduler, SchedulerConfig
 from schedir.ir.errors import PipelineError
+from schedir.passes.order_v0_priority import deque_first, deque_head, deque_order
 from schedir.tools.parity import v0_reference, v0_schedir, v0_trace
 
 V0_ENV = v0_reference.unavailable_reason()
@@ -33,6 +34,22 @@ def step(s: Scheduler):  # noqa: ANN201
     s.pool.check()
     s.update(out, np.where(out.sampled, 7, -1))
     return out
+
+
+def test_the_deque_head_kernels_agree_with_the_deque_order() -> None:
+    """`deque_first` (the window's head, no sort) and `deque_head` are `deque_order`'s first k and
+    first, on queues with every run, ties in (priority, arrival) and marked victims."""
+    rng = np.random.default_rng(7)
+    for trial in range(300):
+        n = int(rng.integers(0, 40))
+        queued = rng.permutation(np.arange(-20, 40))[:n].astype(np.int64)
+        priority, arrival = rng.integers(0, 3, n), rng.integers(0, 4, n)
+        sorted_at = np.where(rng.random(n) < 0.2, 9, -1)
+        record = (9.0, float(rng.integers(-10, 5)), float(rng.integers(0, 30))) if trial % 4 else (-1.0, 0.0, -1.0)
+        full = deque_order(queued, priority, arrival, sorted_at, *record)
+        for k in (1, 3, 17, 64):
+            assert deque_first(queued, priority, arrival, sorted_at, *record, k).tolist() == full[:k].tolist()
+        assert deque_head(queued, priority, arrival, sorted_at, *record) == (full[0] if n else -1)
 
 
 def test_the_policy_needs_its_preset() -> None:

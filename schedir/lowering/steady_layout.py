@@ -64,6 +64,7 @@ class SteadyLayout:
     columns: Mapping[str, int]
     states: Mapping[str, int]
     scalars: Mapping[str, int] = attrs.field(factory=dict)
+    policy: str = "fcfs"  # the configuration's queue policy (a pass whose answer depends on it)
 
     def scalar(self, name: str) -> int:
         return self.scalars[name]

@@ -24,7 +24,7 @@ asking the passes (tested step by step; `python benchmarks/parity_fuzz.py --stea
 steady steps against the IR). Lowered: FastServe's `mlfq-*` passes, whose four Python answers
 cost 2-3x `vllm`'s whole steady step, the seed's `memory-aware-preemption` (`with-all-passes`)
 and vLLM v0's passes (`vllm-v0*`: the delay rule's clock and the running queue's places are
-scheduler state). `python benchmarks/steady_answers.py` times the program against asking in
+scheduler state; under the priority policy the sorted deque's record and the batch's order). `python benchmarks/steady_answers.py` times the program against asking in
 Python. Asked in Python: SGLang's and VTC's passes (transitions held over steps), `order-slo`.
 """
 
@@ -49,13 +49,14 @@ from schedir.passes.mlfq_swap_in import swap_in_steady_lowered
 from schedir.passes.order_slo import slo_steady_lowered
 from schedir.passes.v0_chunked_running import chunked_running_steady_lowered
 from schedir.passes.v0_prefills import prefills_steady_lowered
+from schedir.passes.v0_priority_preemption import priority_steady_lowered
 from schedir.passes.v0_running import running_steady_lowered
 
 # the opcode of each lowered answer is its place here (`run_steady` dispatches on it); 4 is the
 # default answer (`{}` while the pass's waiting window is empty) over its window's rule
 LOWERED = (levels_steady_lowered, order_steady_lowered, swap_in_steady_lowered, account_steady_lowered,
            window_steady_lowered, map_steady_lowered, prefills_steady_lowered, running_steady_lowered,
-           chunked_running_steady_lowered, slo_steady_lowered)
+           chunked_running_steady_lowered, slo_steady_lowered, priority_steady_lowered)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -99,8 +100,11 @@ def run_steady(codes: np.ndarray, options: np.ndarray, first_write: np.ndarray, 
         elif c == 8:
             r = chunked_running_steady_lowered(D, ST, NB, running, waiting, swapped, sc, SS, o, into, rows, w,
                                                memo[i], over)
-        else:
+        elif c == 9:
             r = slo_steady_lowered(D, ST, NB, running, waiting, swapped, sc, SS, o, into, rows, w, memo[i], over)
+        else:
+            r = priority_steady_lowered(D, ST, NB, running, waiting, swapped, sc, SS, o, into, rows, w, memo[i],
+                                        over)
         if r == ASK_IR:
             return 0
         if r == ORDERED:

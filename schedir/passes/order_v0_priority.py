@@ -5,11 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numba as nb
 import numpy as np
 
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step
-from schedir.ir.window import WindowContext
+from schedir.ir.window import UNRANKED, WINDOW_SLACK, WindowContext
+from schedir.lowering.steady_layout import WINDOW_NOBODY, window_steady_lowered
 from schedir.passes.ordering import sort_by_columns
 from schedir.passes.v0_state import PRIORITY_STATE, SORT_HI, SORT_LO, SORT_STEP, SORTED_AT
 
@@ -56,6 +58,36 @@ def deque_head(queued: np.ndarray, priority: np.ndarray, arrival: np.ndarray, so
     return int(at[np.argmin(queued[at])])
 
 
+@nb.njit(cache=True, nogil=True)
+def deque_first(queued: np.ndarray, priority: np.ndarray, arrival: np.ndarray, sorted_at: np.ndarray,
+                sort_step: float, lo: float, hi: float, k: int) -> np.ndarray:
+    """Positions of `deque_order`'s first `k`, in that order, in one pass over the queue keeping
+    them sorted (a request ranked past the k-th is one comparison): a window's head without a
+    sort of thousands (`OrderV0Priority.waiting_rank`)."""
+    n = queued.size
+    k = min(k, n)
+    held = np.empty((5, max(k, 1)), dtype=np.int64)  # run, priority, arrival, place, position
+    size = 0
+    for i in range(n):
+        q = queued[i]
+        run = PREEMPTED_RUN if q < lo else (ARRIVED_RUN if q > hi else SORTED_RUN)
+        if sort_step >= 0 and sorted_at[i] == int(sort_step):
+            run = SORTED_RUN
+        p = priority[i] if run == SORTED_RUN else 0
+        a = arrival[i] if run == SORTED_RUN else 0
+        j = size
+        while j > 0 and (run, p, a, q) < (held[0, j - 1], held[1, j - 1], held[2, j - 1], held[3, j - 1]):
+            j -= 1
+        if j >= k:
+            continue
+        last = min(size, k - 1)
+        for t in range(last, j, -1):
+            held[:, t] = held[:, t - 1]
+        held[0, j], held[1, j], held[2, j], held[3, j], held[4, j] = run, p, a, q, i
+        size = min(size + 1, k)
+    return held[4, :size].copy()
+
+
 def step_deque_order(step: Step, value) -> np.ndarray:  # noqa: ANN001
     """`deque_order` of the requests of `value` (a waiting set of the step), from its columns and state."""
     queued, priority, arrival = step.columns(value, ("queued", "priority", "arrival"))
@@ -87,8 +119,13 @@ class OrderV0Priority(StepPass):
     policies: ClassVar[tuple[str, ...]] = ("fcfs", "priority")
     # steady decode steps: over the waiting queue; a steady step admits nobody, so its order decides nothing
     steady_when: ClassVar[dict[str, str]] = {"queue": "waiting"}
+    # its default steady answer lowered: its window is nobody
+    steady_lowered = staticmethod(window_steady_lowered)
 
     queue: str = "waiting"
+
+    def steady_lowered_options(self, layout) -> tuple[float, ...]:  # noqa: ANN001
+        return (WINDOW_NOBODY,)
 
     def waiting_window(self, ctx: WindowContext) -> np.ndarray:
         """Nobody of its own: it orders what the step holds (v0-prefills names the deque's head it
@@ -96,9 +133,10 @@ class OrderV0Priority(StepPass):
         return ctx.NONE
 
     def waiting_rank(self, ctx: WindowContext) -> tuple[np.ndarray, np.ndarray] | None:
-        """The deque's order as rank keys: each waiting request's place in it (under FCFS the FCFS
-        places, as order-vllm). Swapped requests are not in the deque (v0-swapped takes them in
-        their own order): keys 0."""
+        """The deque's order as rank keys (under FCFS the FCFS places, as order-vllm): its first
+        max_seqs + 16 placed (`deque_first`, a partial rank: the rest after them), which is as far as
+        v0-prefills' loop reaches with no request to ignore. Swapped requests are not in the deque
+        (v0-swapped takes them in their own order): keys 0."""
         if self.queue != "waiting" or ctx.column_of is None or ctx.state_of is None:
             return None
         waiting = ctx.waiting
@@ -107,13 +145,13 @@ class OrderV0Priority(StepPass):
         if ctx.policy != "priority":
             return queued, unranked
         state = ctx.scheduler_state
-        order = deque_order(queued, ctx.column_of("priority")[waiting], ctx.column_of("arrival")[waiting],
-                            ctx.state_of(SORTED_AT.name)[waiting], float(state.get(SORT_STEP.name, SORT_STEP.default)),
-                            float(state.get(SORT_LO.name, SORT_LO.default)),
-                            float(state.get(SORT_HI.name, SORT_HI.default)))
-        keys = np.empty(waiting.size, dtype=np.int64)
-        keys[order] = np.arange(waiting.size)
-        return keys, unranked
+        head = deque_first(queued, ctx.column_of("priority")[waiting], ctx.column_of("arrival")[waiting],
+                           ctx.state_of(SORTED_AT.name)[waiting], float(state.get(SORT_STEP.name, SORT_STEP.default)),
+                           float(state.get(SORT_LO.name, SORT_LO.default)),
+                           float(state.get(SORT_HI.name, SORT_HI.default)), ctx.max_seqs + WINDOW_SLACK)
+        keys = np.full(waiting.size, UNRANKED, dtype=np.int64)  # (a partial rank: the head placed)
+        keys[head] = np.arange(head.size)
+        return ctx.partial_rank(keys, head.size), unranked
 
     def run(self, step: Step) -> None:
         pending = step.pending(self.queue)

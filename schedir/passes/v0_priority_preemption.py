@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numba as nb
 import numpy as np
 
 from schedir.dialects.req import RejectOp
@@ -12,12 +13,85 @@ from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step, pool_of
 from schedir.ir.window import WindowContext
 from schedir.passes import v0_kernels as K
-from schedir.passes.order_v0_priority import deque_head, step_deque_order
+from schedir.lowering.steady_layout import ANSWERED, ASK_IR, MEMO_SET, ORDERED, SC_STEP
+from schedir.passes.order_v0_priority import ARRIVED_RUN, PREEMPTED_RUN, SORTED_RUN, deque_head, step_deque_order
 from schedir.passes.ordering import sort_by_columns
 from schedir.passes.v0_running import emit_preemptions, scheduled_from
 from schedir.passes.v0_state import PRIORITY_STATE, SORT_HI, SORT_LO, SORT_STEP, SORTED_AT
 
 _MODES = ("auto", "recompute")
+_HEAD, _LOWEST, _HIGHEST = 1, 2, 3  # the lowered answer's memo: the deque's head when every waiting
+#                                      request is in the sorted block, the lowest and highest FCFS place
+
+
+@nb.njit(cache=True, nogil=True)
+def _first_in_deque(D, ST, waiting, o, sort_step: float, lo: float, hi: float) -> int:  # noqa: ANN001
+    """`deque_head` over the table: the row first in v0's deque (-1: nobody waits)."""
+    qc, pc, ac, sa = int(o[1]), int(o[2]), int(o[3]), int(o[4])
+    best = -1
+    br = bp = ba = bq = 0
+    for r in waiting:
+        q = D[qc, r]
+        run = PREEMPTED_RUN if q < lo else (ARRIVED_RUN if q > hi else SORTED_RUN)
+        if sort_step >= 0 and ST[sa, r] == int(sort_step):
+            run = SORTED_RUN
+        p = D[pc, r] if run == SORTED_RUN else 0
+        a = D[ac, r] if run == SORTED_RUN else 0
+        if best < 0 or (run, p, a, q) < (br, bp, ba, bq):
+            best, br, bp, ba, bq = r, run, p, a, q
+    return best
+
+
+@nb.njit(cache=True, nogil=True)
+def priority_steady_lowered(D, ST, NB, running, waiting, swapped, sc, SS, o, order, rows, w, m, over) -> int:  # noqa: ANN001
+    """`V0PriorityPreemption.steady_state` and `steady_order` in the steady program. The waiting
+    queue's lowest and highest FCFS place and its head once all of it is in the sorted block (the
+    usual case after one steady step) are kept in the memo, so a steady step does not walk it."""
+    if o[0] == 0:  # FCFS
+        return ANSWERED
+    qc, pc, ac = int(o[1]), int(o[2]), int(o[3])
+    s_step, s_lo, s_hi = int(o[5]), int(o[6]), int(o[7])
+    lo, hi = 0.0, -1.0
+    if waiting.size:
+        if m[MEMO_SET] == 0:
+            lowest, highest = D[qc, waiting[0]], D[qc, waiting[0]]
+            for r in waiting:
+                lowest = min(lowest, D[qc, r])
+                highest = max(highest, D[qc, r])
+            m[_LOWEST], m[_HIGHEST] = lowest, highest
+            m[_HEAD] = _first_in_deque(D, ST, waiting, o, -1.0, float(lowest), float(highest))
+            m[MEMO_SET] = 1
+        if SS[s_lo] <= m[_LOWEST] and m[_HIGHEST] <= SS[s_hi]:
+            head = m[_HEAD]  # the record covers the whole queue: one sorted block
+        else:
+            head = _first_in_deque(D, ST, waiting, o, SS[s_step], SS[s_lo], SS[s_hi])
+        hp, ha = D[pc, head], D[ac, head]
+        for r in running:  # a running request ranking below the head: v0 preempts it (every seat taken)
+            if D[pc, r] > hp or (D[pc, r] == hp and D[ac, r] > ha):
+                return ASK_IR
+        lo, hi = float(m[_LOWEST]), float(m[_HIGHEST])
+    SS[s_step] = float(sc[SC_STEP])
+    SS[s_lo] = lo
+    SS[s_hi] = hi
+    n = running.size
+    sorted_already = True
+    for k in range(n - 1):
+        a, b = running[k], running[k + 1]
+        if D[pc, a] > D[pc, b] or (D[pc, a] == D[pc, b] and D[ac, a] > D[ac, b]):
+            sorted_already = False
+            break
+    if sorted_already:
+        return ANSWERED
+    keys = np.empty(n, dtype=np.int64)
+    for k in range(n):
+        keys[k] = D[ac, running[k]]
+    by_arrival = np.argsort(keys, kind="mergesort")
+    for k in range(n):
+        keys[k] = D[pc, running[by_arrival[k]]]
+    by_priority = np.argsort(keys, kind="mergesort")
+    for k in range(n):
+        order[k] = by_arrival[by_priority[k]]
+    return ORDERED
 
 
 @dataclass(frozen=True)
@@ -57,6 +131,12 @@ class V0PriorityPreemption(StepPass):
     # last running request; the step's sort is written (`steady_state`) and the batch decodes in
     # (priority, arrival) order (`steady_order`)
     steady_when: ClassVar[dict[str, str]] = {"queue": "waiting", "running": "running"}
+    steady_lowered = staticmethod(priority_steady_lowered)
+
+    def steady_lowered_options(self, layout) -> tuple[float, ...]:  # noqa: ANN001
+        return (float(layout.policy == "priority"), layout.column("queued"), layout.column("priority"),
+                layout.column("arrival"), layout.state(SORTED_AT.name), layout.scalar(SORT_STEP.name),
+                layout.scalar(SORT_LO.name), layout.scalar(SORT_HI.name))
 
     def waiting_window(self, ctx: WindowContext) -> np.ndarray:
         """The waiting requests with the lowest and the highest FCFS place (the sorted block's record

@@ -299,7 +299,7 @@ class Scheduler:
         # the scheduler state a lowered answer reads and writes: the numbers (a slot each in `SS`)
         scalars = {n: i for i, n in enumerate(n for n in self._state_names
                                               if not isinstance(self.scheduler_state[n], np.ndarray))}
-        layout = SteadyLayout(_COLUMN_INDEX, dict(self.table.state_index), scalars)
+        layout = SteadyLayout(_COLUMN_INDEX, dict(self.table.state_index), scalars, cfg.policy)
         program = SteadyProgram.lower(self._steady_declared, layout) if self._steady_declared and not radix else None
         # ... and a pipeline of default answers only (no pass writes or orders: `base`, `orca`), every
         # pass naming its window's rule (`steady_layout.window_steady_lowered`), answers a steady

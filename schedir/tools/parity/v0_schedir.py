@@ -360,7 +360,8 @@ def main(argv: list[str] | None = None) -> int:
     by_rule = [[p["by"] == "priority" for s in refs[n]["steps"] for p in s.get("preemptions", [])]
                for n, (_, cfg) in runnable.items() if cfg.get("policy") == "priority"]
     if by_rule:  # what the priority scenarios exercised
-        print(f"v0 preempted {sum(map(sum, by_rule))} requests by its priority rule (in "
+        count = sum(map(sum, by_rule))
+        print(f"v0 preempted {count} request{'' if count == 1 else 's'} by its priority rule (in "
               f"{sum(any(r) for r in by_rule)} of {len(by_rule)} priority scenarios) and "
               f"{sum(len(r) - sum(r) for r in by_rule)} for want of blocks")
     return 0 if total_diffs == 0 else 1
