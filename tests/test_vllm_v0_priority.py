@@ -6,12 +6,15 @@ policy apart, and the configuration errors, are checked here without it."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from schedir import Request, Scheduler, SchedulerConfig
 from schedir.ir.errors import PipelineError
 from schedir.passes.order_v0_priority import deque_first, deque_head, deque_order
+from schedir.tools.cli import main as schedir_main
 from schedir.tools.parity import v0_reference, v0_schedir, v0_trace
 
 V0_ENV = v0_reference.unavailable_reason()
@@ -80,6 +83,33 @@ def test_a_lower_priority_decode_gives_way_by_recompute() -> None:
     out = step(s)
     assert out.req_ids == ["hi"] and out.num_tokens.tolist() == [24]  # admitted whole, prefill-first
     assert [s.table.names[r] for r in s.waiting.tolist()] == ["lo-b"]
+
+
+def test_a_dumped_priority_step_replays(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The step whose priority rule preempted replays alone from its dump (the deque's record and
+    the victims' mark are in the IR), and dumping changes no decision."""
+    def run(dump: bool) -> tuple[Scheduler, list]:
+        s = Scheduler(priority_config(num_blocks=13, **({"dump_dir": tmp_path, "dump_steps": "all"} if dump else {})),
+                      clock=lambda: 0.0)
+        add(s, "lo-a", 5, prompt=16, at=0.0)
+        add(s, "lo-b", 5, prompt=16, at=1.0)
+        outs = [step(s)]
+        add(s, "hi", 0, prompt=24, max_tokens=4, at=2.0)
+        while s.has_unfinished_requests():
+            outs.append(step(s))
+        return s, outs
+
+    s, dumped = run(True)
+    _, plain = run(False)
+    assert [(o.req_ids, sorted(o.preempted_req_ids)) for o in dumped] == [
+        (o.req_ids, sorted(o.preempted_req_ids)) for o in plain]
+    stem = f"step-{dumped[1].step:05d}-"
+    assert dumped[1].preempted_req_ids == {"lo-b"}
+    code = schedir_main(["opt", str(tmp_path / f"{stem}00-input.mlir"), "-p", s.spec])
+    replayed = capsys.readouterr().out
+    live = (tmp_path / f"{stem}05-v0-swapped.mlir").read_text()
+    assert code == 0 and replayed == live
+    assert "v0_sorted_at = [" in live and "v0_sort_step = " in live and "req.preempt" in live
 
 
 def test_an_arrival_after_a_sort_waits_behind_the_sorted_block() -> None:
