@@ -19,14 +19,23 @@ PREEMPTED_RUN, SORTED_RUN, ARRIVED_RUN = 0, 1, 2  # the deque's three runs, fron
 SORT_KEYS = ("v0_deque_run", "priority", "arrival", "queued")  # how the step's req.sort names its order
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def run_of(queued: int, sorted_at: int, sort_step: float, lo: float, hi: float) -> int:
+    """Which run of v0's deque a waiting request is in, from its FCFS place (`queued`) and the
+    last sorting step's record (see v0_state): the sorted block (the places it held then, and the
+    priority rule's victims of that step), those preempted since (places below it), the
+    arrivals since (places above it)."""
+    if sort_step >= 0 and sorted_at == int(sort_step):
+        return SORTED_RUN
+    return PREEMPTED_RUN if queued < lo else (ARRIVED_RUN if queued > hi else SORTED_RUN)
+
+
+@nb.njit(cache=True, nogil=True)
 def deque_runs(queued: np.ndarray, sorted_at: np.ndarray, sort_step: float, lo: float, hi: float) -> np.ndarray:
-    """Which run of v0's deque each waiting request is in, from its FCFS place (`queued`) and
-    the last sorting step's record (see v0_state): the sorted block (the places it held then,
-    and the priority rule's victims of that step), those preempted since (places below it),
-    the arrivals since (places above it)."""
-    runs = np.where(queued < lo, PREEMPTED_RUN, np.where(queued > hi, ARRIVED_RUN, SORTED_RUN))
-    if sort_step >= 0:
-        runs[sorted_at == int(sort_step)] = SORTED_RUN
+    """`run_of` each waiting request."""
+    runs = np.empty(queued.size, dtype=np.int64)
+    for i in range(queued.size):
+        runs[i] = run_of(queued[i], sorted_at[i], sort_step, lo, hi)
     return runs
 
 
@@ -43,19 +52,9 @@ def deque_order(queued: np.ndarray, priority: np.ndarray, arrival: np.ndarray, s
 
 def deque_head(queued: np.ndarray, priority: np.ndarray, arrival: np.ndarray, sorted_at: np.ndarray,
                sort_step: float, lo: float, hi: float) -> int:
-    """The position of `deque_order`'s first, in a few passes over the queue (no sort): the
-    front run's lowest place, else the sorted block's least (priority, arrival, place), else
-    the lowest place of the arrivals since; -1 for an empty queue."""
-    if not queued.size:
-        return -1
-    runs = deque_runs(queued, sorted_at, sort_step, lo, hi)
-    first = int(runs.min())
-    pick = runs == first
-    if first == SORTED_RUN:
-        pick &= priority == priority[pick].min()
-        pick &= arrival == arrival[pick].min()
-    at = np.flatnonzero(pick)
-    return int(at[np.argmin(queued[at])])
+    """The position of `deque_order`'s first (`deque_first` of one, no sort); -1 for an empty queue."""
+    head = deque_first(queued, priority, arrival, sorted_at, sort_step, lo, hi, 1)
+    return int(head[0]) if head.size else -1
 
 
 @nb.njit(cache=True, nogil=True)
@@ -70,9 +69,7 @@ def deque_first(queued: np.ndarray, priority: np.ndarray, arrival: np.ndarray, s
     size = 0
     for i in range(n):
         q = queued[i]
-        run = PREEMPTED_RUN if q < lo else (ARRIVED_RUN if q > hi else SORTED_RUN)
-        if sort_step >= 0 and sorted_at[i] == int(sort_step):
-            run = SORTED_RUN
+        run = run_of(q, sorted_at[i], sort_step, lo, hi)
         p = priority[i] if run == SORTED_RUN else 0
         a = arrival[i] if run == SORTED_RUN else 0
         j = size

@@ -8,13 +8,13 @@ from typing import ClassVar
 import numba as nb
 import numpy as np
 
-from schedir.dialects.req import RejectOp
+from schedir.dialects.req import RejectOp, SortOp
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step, pool_of
 from schedir.ir.window import WindowContext
-from schedir.passes import v0_kernels as K
 from schedir.lowering.steady_layout import ANSWERED, ASK_IR, MEMO_SET, ORDERED, SC_STEP
-from schedir.passes.order_v0_priority import ARRIVED_RUN, PREEMPTED_RUN, SORTED_RUN, deque_head, step_deque_order
+from schedir.passes import v0_kernels as K
+from schedir.passes.order_v0_priority import deque_first, deque_head
 from schedir.passes.ordering import sort_by_columns
 from schedir.passes.v0_running import emit_preemptions, scheduled_from
 from schedir.passes.v0_state import PRIORITY_STATE, SORT_HI, SORT_LO, SORT_STEP, SORTED_AT
@@ -26,20 +26,17 @@ _HEAD, _LOWEST, _HIGHEST = 1, 2, 3  # the lowered answer's memo: the deque's hea
 
 @nb.njit(cache=True, nogil=True)
 def _first_in_deque(D, ST, waiting, o, sort_step: float, lo: float, hi: float) -> int:  # noqa: ANN001
-    """`deque_head` over the table: the row first in v0's deque (-1: nobody waits)."""
-    qc, pc, ac, sa = int(o[1]), int(o[2]), int(o[3]), int(o[4])
-    best = -1
-    br = bp = ba = bq = 0
-    for r in waiting:
-        q = D[qc, r]
-        run = PREEMPTED_RUN if q < lo else (ARRIVED_RUN if q > hi else SORTED_RUN)
-        if sort_step >= 0 and ST[sa, r] == int(sort_step):
-            run = SORTED_RUN
-        p = D[pc, r] if run == SORTED_RUN else 0
-        a = D[ac, r] if run == SORTED_RUN else 0
-        if best < 0 or (run, p, a, q) < (br, bp, ba, bq):
-            best, br, bp, ba, bq = r, run, p, a, q
-    return best
+    """The row first in v0's deque (`deque_first` of one over the waiting rows' columns)."""
+    n = waiting.size
+    queued = np.empty(n, dtype=np.int64)
+    priority = np.empty(n, dtype=np.int64)
+    arrival = np.empty(n, dtype=np.int64)
+    sorted_at = np.empty(n, dtype=np.int64)
+    for k in range(n):
+        r = waiting[k]
+        queued[k], priority[k], arrival[k], sorted_at[k] = D[int(o[1]), r], D[int(o[2]), r], D[int(o[3]), r], \
+            ST[int(o[4]), r]
+    return waiting[deque_first(queued, priority, arrival, sorted_at, sort_step, lo, hi, 1)[0]]
 
 
 @nb.njit(cache=True, nogil=True)
@@ -211,16 +208,20 @@ class V0PriorityPreemption(StepPass):
             step.set_request_state(running, victims, **{SORTED_AT.name: np.full(victims.size, facts.step)})
 
     def _deque(self, step: Step) -> dict[str, np.ndarray] | None:
-        """The waiting deque in its order, less what v0-prefills ignored: "id", "queued", "total",
-        "priority", "arrival" (None: the step has no waiting queue)."""
+        """The waiting deque in its order (order-v0-priority's `req.sort` of the waiting queue),
+        less what v0-prefills ignored: "id", "queued", "total", "priority", "arrival" (None: the
+        step has no waiting queue, or nobody in it)."""
         root = step.queue(self.queue)
         if root is None:
             return None
-        value = root.results[0]
-        order = step_deque_order(step, value)
+        ordered = next((op.results[0] for op in reversed(step.ops_of(SortOp))
+                        if step.root(op.results[0]) is root), None)
+        if ordered is None:
+            if len(step.ids(root.results[0])):
+                raise ValueError("v0-priority-preemption: the waiting queue was not ordered (order-v0-priority)")
+            return None
         names = ("queued", "total", "priority", "arrival")
-        deque = {"id": step.ids(value)[order], **{n: c[order] for n, c in zip(names, step.columns(value, names),
-                                                                                  strict=True)}}
+        deque = {"id": step.ids(ordered), **dict(zip(names, step.columns(ordered, names), strict=True))}
         ignored = [op.ids for op in step.ops_of(RejectOp) if step.root(op.operands[0]) is root]  # type: ignore[attr-defined]
         if ignored:
             keep = ~np.isin(deque["id"], np.concatenate(ignored))
