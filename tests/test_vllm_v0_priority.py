@@ -110,6 +110,14 @@ def test_a_dumped_priority_step_replays(tmp_path: Path, capsys: pytest.CaptureFi
     live = (tmp_path / f"{stem}05-v0-swapped.mlir").read_text()
     assert code == 0 and replayed == live
     assert "v0_sorted_at = [" in live and "v0_sort_step = " in live and "req.preempt" in live
+    # the same step under the FCFS preset's pipeline is refused as the runtime refuses the config,
+    # naming the pass, the policy the step carries and the preset that reproduces it
+    code = schedir_main(["opt", str(tmp_path / f"{stem}00-input.mlir"), "-p", "vllm-v0"])
+    said = capsys.readouterr()
+    assert code == 2 and not said.out
+    assert "pass 'v0-prefills' reproduces policy 'priority' only after" in said.err
+    assert "the vllm-v0-priority preset); the step's policy is 'priority'" in said.err
+    assert "Traceback" not in said.err
 
 
 def test_an_arrival_after_a_sort_waits_behind_the_sorted_block() -> None:

@@ -21,6 +21,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.utils.arg_spec import ArgSpec, ArgSpecParseError, parse_pipeline
 from xdsl.utils.exceptions import VerifyException
 
+from schedir.dialects.sched import StepOp
 from schedir.ir.errors import PassFailure, PipelineError, QueueOptionError
 from schedir.ir.pass_base import StepPass
 from schedir.ir.state import DeclaredState, StateConflict, declared_state
@@ -221,6 +222,8 @@ class PassManager:
     instrument: Instrumentation | None = None
     registry: Registry | None = None
     _checked: dict[frozenset[str], frozenset[str]] = attrs.field(factory=dict)
+    # per step policy met: why the pipeline does not reproduce it (None: it does), see `_check_policies`
+    _policy_refusals: dict[str, str | None] = attrs.field(factory=dict)
     _transitions: dict[tuple[frozenset[str], int], frozenset[str]] = attrs.field(factory=dict)
     # per checked input fact set: (pass, facts before it, facts after it or None if unchanged)
     _chains: dict[frozenset[str], tuple[tuple[StepPass, frozenset[str], frozenset[str] | None], ...]] = attrs.field(
@@ -282,6 +285,8 @@ class PassManager:
         route_views = self._route_views(module, bool(steps)) if self._routes or not steps else None
         if route_views is None and not steps:
             raise PipelineError("the input holds no sched.step op")
+        if route_views is None and not complete_state:  # (the runtime checks its config's policy once)
+            self._check_policies(steps)
         if (((route_views is None and len(steps) == 1) or (route_views is not None and len(route_views) == 1))
                 and self._named_queues == [] and not self.verify_each and self.instrument is None and on_pass is None):
             self._run_one(Step(steps[0]) if route_views is None else route_views[0], marks,
@@ -323,6 +328,18 @@ class PassManager:
         if not observe:
             for view in views:
                 view.write_facts()
+
+    def _check_policies(self, steps: Sequence[StepOp]) -> None:
+        """Refuse steps whose `policy` fact this pipeline does not reproduce (`policy_refusal`,
+        once per policy): a hand-written or dumped step run by `schedir opt` is judged as the
+        runtime judges its config."""
+        for op in steps:
+            policy = Step(op).facts.policy
+            if policy not in self._policy_refusals:
+                self._policy_refusals[policy] = policy_refusal(self.passes, policy, self.registry)
+            refusal = self._policy_refusals[policy]
+            if refusal:
+                raise PipelineError(f"{refusal}; the step's policy is '{policy}'")
 
     def run_view(self, view: object) -> None:
         """Run a routing pipeline over one routing step held as arrays (`RouteArrays`), unobserved:
