@@ -59,7 +59,7 @@ def _decoding_scheduler(preset: str, n: int, waiting: int | None = None, finishi
     they arrive 0.1 ms apart, else all at t = 0; `shared`: every prompt starts with the same
     `shared` tokens, a system prompt)."""
     passes = PassManager.parse(PRESETS[preset]).passes
-    no_cache = any(p.no_prefix_cache for p in passes)  # vllm-v0: v0's prefix caching is not reproduced
+    no_cache = any(p.no_prefix_cache or p.v0_prefix_cache for p in passes)  # the v0 presets: as v0, cache off
     cfg = SchedulerConfig(num_blocks=n * 80 + 64, block_size=16, max_num_batched_tokens=16384, max_num_seqs=n,
                           max_model_len=2048, pipeline=preset, enable_prefix_caching=not no_cache,
                           policy=PRESET_POLICY.get(preset, "fcfs"),

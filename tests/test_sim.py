@@ -159,10 +159,11 @@ def test_unknown_model_or_gpu_is_refused_with_the_known_names():
 
 
 def test_prefix_caching_defaults_to_the_engines_own():
-    """Unset, the prefix cache is on, but for a pipeline whose engine's prefix caching schedir does
-    not reproduce (the vllm-v0 presets: `StepPass.no_prefix_cache`), so `schedir bench --configs
-    vllm,vllm-v0` runs as written; set, it is as set (on for v0: the runtime's clear refusal);
-    a run's record shows what was run."""
+    """Unset, the prefix cache is on, but for the vllm-v0 presets: v0's engine runs without it
+    (`StepPass.v0_prefix_cache`), and for the chunked, priority and swap ones schedir does not
+    reproduce v0's (`StepPass.no_prefix_cache`), so `schedir bench --configs vllm,vllm-v0` runs as
+    written; set, it is as set (on: `vllm-v0` caches v0's way, the others refuse it clearly); a
+    run's record shows what was run."""
     assert SimConfig().prefix_caching and SimConfig(pipeline="fastserve").prefix_caching
     assert not SimConfig(pipeline="vllm-v0").prefix_caching
     assert not SimConfig(pipeline="order-vllm,v0-prefills,v0-running,v0-swapped").prefix_caching
@@ -175,8 +176,10 @@ def test_prefix_caching_defaults_to_the_engines_own():
     w = builtin_workload("chat-short", num_requests=12, rate=4.0, seed=3)
     result = Simulator(v0).run(w)
     assert result.config["enable_prefix_caching"] is False and result.requests.arrival_s.size == 12
+    cached = Simulator(SimConfig(pipeline="vllm-v0", enable_prefix_caching=True)).run(w)
+    assert cached.config["enable_prefix_caching"] is True and cached.requests.arrival_s.size == 12
     with pytest.raises(PipelineError, match="prefix caching off"):
-        Simulator(SimConfig(pipeline="vllm-v0", enable_prefix_caching=True)).run(w)
+        Simulator(SimConfig(pipeline="vllm-v0-swap", enable_prefix_caching=True)).run(w)
 
 
 def test_config_specs():

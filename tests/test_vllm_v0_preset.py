@@ -152,7 +152,7 @@ def test_dumping_does_not_change_decisions(tmp_path: Path) -> None:
 def test_every_in_scope_scenario_matches_v0_step_by_step() -> None:
     scenarios = v0_schedir.scenarios_in_scope()
     assert {"swap", "recompute", "ignored", "delay", "aborts", "swap-cpu-exhausted", "swap-chunked", "chunked",
-            "ignored-chunked", "priority"} <= set(scenarios)
+            "ignored-chunked", "priority", "prefix"} <= set(scenarios)
     refs = v0_reference.run_reference(scenarios)
     for name, (trace, cfg) in scenarios.items():
         ours = v0_schedir.run_schedir(trace, cfg)

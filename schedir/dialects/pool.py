@@ -14,6 +14,11 @@ writes the whole state, and parsing rebuilds a private pool from it:
 `free` is the free queue front to back, `cached`/`cached_hash` the registered
 blocks (each hash's blocks in registration order), and per request row the
 block table and chained block hashes. Reference counts follow from the tables.
+A pool under vLLM v0's prefix-caching allocator (`caching = [2]`, `kv_pool.CACHE_V0`)
+also prints its clock (`v0_clock`: the step being scheduled, the last access of
+blocks freed now), three facts per block (`v0_blocks`: last accesses, depths,
+registration steps) and per row the hit v0 noted and its last scheduled step
+(`v0_noted`, `v0_access`).
 """
 
 from __future__ import annotations
@@ -29,7 +34,17 @@ from xdsl.utils.exceptions import VerifyException
 from schedir.dialects.base import parse_attr_dict, parse_columns, print_attr_dict, print_columns
 from schedir.dialects.columns import ColumnsAttr
 from schedir.lowering.host_pool import HostPool
-from schedir.lowering.kv_pool import CACHED_FREE, KVPool, forget_registrations, register_hash
+from schedir.lowering.kv_pool import (
+    CACHE_V0,
+    CACHE_V1,
+    CACHED_FREE,
+    V0_BLOCKS,
+    V0_NOW,
+    V0_TS,
+    KVPool,
+    forget_registrations,
+    register_hash,
+)
 from schedir.lowering.radix_cache import ARENA_TOP, NODE_TOP, RadixCache
 from schedir.lowering.radix_pool import RadixKVPool
 
@@ -51,7 +66,7 @@ def pool_columns(pool: KVPool | RadixKVPool) -> dict[str, np.ndarray]:
     return {
         "blocks": np.array([pool.num_blocks], dtype=i64),
         "block_size": np.array([pool.block_size], dtype=i64),
-        "caching": np.array([int(pool.enable_caching)], dtype=i64),
+        "caching": np.array([pool.cache_kind], dtype=i64),
         "width": np.array([pool.width], dtype=i64),
         "free": pool.free_queue().astype(i64),
         "cached": cached,
@@ -63,7 +78,18 @@ def pool_columns(pool: KVPool | RadixKVPool) -> dict[str, np.ndarray]:
         "table": np.concatenate(tables).astype(i64) if tables else np.zeros(0, dtype=i64),
         "hash": np.concatenate(hashes).astype(i64) if hashes else np.zeros(0, dtype=i64),
         **(host_columns(pool.host) if pool.host is not None else {}),
+        **(_v0_columns(pool, live) if pool.cache_kind == CACHE_V0 else {}),
     }
+
+
+_V0_NAMES = ("v0_clock", "v0_blocks", "v0_noted", "v0_access")
+
+
+def _v0_columns(pool: KVPool, live: np.ndarray) -> dict[str, np.ndarray]:
+    """A v0 pool's own state (see the module docstring)."""
+    meta = pool.meta
+    return {"v0_clock": meta[[V0_NOW, V0_TS]].copy(), "v0_blocks": meta[V0_BLOCKS:].copy(),
+            "v0_noted": pool.v0_noted[live].copy(), "v0_access": pool.v0_access[live].copy()}
 
 
 # The host tier (vLLM v0's CPU blocks for preemption by swap), when the pool has one:
@@ -130,6 +156,18 @@ def check_pool_columns(cols: ColumnsAttr) -> None:
         if cols.get(name).size != 1:
             raise VerifyException(f"mem.pool: '{name}' must hold one value")
     n = int(cols.get("blocks")[0])
+    if int(cols.get("caching")[0]) not in (0, CACHE_V1, CACHE_V0):
+        raise VerifyException(f"mem.pool: 'caching' must be 0 (off), {CACHE_V1} (vLLM v1's pool) or {CACHE_V0} "
+                              "(vLLM v0's prefix-caching allocator)")
+    if int(cols.get("caching")[0]) == CACHE_V0:
+        missing = [name for name in _V0_NAMES if not cols.has(name)]
+        if missing:
+            raise VerifyException(f"mem.pool: a v0 pool (caching = [{CACHE_V0}]) needs {', '.join(missing)}")
+        sizes = {"v0_clock": 2, "v0_blocks": 3 * n, "v0_noted": cols.get("rows").size,
+                 "v0_access": cols.get("rows").size}
+        for name, size in sizes.items():
+            if cols.get(name).size != size:
+                raise VerifyException(f"mem.pool: '{name}' must hold {size} values, not {cols.get(name).size}")
     if n < 2 or int(cols.get("block_size")[0]) < 1 or int(cols.get("width")[0]) < 1:
         raise VerifyException("mem.pool: blocks must be >= 2, block_size and width >= 1")
     for name in ("free", "cached", "table"):
@@ -169,8 +207,9 @@ def pool_from_columns(cols: ColumnsAttr) -> KVPool | RadixKVPool:
     n = int(cols.get("blocks")[0])
     width = int(cols.get("width")[0])
     rows = cols.get("rows")
+    kind = int(cols.get("caching")[0])
     pool = KVPool.create(n, int(cols.get("block_size")[0]), width, rows=int(rows.max()) + 1 if rows.size else 1,
-                         enable_caching=bool(cols.get("caching")[0]))
+                         enable_caching=kind != 0, cache_kind=CACHE_V0 if kind == CACHE_V0 else CACHE_V1)
     free = cols.get("free").astype(np.int32)
     head, tail = n, n + 1
     pool.nxt[:] = -1
@@ -193,6 +232,11 @@ def pool_from_columns(cols: ColumnsAttr) -> KVPool | RadixKVPool:
         register_hash(int(b), np.int64(h), pool.bhash, pool.dup_next, pool.cache)
     pool.meta[CACHED_FREE] = int(np.count_nonzero(pool.bhash[free]))
     forget_registrations(pool.meta)  # registered above, unlogged
+    if kind == CACHE_V0:
+        pool.meta[[V0_NOW, V0_TS]] = cols.get("v0_clock")
+        pool.meta[V0_BLOCKS:] = cols.get("v0_blocks")
+        pool.v0_noted[rows] = cols.get("v0_noted")
+        pool.v0_access[rows] = cols.get("v0_access")
     if cols.has("host_blocks"):
         pool.host = host_from_columns(cols, pool.rows, width, n)
         pool.grow_rows(pool.host.htable.shape[0])

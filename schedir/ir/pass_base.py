@@ -53,8 +53,13 @@ class StepPass(ModulePass):
     # reads the step's clock (`now_us`): the runtime records it only for pipelines that do
     reads_clock: ClassVar[bool] = False
     # decides without the prefix cache (its engine's cache is not reproduced): the runtime refuses
-    # it with prefix caching on rather than silently not caching
+    # it with prefix caching on rather than silently not caching, saying `prefix_cache_refusal`
     no_prefix_cache: ClassVar[bool] = False
+    prefix_cache_refusal: ClassVar[str] = "its engine's prefix caching is not reproduced yet"
+    # decides against vLLM v0's prefix-caching allocator (`kv_pool.CACHE_V0`: its evictor order,
+    # its content sharing, hits counted once computed): with prefix caching on, the runtime's pool
+    # runs v0's rules; v0's engine default is caching off, so simulations start without it
+    v0_prefix_cache: ClassVar[bool] = False
     # the config policies it reproduces (empty: any); the runtime refuses the others
     policies: ClassVar[tuple[str, ...]] = ()
     # under a policy, facts an earlier pass of the pipeline must provide for it to reproduce that

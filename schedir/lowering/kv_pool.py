@@ -44,6 +44,23 @@ REG_LOG = 5
 REG_LOG_LEN = 1024
 META_SIZE = REG_LOG + REG_LOG_LEN
 
+# meta[CACHING]: 0 (off), CACHE_V1 (vLLM v1's BlockPool, this module's docstring) or CACHE_V0 (vLLM
+# v0's PrefixCachingBlockAllocator with its LRU evictor, vllm/core/block/prefix_caching_block.py and
+# vllm/core/evictor.py in 0.8.5), which differs in four rules (`v0_free_row`, `v0_cache_full_blocks`,
+# `commit` and `v0_computed_blocks`): a freed cached block is evicted by (last access, deepest
+# first, block id), not by when it was freed; a block that fills with content already cached is
+# given up for the cached one; an admitted request takes every cached block of its prompt as it is
+# allocated (another admitted earlier in the step may have registered them); and a block counts as
+# a prefix hit for the token budget only once "computed", after the step that registered it.
+CACHE_V1, CACHE_V0 = 1, 2
+# a v0 pool's meta goes on after the log: the step being scheduled (blocks registered in it are not
+# computed yet), the last access given to the blocks freed now (their request's last scheduled
+# step), then three facts per block: its last access, its depth in its chain (blocks; v0's
+# num_hashed_tokens / block_size) and the step it was registered in
+V0_NOW = META_SIZE
+V0_TS = META_SIZE + 1
+V0_BLOCKS = META_SIZE + 2
+
 
 # rows of the prefix cache table (`KVPool.cache`, int64[2, capacity])
 CACHE_KEY = 0  # a registered hash; 0 = empty slot (0 is never a block hash)
@@ -106,10 +123,16 @@ class KVPool(BlockTables):
     nhash: np.ndarray  # int32[R]
     # the host tier a request preempted by swap keeps its KV in (vLLM v0); None: no swap space
     host: HostPool | None = None
+    # a v0 pool's prefix hit noted per waiting request row (v0's ComputedBlocksTracker keeps the
+    # first one it finds while the request waits; -1: none noted), see `v0_kernels.v0_prefills`
+    v0_noted: np.ndarray = attrs.field(factory=lambda: np.full(0, -1, dtype=np.int64))
+    # ... and per request row the last step it was scheduled in: the last access its blocks get
+    # when it is freed (v0's LastAccessBlocksTracker), `meta[V0_TS]` for that free
+    v0_access: np.ndarray = attrs.field(factory=lambda: np.zeros(0, dtype=np.int64))
 
     @classmethod
     def create(cls, num_blocks: int, block_size: int, max_blocks_per_request: int, rows: int = 16,
-               enable_caching: bool = True, host_blocks: int = 0) -> KVPool:
+               enable_caching: bool = True, host_blocks: int = 0, cache_kind: int = CACHE_V1) -> KVPool:
         if num_blocks < 2:
             raise ValueError(f"num_blocks must be at least 2 (block 0 is reserved), got {num_blocks}")
         if block_size < 1:
@@ -121,9 +144,12 @@ class KVPool(BlockTables):
         chain = np.concatenate(([n], order, [n + 1])).astype(np.int32)
         nxt[chain[:-1]] = chain[1:]
         prv[chain[1:]] = chain[:-1]
-        meta = np.zeros(META_SIZE, dtype=np.int64)
+        if cache_kind not in (CACHE_V1, CACHE_V0):
+            raise ValueError(f"cache_kind must be CACHE_V1 or CACHE_V0, got {cache_kind}")
+        v0 = enable_caching and cache_kind == CACHE_V0
+        meta = np.zeros(V0_BLOCKS + 3 * n if v0 else META_SIZE, dtype=np.int64)
         meta[NUM_FREE] = n - 1
-        meta[CACHING] = int(enable_caching)
+        meta[CACHING] = cache_kind if enable_caching else 0
         meta[BLOCK_SIZE] = block_size
         width = max(1, max_blocks_per_request)
         from schedir.lowering.host_pool import HostPool  # the host tier's kernels use this module's
@@ -136,12 +162,36 @@ class KVPool(BlockTables):
             ncached=np.zeros(rows, dtype=np.int32), rhash=np.zeros((rows, width), dtype=np.int64),
             nhash=np.zeros(rows, dtype=np.int32),
             host=HostPool.create(host_blocks, rows, width, n) if host_blocks > 0 else None,
+            v0_noted=np.full(rows, -1, dtype=np.int64), v0_access=np.zeros(rows, dtype=np.int64),
         )
 
     # ------------------------------------------------------------ facts
     @property
     def enable_caching(self) -> bool:
         return bool(self.meta[CACHING])
+
+    @property
+    def cache_kind(self) -> int:
+        """CACHE_V1 or CACHE_V0 (see their comment), 0 without caching."""
+        return int(self.meta[CACHING])
+
+    @property
+    def kind(self) -> str:
+        """The runtime's name for this pool kind: "v0-blocks" under v0's allocator, else "blocks"."""
+        return "v0-blocks" if self.meta[CACHING] == CACHE_V0 else "blocks"
+
+    def v0_step(self, now: int) -> None:
+        """A v0 pool's clock: the step being scheduled (blocks registered in it are computed after it)."""
+        self.meta[V0_NOW] = now
+
+    def v0_scheduled(self, rows: np.ndarray, step: int) -> None:
+        """A v0 pool: `rows` were scheduled in `step` (the last access their blocks get when freed)."""
+        self.v0_access[rows] = step
+
+    def v0_forget(self, rows: np.ndarray) -> None:
+        """A v0 pool: `rows` were freed or take a new request: the hits noted for them go (v0's
+        `ComputedBlocksTracker.remove_seq`)."""
+        self.v0_noted[rows] = -1
 
     @property
     def num_free(self) -> int:
@@ -168,6 +218,8 @@ class KVPool(BlockTables):
         self.nblk = np.concatenate([self.nblk, np.zeros(extra, dtype=np.int32)])
         self.ncached = np.concatenate([self.ncached, np.zeros(extra, dtype=np.int32)])
         self.nhash = np.concatenate([self.nhash, np.zeros(extra, dtype=np.int32)])
+        self.v0_noted = np.concatenate([self.v0_noted, np.full(rows - self.v0_noted.size, -1, dtype=np.int64)])
+        self.v0_access = np.concatenate([self.v0_access, np.zeros(rows - self.v0_access.size, dtype=np.int64)])
         if self.host is not None:
             self.host.grow_rows(rows)
 
@@ -193,7 +245,8 @@ class KVPool(BlockTables):
             dup_next=self.dup_next.copy(), nxt=self.nxt.copy(), prv=self.prv.copy(), meta=self.meta.copy(),
             cache=self.cache.copy(), table=self.table.copy(), nblk=self.nblk.copy(), ncached=self.ncached.copy(),
             rhash=self.rhash.copy(), nhash=self.nhash.copy(),
-            host=self.host.copy() if self.host is not None else None,
+            host=self.host.copy() if self.host is not None else None, v0_noted=self.v0_noted.copy(),
+            v0_access=self.v0_access.copy(),
         )
 
     def cached_blocks(self) -> tuple[np.ndarray, np.ndarray]:
@@ -273,6 +326,10 @@ class KVPool(BlockTables):
         how many device blocks went back to the free queue."""
         if self.host is not None and self.host.hnblk[row]:
             self.host.free_request(row)
+        if self.meta[CACHING] == CACHE_V0:
+            self.meta[V0_TS] = self.v0_access[row]
+            if self.nblk[row]:
+                self.v0_noted[row] = -1
         return int(free_row(row, self.ref, self.bhash, self.dup_next, self.nxt, self.prv, self.meta, self.cache,
                             self.table, self.nblk, self.ncached))
 
@@ -543,7 +600,9 @@ def cache_full_blocks(row: int, num_tokens: int, bhash, dup_next, cache, meta, t
 @nb.njit(cache=True)
 def free_row(row: int, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk, ncached) -> int:
     """Free `row`'s blocks tail first: unhashed ones to the front of the free queue (in that
-    order), hashed ones to the back. Returns how many blocks became free."""
+    order), hashed ones to the back (a v0 pool: `v0_free_row`). Returns how many blocks became free."""
+    if meta[CACHING] == CACHE_V0:
+        return v0_free_row(row, ref, bhash, nxt, prv, meta, table, nblk, ncached)
     n = nxt.size - 2
     k = nblk[row]
     caching = meta[CACHING] != 0
@@ -564,6 +623,138 @@ def free_row(row: int, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk,
     nblk[row] = 0
     ncached[row] = 0
     return freed
+
+
+# ---------------------------------------------------------------- vLLM v0's prefix-caching allocator
+@nb.njit(cache=True, inline="always")
+def _v0_evicted_before(meta: np.ndarray, n: int, a: int, b: int) -> bool:
+    """Whether v0's LRUEvictor evicts free block `a` before `b`: the least recently accessed
+    first, then the deepest in its chain (most hashed tokens), then the lower block id
+    (evictor.py: its heap of (last_accessed, -num_hashed_tokens, block_id))."""
+    la, lb = meta[V0_BLOCKS + a], meta[V0_BLOCKS + b]
+    if la != lb:
+        return la < lb
+    da, db = meta[V0_BLOCKS + n + a], meta[V0_BLOCKS + n + b]
+    if da != db:
+        return da > db
+    return a < b
+
+
+@nb.njit(cache=True)
+def v0_free_row(row: int, ref, bhash, nxt, prv, meta, table, nblk, ncached) -> int:
+    """v0's `SelfAttnBlockSpaceManager.free`: every block of the row takes the request's last
+    access (`meta[V0_TS]`; `mark_blocks_as_accessed`), then its blocks are freed in table order:
+    an unhashed one to the front of the free queue (v0's hashless allocator hands out the last
+    freed first), a cached one into the evictor's order, which the free queue after the unhashed
+    blocks keeps (`_v0_evicted_before`), so `allocate` takes v0's next block from the front.
+    Returns how many blocks became free."""
+    n = nxt.size - 2
+    k = nblk[row]
+    ts = meta[V0_TS]
+    for i in range(k):
+        meta[V0_BLOCKS + table[row, i]] = ts
+    freed = 0
+    for i in range(k):
+        b = table[row, i]
+        ref[b] -= 1
+        if ref[b] == 0:
+            freed += 1
+            if bhash[b] == 0:
+                _insert_after(nxt, prv, n, b)
+            else:
+                p = prv[n + 1]  # the newest access is usually the latest: walk back from the tail
+                while p != n and bhash[p] != 0 and _v0_evicted_before(meta, n, b, p):
+                    p = prv[p]
+                _insert_after(nxt, prv, p, b)
+                meta[CACHED_FREE] += 1
+    meta[NUM_FREE] += freed
+    nblk[row] = 0
+    ncached[row] = 0
+    return freed
+
+
+@nb.njit(cache=True)
+def v0_cache_full_blocks(row: int, num_tokens: int, ref, bhash, dup_next, nxt, prv, meta, cache, table, ncached,
+                         rhash, nhash) -> None:
+    """v0's `promote_to_immutable_block` for `row`'s blocks full up to `num_tokens` tokens: a block
+    whose content no block holds yet is registered (its depth and the step noted: it counts as
+    computed once that step is over); one whose content a cached block holds is given up for it
+    (the cached block gains a holder and leaves the free queue if it sat there; the given-up block
+    goes to the front, unhashed)."""
+    full = min(num_tokens // meta[BLOCK_SIZE], nhash[row])
+    n = nxt.size - 2
+    for i in range(ncached[row], full):
+        b = table[row, i]
+        h = rhash[row, i]
+        c = cache_get(cache, h)
+        if c < 0:
+            register_hash(b, h, bhash, dup_next, cache)
+            log_registration(meta, h)
+            meta[V0_BLOCKS + n + b] = i + 1
+            meta[V0_BLOCKS + 2 * n + b] = meta[V0_NOW]
+        elif c != b:
+            if ref[c] == 0:
+                _unlink(nxt, prv, c)
+                meta[NUM_FREE] -= 1
+                meta[CACHED_FREE] -= 1
+            ref[c] += 1
+            table[row, i] = c
+            ref[b] -= 1
+            if ref[b] == 0:
+                _insert_after(nxt, prv, n, b)
+                meta[NUM_FREE] += 1
+    ncached[row] = max(ncached[row], full)
+
+
+@nb.njit(cache=True)
+def register_full_blocks(row: int, num_tokens: int, ref, bhash, dup_next, nxt, prv, meta, cache, table, ncached,
+                         rhash, nhash) -> None:
+    """`cache_full_blocks`, or `v0_cache_full_blocks` on a v0 pool."""
+    if meta[CACHING] == CACHE_V0:
+        v0_cache_full_blocks(row, num_tokens, ref, bhash, dup_next, nxt, prv, meta, cache, table, ncached, rhash,
+                             nhash)
+    else:
+        cache_full_blocks(row, num_tokens, bhash, dup_next, cache, meta, table, ncached, rhash, nhash)
+
+
+@nb.njit(cache=True)
+def v0_take_cached(row: int, ref, bhash, nxt, prv, meta, cache, table, nblk, ncached, rhash, nhash) -> int:
+    """v0's `BlockTable.allocate` for the cached part of a request given no blocks yet: each
+    full block whose content is cached is that block (one more holder; out of the evictor).
+    Blocks are evicted deepest first, so the cached ones are a leading run of the chain. Returns
+    how many it took (the rest are allocated, then registered, by the caller)."""
+    k = 0
+    while k < nhash[row]:
+        b = cache_get(cache, rhash[row, k])
+        if b < 0:
+            break
+        if ref[b] == 0:
+            _unlink(nxt, prv, b)
+            meta[NUM_FREE] -= 1
+            meta[CACHED_FREE] -= 1
+        ref[b] += 1
+        table[row, nblk[row] + k] = b
+        k += 1
+    nblk[row] += k
+    ncached[row] = nblk[row]
+    return k
+
+
+@nb.njit(cache=True)
+def v0_computed_blocks(row: int, ref, meta, cache, rhash, nhash) -> int:
+    """v0's `find_cached_blocks_prefix` for the prefix hit the token budget counts: the leading
+    full blocks of `row` whose content is cached and computed (registered before the step being
+    scheduled, or free in the evictor; a block registered in this step is not, so two requests
+    sharing a new prefix in one step are both charged for it)."""
+    n = ref.size
+    now = meta[V0_NOW]
+    k = 0
+    while k < nhash[row]:
+        b = cache_get(cache, rhash[row, k])
+        if b < 0 or (ref[b] > 0 and meta[V0_BLOCKS + 2 * n + b] >= now):
+            break
+        k += 1
+    return k
 
 
 @nb.njit(cache=True)
@@ -660,7 +851,8 @@ def commit(preempted, admitted, admitted_hit, rows, tokens, computed, total, max
         if nblk[preempted[i]] > 0:
             free_row(preempted[i], ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk, ncached)
     scratch = np.empty(table.shape[1], dtype=np.int32)
-    for i in range(admitted.size):
+    v0 = meta[CACHING] == CACHE_V0  # (v0 takes a request's cached blocks as it allocates it, below)
+    for i in range(0 if v0 else admitted.size):
         r = admitted[i]
         want = admitted_hit[i] // bs
         if want > 0 and nblk[r] == 0:
@@ -673,9 +865,12 @@ def commit(preempted, admitted, admitted_hit, rows, tokens, computed, total, max
     for i in range(rows.size):
         r = rows[i]
         end = computed[i] + tokens[i]
+        if v0 and nblk[r] == 0:
+            v0_take_cached(r, ref, bhash, nxt, prv, meta, cache, table, nblk, ncached, rhash, nhash)
         need = max(-(-min(end, max_model_len) // bs) - nblk[r], 0)
         if need > meta[NUM_FREE]:
             return i
         allocate(r, need, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk)
-        cache_full_blocks(r, min(end, total[i]), bhash, dup_next, cache, meta, table, ncached, rhash, nhash)
+        register_full_blocks(r, min(end, total[i]), ref, bhash, dup_next, nxt, prv, meta, cache, table, ncached,
+                             rhash, nhash)
     return -1

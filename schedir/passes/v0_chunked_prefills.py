@@ -56,6 +56,8 @@ class V0ChunkedPrefills(StepPass):
     reads_clock: ClassVar[bool] = True
     stops_past_max_model_len: ClassVar[bool] = True  # v0's StopChecker: len > max_model_len
     no_prefix_cache: ClassVar[bool] = True
+    prefix_cache_refusal: ClassVar[str] = ("v0's prefix caching with chunked prefill is not reproduced "
+                                           "yet; vllm-v0, chunking off, caches")
     policies: ClassVar[tuple[str, ...]] = ("fcfs",)
 
     delay_factor: float = 0.0
@@ -133,11 +135,12 @@ class V0ChunkedPrefills(StepPass):
         slot, long_running = slot_budget(step, self.partial, threshold, self.max_long)
         ids = step.ids(pending)
         total, computed, arrival = step.columns(pending, ("total", "computed", "arrival"))
-        out, admitted = K.v0_prefills(
+        out, admitted, _ = K.v0_prefills(
             ids, total - computed, arrival, True, usage.tokens, usage.seqs, facts.token_budget, facts.max_seqs,
             facts.max_model_len, slot, self.partial, threshold, long_running, self.max_long, pool.usable_blocks,
             self.delay_factor * latency, self.delay_factor > 0, left_running > 0, int(now),
-            pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache, pool.table, pool.nblk)
+            pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache, pool.table, pool.nblk,
+            False, pool.ncached, pool.rhash, pool.nhash, pool.v0_noted)
         take = out[K.V0_TOKENS] > 0
         base = int(step.state(NEXT_RUN_POS.name, 0.0)) - RUN_BANDS * BAND  # new prefills: the last band
         places = base + 5 * BAND + np.arange(int(take.sum()), dtype=np.int64)

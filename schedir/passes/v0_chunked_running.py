@@ -58,7 +58,9 @@ class V0ChunkedRunning(StepPass):
     request_state: ClassVar[tuple] = (PREFILL_END, RUN_POS)
     scheduler_state: ClassVar[tuple] = (NEXT_RUN_POS,)
     stops_past_max_model_len: ClassVar[bool] = True  # v0's StopChecker: len > max_model_len
-    no_prefix_cache: ClassVar[bool] = True  # v0's prefix-caching allocator is not reproduced yet
+    no_prefix_cache: ClassVar[bool] = True
+    prefix_cache_refusal: ClassVar[str] = ("v0's prefix caching with chunked prefill is not reproduced "
+                                           "yet; vllm-v0, chunking off, caches")
     policies: ClassVar[tuple[str, ...]] = ("fcfs",)  # v0's _schedule_priority_preemption is not reproduced yet
 
     preemption: str = "auto"

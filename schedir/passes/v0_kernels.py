@@ -21,7 +21,17 @@ import numpy as np
 
 from schedir.dialects.codes import Reason
 from schedir.lowering.host_pool import swap_in_row, swap_out_row
-from schedir.lowering.kv_pool import NUM_FREE, allocate, free_row
+from schedir.lowering.kv_pool import (
+    CACHE_V0,
+    CACHING,
+    NUM_FREE,
+    V0_TS,
+    allocate,
+    free_row,
+    v0_cache_full_blocks,
+    v0_computed_blocks,
+    v0_take_cached,
+)
 
 R_BUDGET = int(Reason.BUDGET)
 R_MAX_SEQS = int(Reason.MAX_SEQS)
@@ -196,7 +206,7 @@ def partial_prefills(running_computed, running_end, running_total, waiting_new, 
 
 @nb.njit(cache=True)
 def v0_running(rows, computed, total, prefill_end, budget: int, slot_budget: int, swap: bool,
-                       ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk, ncached,
+                       ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk, ncached, access, rhash, nhash,
                        hfree, hmeta, htable, hnblk, log):
     """`_schedule_running` (scheduler.py:700), in running order; without chunking every running
     request is a decode and `budget` / `slot_budget` are unlimited.
@@ -211,7 +221,9 @@ def v0_running(rows, computed, total, prefill_end, budget: int, slot_budget: int
     `swap` and the host has room for what it touches (`can_swap_out`), else by recompute. A
     request that preempts itself ends the loop. One change from v0: the only running request is
     not preempted for its own worst-case block when its last block has room (v0 does, and then
-    re-admits it into the same full pool, forever).
+    re-admits it into the same full pool, forever). On a v0 pool (prefix caching) a victim's
+    blocks take its last access (`access`, by row) and a decode's newly full block is registered
+    as it is appended (`v0_cache_full_blocks`).
     Returns (out[7, n], preemption count): V0_SEQ is the preemption order (-1: none), V0_MODE
     its mode, V0_MOVED the blocks freed or moved to the host, V0_PHASE 1 for a prefill chunk."""
     n = rows.size
@@ -255,6 +267,8 @@ def v0_running(rows, computed, total, prefill_end, budget: int, slot_budget: int
             if moved >= 0:
                 out[V0_MODE, victim] = MODE_SWAP
             else:
+                if meta[CACHING] == CACHE_V0:  # the victim's blocks take its last access (a v0 pool)
+                    meta[V0_TS] = access[r]
                 moved = free_row(r, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk, ncached)
                 out[V0_MODE, victim] = MODE_RECOMPUTE
             out[V0_MOVED, victim] = moved
@@ -271,6 +285,9 @@ def v0_running(rows, computed, total, prefill_end, budget: int, slot_budget: int
             if need > 0:
                 allocate(rows[i], need, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk)
                 out[V0_ALLOC, i] = need
+            if meta[CACHING] == CACHE_V0:  # `_append_slots` promotes the block its token fills, at once
+                v0_cache_full_blocks(rows[i], computed[i] + 1, ref, bhash, dup_next, nxt, prv, meta, cache, table,
+                                     ncached, rhash, nhash)
         out[V0_TOKENS, i] = chunk
         out[V0_PHASE, i] = 1 if prefill else 0
         used += chunk
@@ -282,7 +299,8 @@ def v0_running(rows, computed, total, prefill_end, budget: int, slot_budget: int
 def v0_prefills(rows, total, arrival_us, chunking: bool, used: int, seqs_used: int, budget: int, max_seqs: int,
                 prompt_limit: int, slot_budget: int, max_partial: int, long_threshold: int, long_running: int,
                 max_long: int, total_gpu: int, delay_threshold_us: float, delay_on: bool, any_running: bool,
-                now_us: int, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk):
+                now_us: int, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk, prefix_cache: bool, ncached,
+                rhash, nhash, noted):
     """`_schedule_prefills` (scheduler.py:1035), in waiting order; `total` is each request's new
     tokens (its whole sequence: prompt plus outputs after a recompute).
 
@@ -294,9 +312,20 @@ def v0_prefills(rows, total, arrival_us, chunking: bool, used: int, seqs_used: i
     budget left and the prefill slot's budget) while its whole sequence's blocks are allocated,
     the prompt limit (max_model_len) is compared with the chunk, and with several partial
     prefills a long request (more new tokens than `long_threshold`) is passed over once
-    `max_long` long ones run, keeping its place. Returns (out[7, n], scheduled count)."""
+    `max_long` long ones run, keeping its place.
+
+    With `prefix_cache` (a v0 pool, chunking off) each request the loop reaches first learns its
+    prefix hit, v0's way (`_get_num_new_uncached_and_cached_tokens`, scheduler.py:1877): the
+    computed cached blocks (`v0_computed_blocks`), noted by row in `noted` and kept while the
+    request waits (`ComputedBlocksTracker`; its free forgets it: `KVPool.v0_forget`), a
+    whole-prompt hit still computing its last token. Only the uncached tokens are charged to
+    the budget; the prompt limit and `can_allocate` (which ignores hits) see the whole
+    sequence; the request takes its cached blocks, is given the rest and registers them at once
+    (a later request in the step shares them, uncomputed). Returns (out[7, n], scheduled count,
+    hits[n]): the hit tokens charged as cached to each admitted request (-1: none admitted)."""
     n = rows.size
     out = np.zeros((7, n), dtype=np.int64)
+    hits = np.full(n, -1, dtype=np.int64)
     bs = meta[2]
     water = watermark_blocks(total_gpu)
     oldest = _oldest_from(arrival_us)
@@ -310,6 +339,14 @@ def v0_prefills(rows, total, arrival_us, chunking: bool, used: int, seqs_used: i
             stop, stop_reason = i, R_POLICY
             break
         new_tokens = total[i]
+        uncached, hit = new_tokens, 0
+        if prefix_cache:
+            hit = noted[rows[i]]
+            if hit < 0:
+                hit = noted[rows[i]] = v0_computed_blocks(rows[i], ref, meta, cache, rhash, nhash) * bs
+            uncached = new_tokens - hit
+            if uncached == 0 and hit > 0:  # a whole-prompt hit computes its last token
+                uncached, hit = 1, hit - 1
         if max_partial > 1 and new_tokens > long_threshold and long_prefills >= max_long:
             out[V0_REASON, i] = R_POLICY  # passed over, keeps its place
             i += 1
@@ -327,13 +364,22 @@ def v0_prefills(rows, total, arrival_us, chunking: bool, used: int, seqs_used: i
         if meta[NUM_FREE] - need < water:
             stop, stop_reason = i, R_MEMORY
             break
-        if used >= budget or chunk <= 0 or used + chunk > budget:
+        charged = uncached if prefix_cache else chunk
+        if used >= budget or charged <= 0 or used + charged > budget:
             stop, stop_reason = i, R_BUDGET
             break
         if seqs_used + 1 > max_seqs:
             stop, stop_reason = i, R_MAX_SEQS
             break
-        allocate(rows[i], need, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk)
+        if prefix_cache:
+            taken = v0_take_cached(rows[i], ref, bhash, nxt, prv, meta, cache, table, nblk, ncached, rhash, nhash)
+            allocate(rows[i], need - taken, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk)
+            v0_cache_full_blocks(rows[i], new_tokens, ref, bhash, dup_next, nxt, prv, meta, cache, table, ncached,
+                                 rhash, nhash)
+            hits[i] = hit
+            chunk = uncached
+        else:
+            allocate(rows[i], need, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk)
         out[V0_TOKENS, i] = chunk
         out[V0_ALLOC, i] = need
         out[V0_PHASE, i] = 1
@@ -344,7 +390,7 @@ def v0_prefills(rows, total, arrival_us, chunking: bool, used: int, seqs_used: i
         scheduled += 1
         i += 1
     _defer_from(out, stop, stop_reason)
-    return out, scheduled
+    return out, scheduled, hits
 
 
 @nb.njit(cache=True, nogil=True)

@@ -14,6 +14,7 @@ from schedir.dialects.mem import AllocOp
 from schedir.ir.pass_base import StepPass
 from schedir.ir.step import Step, pool_of
 from schedir.ir.window import WindowContext
+from schedir.lowering.kv_pool import CACHE_V0
 from schedir.lowering.steady_layout import (
     ANSWERED,
     ASK_IR,
@@ -86,7 +87,7 @@ class V0Prefills(StepPass):
     requires: ClassVar[frozenset[str]] = frozenset({"kv-pool", "order", "swapped-queue"})
     provides: ClassVar[frozenset[str]] = frozenset({"admissible", "waiting-scheduled"})
     stops_past_max_model_len: ClassVar[bool] = True  # v0's StopChecker: len > max_model_len
-    no_prefix_cache: ClassVar[bool] = True  # v0's prefix-caching allocator is not reproduced yet
+    v0_prefix_cache: ClassVar[bool] = True  # (`v0_kernels.v0_prefills`: hits counted v0's way)
     policies: ClassVar[tuple[str, ...]] = ("fcfs", "priority")
     # v0's priority policy: its deque order and its priority preemption (the vllm-v0-priority preset)
     policy_requires: ClassVar[Mapping[str, frozenset[str]]] = ORDER_UNDER_PRIORITY
@@ -159,10 +160,14 @@ class V0Prefills(StepPass):
         ids = step.ids(pending)
         total, arrival = step.columns(pending, ("total", "arrival"))
         limit = min(facts.max_model_len, facts.token_budget)
-        out, admitted = K.v0_prefills(
+        out, admitted, hits = K.v0_prefills(
             ids, total, arrival, False, 0, seqs, facts.token_budget, facts.max_seqs, limit, facts.token_budget, 1, 0, 0,
             1, pool.usable_blocks, self.delay_factor * latency, self.delay_factor > 0, seqs > 0, int(now),
-            pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache, pool.table, pool.nblk)
+            pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache, pool.table, pool.nblk,
+            pool.cache_kind == CACHE_V0, pool.ncached, pool.rhash, pool.nhash, pool.v0_noted)
+        if admitted and pool.cache_kind == CACHE_V0:  # the prefix each admitted request starts from
+            took = hits >= 0
+            step.match(pending, ids[took], hits[took])
         emit_prefills(step, pending, ids, out, admitted, now, latency)
 
 

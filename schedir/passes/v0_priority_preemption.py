@@ -118,7 +118,9 @@ class V0PriorityPreemption(StepPass):
     request_state: ClassVar[tuple] = (SORTED_AT,)
     scheduler_state: ClassVar[tuple] = PRIORITY_STATE
     stops_past_max_model_len: ClassVar[bool] = True  # v0's StopChecker: len > max_model_len
-    no_prefix_cache: ClassVar[bool] = True  # v0's prefix-caching allocator is not reproduced yet
+    no_prefix_cache: ClassVar[bool] = True
+    prefix_cache_refusal: ClassVar[str] = ("v0's prefix caching under the priority policy is not "
+                                           "reproduced yet; vllm-v0 (fcfs) caches")
     policies: ClassVar[tuple[str, ...]] = ("fcfs", "priority")  # under FCFS it does nothing
 
     preemption: str = "auto"

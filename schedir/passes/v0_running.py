@@ -33,7 +33,7 @@ def run_kernel(pool, ids: np.ndarray, computed: np.ndarray, total: np.ndarray, p
     h = _NO_HOST if host is None else (host.hfree, host.hmeta, host.htable, host.hnblk, host.log)
     return K.v0_running(ids, computed, total, prefill_end, budget, slot, swap and host is not None,
                         pool.ref, pool.bhash, pool.dup_next, pool.nxt, pool.prv, pool.meta, pool.cache, pool.table,
-                        pool.nblk, pool.ncached, *h)
+                        pool.nblk, pool.ncached, pool.v0_access, pool.rhash, pool.nhash, *h)
 
 
 def emit_preemptions(step: Step, pending, ids: np.ndarray, out: np.ndarray) -> None:  # noqa: ANN001
@@ -81,7 +81,7 @@ class V0Running(StepPass):
     requires: ClassVar[frozenset[str]] = frozenset({"kv-pool", "waiting-scheduled"})
     provides: ClassVar[frozenset[str]] = frozenset({"running-scheduled"})
     stops_past_max_model_len: ClassVar[bool] = True  # v0's StopChecker: len > max_model_len
-    no_prefix_cache: ClassVar[bool] = True  # v0's prefix-caching allocator is not reproduced yet
+    v0_prefix_cache: ClassVar[bool] = True  # (a decode's blocks: the pool registers them v0's way)
     policies: ClassVar[tuple[str, ...]] = ("fcfs", "priority")
     # v0's priority policy: its deque order and its priority preemption (the vllm-v0-priority preset)
     policy_requires: ClassVar[Mapping[str, frozenset[str]]] = PREEMPTION_UNDER_PRIORITY
@@ -91,6 +91,13 @@ class V0Running(StepPass):
     preemption: str = "auto"
     queue: str = "running"
     steady_lowered = staticmethod(running_steady_lowered)
+    prefix_cache_refusal: ClassVar[str] = ("v0's swap of prefix-cached blocks to its CPU prefix-caching allocator "
+                                           "is not reproduced yet; vllm-v0, which preempts by recompute, caches")
+
+    @property
+    def no_prefix_cache(self) -> bool:  # type: ignore[override]
+        """With preemption by swap: v0's swap of prefix-cached blocks is not reproduced."""
+        return self.preemption == "swap"
 
     def steady_state(self, ctx: WindowContext) -> dict[str, float] | None:
         """Nothing written, when no decode can find the free blocks short: v0 asks one free block

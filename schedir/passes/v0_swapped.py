@@ -50,7 +50,7 @@ class V0Swapped(StepPass):
     # reads and writes v0-chunked-running's state when it runs (chunked prefill); declares none, so
     # the default path's steps carry no request state (it made their queues ~60 µs slower to build)
     stops_past_max_model_len: ClassVar[bool] = True  # v0's StopChecker: len > max_model_len
-    no_prefix_cache: ClassVar[bool] = True  # v0's prefix-caching allocator is not reproduced yet
+    v0_prefix_cache: ClassVar[bool] = True  # (nothing is swapped out with prefix caching on: v0-running refuses swap)
     policies: ClassVar[tuple[str, ...]] = ("fcfs", "priority")
     # v0's priority policy: its deque order and its priority preemption (the vllm-v0-priority preset)
     policy_requires: ClassVar[Mapping[str, frozenset[str]]] = PREEMPTION_UNDER_PRIORITY

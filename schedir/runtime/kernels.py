@@ -7,7 +7,7 @@ import numpy as np
 
 from schedir.lowering.batch_plan import batch_plan_packed
 from schedir.lowering.hashing import ROOT, block_hash
-from schedir.lowering.kv_pool import allocate, cache_full_blocks
+from schedir.lowering.kv_pool import allocate, cache_full_blocks, register_full_blocks
 from schedir.lowering.radix_pool import _decode_rows
 from schedir.lowering import kv_pool as _kv_pool
 from schedir.runtime import output as _output
@@ -123,7 +123,7 @@ def steady_decode(running, data, budget: int, max_model_len: int, ref, bhash, du
         if total > nblk[r] * bs:
             allocate(r, -(-total // bs) - nblk[r], ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk)
         if caching and total >= (ncached[r] + 1) * bs:
-            cache_full_blocks(r, total, bhash, dup_next, cache, meta, table, ncached, rhash, nhash)
+            register_full_blocks(r, total, ref, bhash, dup_next, nxt, prv, meta, cache, table, ncached, rhash, nhash)
     return True
 
 

@@ -46,7 +46,7 @@ from schedir.ir.step import Step, root_queue, steps_of
 from schedir.ir.window import WINDOW_SLACK, WindowContext, ranked_window_marks
 from schedir.lowering.hashing import extend_hashes
 from schedir.lowering.held_hits import HeldHits
-from schedir.lowering.kv_pool import KVPool, commit, match_rows
+from schedir.lowering.kv_pool import CACHE_V0, CACHE_V1, KVPool, commit, match_rows
 from schedir.lowering.host_pool import swap_rows
 from schedir.lowering.radix_pool import KIND as RADIX_KIND
 from schedir.lowering.radix_pool import RadixKVPool
@@ -221,10 +221,16 @@ class Scheduler:
             raise PipelineError(f"{refusal}; pipeline '{spec}'")
         for p in manager.passes:
             if p.no_prefix_cache and cfg.enable_prefix_caching:
-                raise PipelineError(f"pass '{p.name}' decides without the prefix cache (its engine's prefix caching "
-                                    "is not reproduced yet): run it with prefix caching off "
-                                    "(enable_prefix_caching=False)")
-        kind = RADIX_KIND if radix else "blocks"
+                raise PipelineError(f"pass '{p.name}' decides without the prefix cache ({p.prefix_cache_refusal}): "
+                                    "run it with prefix caching off (enable_prefix_caching=False)")
+        # vLLM v0's passes decide against v0's prefix-caching allocator: the pool runs its rules
+        v0_cache = cfg.enable_prefix_caching and not radix and any(p.v0_prefix_cache for p in manager.passes)
+        others = [p.name for p in manager.passes if "kv-pool" in p.requires and not p.v0_prefix_cache]
+        if v0_cache and others:
+            raise PipelineError(f"pipeline '{spec}' mixes passes that decide against vLLM v0's prefix-caching "
+                                f"allocator with '{others[0]}', which decides against vLLM v1's block pool: one step "
+                                "has one prefix cache")
+        kind = RADIX_KIND if radix else ("v0-blocks" if v0_cache else "blocks")
         current = getattr(getattr(self, "pool", None), "kind", "blocks")
         if current != kind and getattr(self, "table", None) is not None and len(self.table):
             raise PipelineError(f"pipeline '{spec}' needs a {kind} KV pool and the scheduler has a {current} one "
@@ -248,8 +254,10 @@ class Scheduler:
             self.pool = (RadixKVPool(cfg.num_blocks, cfg.block_size, width, rows=rows) if radix
                          else KVPool.create(cfg.num_blocks, cfg.block_size, width, rows=rows,
                                             enable_caching=cfg.enable_prefix_caching,
-                                            host_blocks=cfg.num_cpu_blocks))
+                                            host_blocks=cfg.num_cpu_blocks,
+                                            cache_kind=CACHE_V0 if v0_cache else CACHE_V1))
         self.radix = radix
+        self._v0_pool = v0_cache
         self.metrics.token_budget, self.metrics.usable_blocks = cfg.max_num_batched_tokens, self.pool.usable_blocks
         self._install_state(manager)
         self.pool_level = any("kv-pool" in p.requires or "radix-pool" in p.requires for p in manager.passes)
@@ -451,6 +459,8 @@ class Scheduler:
             self.pool.add_row(row, prompt, request.max_tokens)
         elif cfg.enable_prefix_caching:  # a too-long prompt is hashed up to max_model_len, rejected at its first step
             self._held_hits.forget(row)
+            self.pool.v0_noted[row] = -1  # (v0's allocator: no hit noted, never scheduled)
+            self.pool.v0_access[row] = 0
             self.pool.nhash[row] = extend_hashes(prompt32, min(n, cfg.max_model_len), self.pool.rhash[row], 0,
                                                  cfg.block_size)
         partial = n % cfg.block_size  # the unfinished last block: generated tokens complete it
@@ -502,6 +512,30 @@ class Scheduler:
         start = time.perf_counter()
         self._step += 1
         step = self._step
+        if self._v0_pool:  # v0's allocator: what its blocks' computed flags and last accesses read
+            return self._v0_step(start, step)
+        return self._decide_step(start, step)
+
+    def _v0_step(self, start: float, step: int) -> SchedulerOutput:
+        """`_decide_step` on vLLM v0's prefix-caching allocator: the pool's clock set, the rows
+        scheduled noted (their blocks' last access when freed). v0's prefill pass looks up the
+        waiting head's prefix hit in every step it runs, even with every seat taken, and keeps the
+        first one it finds (`ComputedBlocksTracker`): while the head has none noted, the step runs
+        its passes (`v0_kernels.v0_prefills` notes it), not a steady step, which would not."""
+        pool = self.pool
+        pool.v0_step(step)
+        steady = self._steady
+        if steady and self.waiting.size and pool.v0_noted[self.waiting[0]] < 0:
+            self._steady = False
+        try:
+            out = self._decide_step(start, step)
+        finally:
+            self._steady = steady or self._steady  # (a pipeline's first run may have just allowed them)
+        pool.v0_scheduled(out.rows, step)
+        return out
+
+    def _decide_step(self, start: float, step: int) -> SchedulerOutput:
+        """`schedule()`'s step, numbered `step` (timed from `start`)."""
         self._ranked_prefix = None  # set by _waiting_window when it gives a ranked window
         tried = self._steady and not self.keep_ir and self.config.dump_dir is None and (
             bool(self._steady_declared) or not self.waiting.size or (
@@ -1339,6 +1373,8 @@ class Scheduler:
         # Admitted requests start from their prefix hit.
         if new_rows.size:
             d[T.COMPUTED, new_rows] = new_computed
+        if self._v0_pool and gone.size:  # freed by recompute: the hits v0 noted for them go
+            pool.v0_forget(gone)
         if not self.pool_level:
             if out_rows.size or resumed.size:  # a count-level pass swapped: the copies happen here
                 self._swap_rows(out_rows, resumed, step)
@@ -1507,12 +1543,13 @@ class Scheduler:
         request. Returns that kernel's runtime arguments, in its order, or None when the next
         step cannot be run so here: steady steps off or declared per pass, SGLang's pool, async
         scheduling, dumps or kept IR, nothing running, something swapped, a finished request not
-        yet reported, a waiting request reject-oversized will refuse, or requests waiting under
-        a pipeline whose admission the window does not bound."""
+        yet reported, a waiting request reject-oversized will refuse, vLLM v0's prefix-caching
+        pool (its blocks' last accesses are noted step by step), or requests waiting under a
+        pipeline whose admission the window does not bound."""
         cfg = self.config
-        if (not self._steady or self._steady_declared or self.radix or cfg.async_scheduling or self.keep_ir
-                or cfg.dump_dir is not None or not self.running.size or self.swapped.size or self._finished
-                or self._oversized_waiting or (self.waiting.size and not self._vllm_rules())):
+        if (not self._steady or self._steady_declared or self.radix or self._v0_pool or cfg.async_scheduling
+                or self.keep_ir or cfg.dump_dir is not None or not self.running.size or self.swapped.size
+                or self._finished or self._oversized_waiting or (self.waiting.size and not self._vllm_rules())):
             return None
         pool = self.pool
         return (self.running, self.waiting, self._fcfs_window, self.table.data, self._oversized, cfg.max_num_seqs,

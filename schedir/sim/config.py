@@ -40,7 +40,8 @@ class SimConfig:
     num_blocks: int | None = attrs.field(default=None, validator=_optional_positive)  # None: what fits the GPU
     gpu_memory_utilization: float = attrs.field(default=0.9)
     # None: the engine's own choice, on but for a pipeline whose engine's prefix caching schedir does
-    # not reproduce (a pass declaring `no_prefix_cache`: the vllm-v0 presets), which runs without it
+    # not reproduce (a pass declaring `no_prefix_cache`: the chunked and priority vllm-v0 presets) or
+    # whose engine runs without it by default (vLLM v0's: a pass declaring `v0_prefix_cache`)
     enable_prefix_caching: bool | None = None
     long_prefill_token_threshold: int = 0
     swap_space_gib: float = 4.0  # host memory for preemption by swap (vLLM v0's --swap-space default)
@@ -68,8 +69,9 @@ class SimConfig:
     @property
     def prefix_caching(self) -> bool:
         """Whether the engine caches prefixes: as set, else on unless a pass of the pipeline decides
-        without the cache (`StepPass.no_prefix_cache`); a pipeline that does not parse says on (the
-        runtime then reports what is wrong with it)."""
+        without the cache (`StepPass.no_prefix_cache`) or reproduces vLLM v0, whose default is off
+        (`StepPass.v0_prefix_cache`); a pipeline that does not parse says on (the runtime then
+        reports what is wrong with it)."""
         if self.enable_prefix_caching is not None:
             return self.enable_prefix_caching
         from schedir.ir.errors import SchedirError
@@ -79,7 +81,7 @@ class SimConfig:
             passes = PassManager.parse(self.pipeline).passes
         except (SchedirError, ValueError, KeyError):
             return True
-        return not any(p.no_prefix_cache for p in passes)
+        return not any(p.no_prefix_cache or p.v0_prefix_cache for p in passes)
 
     def recorded(self) -> dict:
         """The config as a run's record shows it (prefix caching resolved)."""

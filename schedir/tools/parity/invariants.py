@@ -70,8 +70,10 @@ def config_for(case: FuzzCase, preset: str) -> Any:
             cfg = attrs.evolve(cfg, async_scheduling=False)  # the preset has no async mode (it would refuse it)
         if any(getattr(p, "runs_prompts_whole", False) for p in passes):  # no chunking: the budget must hold a prompt
             cfg = attrs.evolve(cfg, max_num_batched_tokens=max(cfg.max_num_batched_tokens, cfg.max_model_len))
-        if any(p.no_prefix_cache for p in passes):  # vLLM v0's presets: no prefix cache, swap space, FCFS
-            cfg = attrs.evolve(cfg, prefix_caching=False,  # unless the preset reproduces the case's policy
+        if any(p.no_prefix_cache or p.v0_prefix_cache for p in passes):
+            # vLLM v0's presets: the case's prefix caching where the preset reproduces v0's, its policy
+            # where the preset reproduces it (else FCFS), a host tier for those that swap
+            cfg = attrs.evolve(cfg, prefix_caching=cfg.prefix_caching and not any(p.no_prefix_cache for p in passes),
                                policy=cfg.policy if policy_refusal(passes, cfg.policy) is None else "fcfs",
                                num_cpu_blocks=cfg.num_blocks if any("swapped-queue" in p.requires for p in passes)
                                else 0)

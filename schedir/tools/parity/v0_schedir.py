@@ -36,8 +36,12 @@ COMPARED = ("kind", "scheduled", "swapped_out", "swapped_in", "recomputed", "ign
 
 def out_of_scope(cfg: dict[str, Any]) -> str | None:
     """Why the `vllm-v0` preset does not reproduce a reference config (None: it does)."""
-    if cfg["enable_prefix_caching"]:
-        return "v0's prefix-caching block allocator is not reproduced yet"
+    if cfg["enable_prefix_caching"] and cfg["enable_chunked_prefill"]:
+        return "v0's prefix caching is reproduced with chunked prefill off only"
+    if cfg["enable_prefix_caching"] and cfg["preemption_mode"] == "swap":
+        return "v0's swap of prefix-cached blocks (its CPU prefix-caching allocator) is not reproduced"
+    if cfg["enable_prefix_caching"] and cfg["policy"] == "priority":
+        return "v0's prefix caching is reproduced under the fcfs policy only"
     if cfg["policy"] == "priority" and cfg["enable_chunked_prefill"]:
         return "v0's chunked-prefill path with the priority policy is not reproduced (0.8.5 never sorts there)"
     if cfg["policy"] == "priority" and cfg["preemption_mode"] == "swap":
@@ -65,7 +69,7 @@ def scheduler_config(cfg: dict[str, Any], pipeline: str | None = None) -> Schedu
     here), running `pipeline` (None: `pipeline_for(cfg)`)."""
     return SchedulerConfig(num_blocks=cfg["num_gpu_blocks"] + 1, block_size=cfg["block_size"],
                            max_num_batched_tokens=cfg["max_num_batched_tokens"], max_num_seqs=cfg["max_num_seqs"],
-                           max_model_len=cfg["max_model_len"], enable_prefix_caching=False,
+                           max_model_len=cfg["max_model_len"], enable_prefix_caching=cfg["enable_prefix_caching"],
                            pipeline=pipeline or pipeline_for(cfg), num_cpu_blocks=cfg["num_cpu_blocks"],
                            policy=cfg["policy"])
 
@@ -139,8 +143,11 @@ def _record(sched: Scheduler, out: Any, status_before: dict[int, int], in_prefil
     came = [status_before.get(r, T.WAITING) for r in rows]
     phases = ["prefill" if s in (T.WAITING, T.PREEMPTED) or r in in_prefill else "decode"
               for r, s in zip(rows, came, strict=True)]
-    scheduled = [{"rid": n, "tokens": int(t), "phase": p}
-                 for n, t, p in zip(out.req_ids, out.num_tokens.tolist(), phases, strict=True)]
+    # a prefill's prefix hit: v0 counts it in the chunk it schedules (token_chunk_size) and charges
+    # it as cached; schedir's request starts past it (its computed tokens before the step)
+    hits = [int(c) if s in (T.WAITING, T.PREEMPTED) else 0 for c, s in zip(out.computed.tolist(), came, strict=True)]
+    scheduled = [{"rid": n, "tokens": int(t) + h, "phase": p, "cached": h}
+                 for n, t, p, h in zip(out.req_ids, out.num_tokens.tolist(), phases, hits, strict=True)]
     if sort:  # v0 lists a chunked batch's prefills first; schedir's batch is in pass order
         scheduled.sort(key=lambda e: e["rid"])
     kinds = set(phases)
@@ -205,7 +212,8 @@ def _queues(sched: Scheduler, names: np.ndarray, running_order: list[str] | None
 def normalise_reference(rec: dict[str, Any], sort: bool = False) -> dict[str, Any]:
     """A reference step in the comparable shape (sorted sets, scheduled entries without extras;
     with `sort`, the batch by request id: v0 lists a chunked batch's prefills first)."""
-    scheduled = [{"rid": s["rid"], "tokens": s["tokens"], "phase": s["phase"]} for s in rec["scheduled"]]
+    scheduled = [{"rid": s["rid"], "tokens": s["tokens"], "phase": s["phase"], "cached": s.get("cached", 0)}
+                 for s in rec["scheduled"]]
     if sort:
         scheduled.sort(key=lambda e: e["rid"])
     return {"step": rec["step"], "kind": rec["kind"], "scheduled": scheduled,
@@ -290,6 +298,38 @@ def random_priority_scenario(seed: int) -> tuple[dict[str, Any], dict[str, Any]]
     return trace, cfg
 
 
+def random_prefix_scenario(seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A random trace and config with v0's prefix caching on, in the `vllm-v0` preset's scope
+    (chunked prefill off, recompute or v0's choice, FCFS): prompts on one to four shared
+    prefixes, some repeated whole (their outputs are the same tokens too, so full decode blocks
+    meet cached twins), pools from tight (cached blocks evicted all the time) to ample, the
+    delay rule, aborts."""
+    rng = random.Random(seed)
+    bs = rng.choice((4, 8, 16))
+    mml = rng.choice((256, 512))
+    prompt_hi = rng.choice((32, 128, 300))
+    out_hi = rng.choice((8, 40, 120))
+    prefix_hi = rng.choice((bs, 4 * bs, 12 * bs))
+    need = -(-min(prefix_hi + prompt_hi + out_hi + 1, mml + 1) // bs)
+    gpu = rng.randint(need + 2, need * rng.choice((2, 3, 6)) + 4)
+    cfg = {"block_size": bs, "num_gpu_blocks": gpu, "num_cpu_blocks": 0,
+           "max_num_batched_tokens": rng.choice((mml, 2 * mml)), "max_num_seqs": rng.choice((2, 4, 8, 32)),
+           "max_model_len": mml, "enable_chunked_prefill": False, "enable_prefix_caching": True,
+           "preemption_mode": rng.choice((None, "recompute")), "delay_factor": rng.choice((0.0, 0.0, 0.5)),
+           "max_num_partial_prefills": 1}
+    trace = v0_trace.make_trace(num_requests=rng.randint(4, 40), seed=seed, prompt_len=(1, prompt_hi),
+                                output_len=(1, out_hi), arrival_rate=rng.choice((0.3, 1.0, 4.0)),
+                                num_prefixes=rng.choice((1, 2, 4)), prefix_len=(1, prefix_hi),
+                                share_prob=rng.choice((0.5, 0.9)))
+    reqs = trace["requests"]
+    for i, r in enumerate(reqs):
+        if i and rng.random() < 0.15:  # a repeat of an earlier prompt, whole
+            r["prompt"] = list(reqs[rng.randrange(i)]["prompt"])
+        if rng.random() < 0.1:
+            r["abort_step"] = r["arrival_step"] + rng.randint(0, 40)
+    return trace, cfg
+
+
 def v0_livelock(reference: dict[str, Any], ours: dict[str, Any]) -> int | None:
     """The step where v0 livelocked and schedir, by design, did not: v0's run hit its step limit,
     and from the first differing step on v0 preempted its only running request (which schedir
@@ -319,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--random", type=int, default=0, metavar="N", help="also N random scenarios")
     ap.add_argument("--random-priority", type=int, default=0, metavar="N",
                     help="also N random scenarios under the priority policy")
+    ap.add_argument("--random-prefix", type=int, default=0, metavar="N",
+                    help="also N random scenarios with v0's prefix caching on")
     ap.add_argument("--seed", type=int, default=0, help="first random seed")
     ap.add_argument("--no-named", action="store_true", help="only the random scenarios")
     args = ap.parse_args(argv)
@@ -330,6 +372,8 @@ def main(argv: list[str] | None = None) -> int:
     every.update({f"random-{k}": random_scenario(k) for k in range(args.seed, args.seed + args.random)})
     every.update({f"random-priority-{k}": random_priority_scenario(k)
                   for k in range(args.seed, args.seed + args.random_priority)})
+    every.update({f"random-prefix-{k}": random_prefix_scenario(k)
+                  for k in range(args.seed, args.seed + args.random_prefix)})
     runnable = {n: tc for n, tc in every.items() if out_of_scope(v0_trace.check_config(tc[1])) is None}
     refs = v0_reference.run_reference(runnable)
     total_steps = total_diffs = livelocks = 0
