@@ -525,7 +525,9 @@ class Scheduler:
         pool = self.pool
         pool.v0_step(step)
         steady = self._steady
-        if steady and self.waiting.size and pool.v0_noted[self.waiting[0]] < 0:
+        waiting = self.waiting
+        # (v0's deque head: the first by FCFS place, `queued`; a preempted request is not first in the array)
+        if steady and waiting.size and pool.v0_noted[waiting[np.argmin(self.table.data[T.QUEUED, waiting])]] < 0:
             self._steady = False
         try:
             out = self._decide_step(start, step)
