@@ -47,8 +47,8 @@ META_SIZE = REG_LOG + REG_LOG_LEN
 # meta[CACHING]: 0 (off), CACHE_V1 (vLLM v1's BlockPool, this module's docstring) or CACHE_V0 (vLLM
 # v0's PrefixCachingBlockAllocator with its LRU evictor, vllm/core/block/prefix_caching_block.py and
 # vllm/core/evictor.py in 0.8.5), which differs in four rules (`v0_free_row`, `v0_cache_full_blocks`,
-# `commit` and `v0_computed_blocks`): a freed cached block is evicted by (last access, deepest
-# first, block id), not by when it was freed; a block that fills with content already cached is
+# `take_prefix` as each request is allocated, and `v0_computed_blocks`): a freed cached block is
+# evicted by (last access, deepest first, block id), not by when it was freed; a block that fills with content already cached is
 # given up for the cached one; an admitted request takes every cached block of its prompt as it is
 # allocated (another admitted earlier in the step may have registered them); and a block counts as
 # a prefix hit for the token budget only once "computed", after the step that registered it.
@@ -576,13 +576,32 @@ def allocate(row: int, count: int, ref, bhash, dup_next, nxt, prv, meta, cache, 
 def touch(blocks: np.ndarray, count: int, ref, bhash, nxt, prv, meta) -> None:
     """Take hit blocks: one more holder each; a cached free block leaves the free queue."""
     for i in range(count):
-        b = blocks[i]
-        if ref[b] == 0:
-            _unlink(nxt, prv, b)
-            meta[NUM_FREE] -= 1
-            if bhash[b] != 0:
-                meta[CACHED_FREE] -= 1
-        ref[b] += 1
+        _hold(blocks[i], ref, bhash, nxt, prv, meta)
+
+
+@nb.njit(cache=True, inline="always")
+def _hold(b: int, ref, bhash, nxt, prv, meta) -> None:
+    """One more holder of block `b` (out of the free queue if it sat there)."""
+    if ref[b] == 0:
+        _unlink(nxt, prv, b)
+        meta[NUM_FREE] -= 1
+        if bhash[b] != 0:
+            meta[CACHED_FREE] -= 1
+    ref[b] += 1
+
+
+@nb.njit(cache=True)
+def take_prefix(row: int, want: int, ref, bhash, nxt, prv, meta, cache, table, nblk, ncached, rhash, nhash,
+                scratch) -> int:
+    """Give `row`, which holds no blocks, the leading cached blocks of its chain (at most `want`):
+    one more holder each, out of the free queue if they sat there. Returns how many."""
+    k = lookup_prefix(row, want, rhash, nhash, cache, scratch)
+    touch(scratch, k, ref, bhash, nxt, prv, meta)
+    for j in range(k):
+        table[row, j] = scratch[j]
+    nblk[row] = k
+    ncached[row] = k
+    return k
 
 
 @nb.njit(cache=True)
@@ -693,11 +712,7 @@ def v0_cache_full_blocks(row: int, num_tokens: int, ref, bhash, dup_next, nxt, p
             meta[V0_BLOCKS + n + b] = i + 1
             meta[V0_BLOCKS + 2 * n + b] = meta[V0_NOW]
         elif c != b:
-            if ref[c] == 0:
-                _unlink(nxt, prv, c)
-                meta[NUM_FREE] -= 1
-                meta[CACHED_FREE] -= 1
-            ref[c] += 1
+            _hold(c, ref, bhash, nxt, prv, meta)
             table[row, i] = c
             ref[b] -= 1
             if ref[b] == 0:
@@ -715,29 +730,6 @@ def register_full_blocks(row: int, num_tokens: int, ref, bhash, dup_next, nxt, p
                              nhash)
     else:
         cache_full_blocks(row, num_tokens, bhash, dup_next, cache, meta, table, ncached, rhash, nhash)
-
-
-@nb.njit(cache=True)
-def v0_take_cached(row: int, ref, bhash, nxt, prv, meta, cache, table, nblk, ncached, rhash, nhash) -> int:
-    """v0's `BlockTable.allocate` for the cached part of a request given no blocks yet: each
-    full block whose content is cached is that block (one more holder; out of the evictor).
-    Blocks are evicted deepest first, so the cached ones are a leading run of the chain. Returns
-    how many it took (the rest are allocated, then registered, by the caller)."""
-    k = 0
-    while k < nhash[row]:
-        b = cache_get(cache, rhash[row, k])
-        if b < 0:
-            break
-        if ref[b] == 0:
-            _unlink(nxt, prv, b)
-            meta[NUM_FREE] -= 1
-            meta[CACHED_FREE] -= 1
-        ref[b] += 1
-        table[row, nblk[row] + k] = b
-        k += 1
-    nblk[row] += k
-    ncached[row] = nblk[row]
-    return k
 
 
 @nb.njit(cache=True)
@@ -851,22 +843,20 @@ def commit(preempted, admitted, admitted_hit, rows, tokens, computed, total, max
         if nblk[preempted[i]] > 0:
             free_row(preempted[i], ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk, ncached)
     scratch = np.empty(table.shape[1], dtype=np.int32)
-    v0 = meta[CACHING] == CACHE_V0  # (v0 takes a request's cached blocks as it allocates it, below)
-    for i in range(0 if v0 else admitted.size):
-        r = admitted[i]
-        want = admitted_hit[i] // bs
-        if want > 0 and nblk[r] == 0:
-            k = lookup_prefix(r, want, rhash, nhash, cache, scratch)
-            touch(scratch, k, ref, bhash, nxt, prv, meta)
-            for j in range(k):
-                table[r, j] = scratch[j]
-            nblk[r] = k
-            ncached[r] = k
+    # v1 takes the admitted requests' hits first; v0 takes every cached block of a request as it
+    # allocates it (`BlockTable.allocate`: v0 evicts deepest first, so they lead its chain)
+    v0 = meta[CACHING] == CACHE_V0
+    if not v0:
+        for i in range(admitted.size):
+            r = admitted[i]
+            want = admitted_hit[i] // bs
+            if want > 0 and nblk[r] == 0:
+                take_prefix(r, want, ref, bhash, nxt, prv, meta, cache, table, nblk, ncached, rhash, nhash, scratch)
     for i in range(rows.size):
         r = rows[i]
         end = computed[i] + tokens[i]
         if v0 and nblk[r] == 0:
-            v0_take_cached(r, ref, bhash, nxt, prv, meta, cache, table, nblk, ncached, rhash, nhash)
+            take_prefix(r, nhash[r], ref, bhash, nxt, prv, meta, cache, table, nblk, ncached, rhash, nhash, scratch)
         need = max(-(-min(end, max_model_len) // bs) - nblk[r], 0)
         if need > meta[NUM_FREE]:
             return i

@@ -28,9 +28,9 @@ from schedir.lowering.kv_pool import (
     V0_TS,
     allocate,
     free_row,
+    take_prefix,
     v0_cache_full_blocks,
     v0_computed_blocks,
-    v0_take_cached,
 )
 
 R_BUDGET = int(Reason.BUDGET)
@@ -326,6 +326,7 @@ def v0_prefills(rows, total, arrival_us, chunking: bool, used: int, seqs_used: i
     n = rows.size
     out = np.zeros((7, n), dtype=np.int64)
     hits = np.full(n, -1, dtype=np.int64)
+    scratch = np.empty(table.shape[1], dtype=np.int32)
     bs = meta[2]
     water = watermark_blocks(total_gpu)
     oldest = _oldest_from(arrival_us)
@@ -372,7 +373,8 @@ def v0_prefills(rows, total, arrival_us, chunking: bool, used: int, seqs_used: i
             stop, stop_reason = i, R_MAX_SEQS
             break
         if prefix_cache:
-            taken = v0_take_cached(rows[i], ref, bhash, nxt, prv, meta, cache, table, nblk, ncached, rhash, nhash)
+            taken = take_prefix(rows[i], nhash[rows[i]], ref, bhash, nxt, prv, meta, cache, table, nblk, ncached,
+                                rhash, nhash, scratch)
             allocate(rows[i], need - taken, ref, bhash, dup_next, nxt, prv, meta, cache, table, nblk)
             v0_cache_full_blocks(rows[i], new_tokens, ref, bhash, dup_next, nxt, prv, meta, cache, table, ncached,
                                  rhash, nhash)

@@ -258,6 +258,7 @@ class Scheduler:
                                             cache_kind=CACHE_V0 if v0_cache else CACHE_V1))
         self.radix = radix
         self._v0_pool = v0_cache
+        self._v0_head: tuple[np.ndarray | None, int] = (None, -1)  # (waiting array, its v0 deque head row)
         self.metrics.token_budget, self.metrics.usable_blocks = cfg.max_num_batched_tokens, self.pool.usable_blocks
         self._install_state(manager)
         self.pool_level = any("kv-pool" in p.requires or "radix-pool" in p.requires for p in manager.passes)
@@ -524,22 +525,22 @@ class Scheduler:
         its passes (`v0_kernels.v0_prefills` notes it), not a steady step, which would not."""
         pool = self.pool
         pool.v0_step(step)
-        steady = self._steady
         waiting = self.waiting
-        # (v0's deque head: the first by FCFS place, `queued`; a preempted request is not first in the array)
-        if steady and waiting.size and pool.v0_noted[waiting[np.argmin(self.table.data[T.QUEUED, waiting])]] < 0:
-            self._steady = False
-        try:
-            out = self._decide_step(start, step)
-        finally:
-            self._steady = steady or self._steady  # (a pipeline's first run may have just allowed them)
+        if self._v0_head[0] is not waiting:  # v0's deque head: the first by FCFS place (`queued`), held
+            # while the queue array is the same one (a preempted request is last in the array, first in v0's deque)
+            self._v0_head = (waiting, int(waiting[np.argmin(self.table.data[T.QUEUED, waiting])]) if waiting.size
+                             else -1)
+        head = self._v0_head[1]
+        out = self._decide_step(start, step, steady_allowed=head < 0 or pool.v0_noted[head] >= 0)
         pool.v0_scheduled(out.rows, step)
         return out
 
-    def _decide_step(self, start: float, step: int) -> SchedulerOutput:
-        """`schedule()`'s step, numbered `step` (timed from `start`)."""
+    def _decide_step(self, start: float, step: int, steady_allowed: bool = True) -> SchedulerOutput:
+        """`schedule()`'s step, numbered `step` (timed from `start`); `steady_allowed` false: run
+        the passes even where a steady step would do."""
         self._ranked_prefix = None  # set by _waiting_window when it gives a ranked window
-        tried = self._steady and not self.keep_ir and self.config.dump_dir is None and (
+        steady_ok = self._steady and steady_allowed
+        tried = steady_ok and not self.keep_ir and self.config.dump_dir is None and (
             bool(self._steady_declared) or not self.waiting.size or (
                 self._window_rules is not None and self._answers.lowered  # (off: the tests' reference)
                 and windows_empty(self._window_rules, self.running.size, self.config.max_num_seqs,
@@ -563,17 +564,17 @@ class Scheduler:
                 waiting = self._admission_window(waiting)
         elif self._declared_window and waiting.size:
             # asking costs ~20-80 µs: worth it for a long queue, or when an empty answer makes the step steady
-            steady = self._steady and not self._steady_declared and self._steady_running()
+            steady = steady_ok and not self._steady_declared and self._steady_running()
             if steady or waiting.size > cfg.max_num_seqs + WINDOW_SLACK:
                 waiting = self._waiting_window(waiting, steady)
         dumping = cfg.dumps(step)
-        if self._steady and not tried and not self._steady_declared and not dumping and not self.keep_ir:
+        if steady_ok and not tried and not self._steady_declared and not dumping and not self.keep_ir:
             out = self._steady_step(step, waiting)
             if out is not None:
                 self.metrics.record_step(time.perf_counter() - start, out.total_num_scheduled_tokens, 0,
                                          pool.num_free, True)
                 return out
-        if (self._running_decider is not None and self._steady and not waiting.size and running.size
+        if (self._running_decider is not None and steady_ok and not waiting.size and running.size
                 and not dumping and not self.keep_ir and not self.swapped.size):
             out = self._running_step(step)
             if out is not None:
