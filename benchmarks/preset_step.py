@@ -13,6 +13,7 @@ drift in the machine's speed moves them all alike.
     python benchmarks/preset_step.py --finishing      # requests finish: admissions, IR steps' median
     python benchmarks/preset_step.py --finishing --waiting 5000 --spread-arrivals --presets vllm,with-all-passes
     python benchmarks/preset_step.py --finishing --waiting 5000 --shared-prefix 512
+    python benchmarks/preset_step.py --presets vllm,vllm-v0,vllm-v0@cache --shared-prefix 512
 
 `--finishing` gives each request 20-399 tokens to generate, so requests finish and the head of
 the queue is admitted every few steps: most steps then run their IR (or decide it over arrays,
@@ -24,7 +25,9 @@ steps that move a few, and a median would show only one kind). `--spread-arrival
 requests arrive 0.1 ms apart (distinct arrival times, as a real trace's) instead of all at
 t = 0, where every order's arrival tie-break ties;
 `--shared-prefix` starts every prompt with one system prompt, so every waiting request hits the
-prefix cache (an order by prefix hits looks them all up).
+prefix cache (an order by prefix hits looks them all up). A preset runs with prefix caching as
+its engine runs by default (off for the v0 presets, as in v0); `NAME@cache` runs it on
+(`vllm-v0@cache`: v0's prefix-caching allocator).
 """
 
 from __future__ import annotations
@@ -58,8 +61,12 @@ def _decoding_scheduler(preset: str, n: int, waiting: int | None = None, finishi
     head is admitted every few steps, in IR steps; else 1,000, none finishes while timed; `spread`:
     they arrive 0.1 ms apart, else all at t = 0; `shared`: every prompt starts with the same
     `shared` tokens, a system prompt)."""
+    preset, at, cache = preset.partition("@")
+    if at and cache != "cache":
+        raise SystemExit(f"preset_step: '{preset}@{cache}': the one suffix is @cache (prefix caching on)")
     passes = PassManager.parse(PRESETS[preset]).passes
-    no_cache = any(p.no_prefix_cache or p.v0_prefix_cache for p in passes)  # the v0 presets: as v0, cache off
+    # the v0 presets run as v0 does by default, cache off
+    no_cache = not at and any(p.no_prefix_cache or p.v0_prefix_cache for p in passes)
     cfg = SchedulerConfig(num_blocks=n * 80 + 64, block_size=16, max_num_batched_tokens=16384, max_num_seqs=n,
                           max_model_len=2048, pipeline=preset, enable_prefix_caching=not no_cache,
                           policy=PRESET_POLICY.get(preset, "fcfs"),
